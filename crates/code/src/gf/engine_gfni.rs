@@ -1,0 +1,131 @@
+//! The GFNI engine: `gf2p8affineqb` multiplies 64 bytes by a constant in one instruction,
+//! with any field polynomial (the constant's 8x8 bit matrix). Needs GFNI and AVX-512BW.
+//! Tails use masked loads and stores, so there is no scalar remainder.
+
+use std::arch::x86_64::*;
+
+use super::tables::AFFINE;
+use super::{check_dot_prod, check_sig, Engine, Lanes, WordMul};
+
+/// GFNI + AVX-512 engine; construct with [`Gfni::new`], which checks the CPU.
+#[derive(Clone, Copy, Debug)]
+pub struct Gfni(());
+
+impl Gfni {
+    /// `Some` when this CPU has GFNI, AVX-512F and AVX-512BW.
+    pub fn new() -> Option<Self> {
+        (is_x86_feature_detected!("gfni")
+            && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw"))
+        .then_some(Gfni(()))
+    }
+}
+
+impl Engine for Gfni {
+    fn name(&self) -> &'static str {
+        "gfni"
+    }
+
+    fn dot_prod(&self, coeffs: &[u8], srcs: &[&[u8]], outs: &mut [&mut [u8]], accumulate: bool) {
+        let len = check_dot_prod(coeffs, srcs, outs);
+        let k = srcs.len();
+        for (g, outs) in outs.chunks_mut(4).enumerate() {
+            let rows = &coeffs[g * 4 * k..(g * 4 + outs.len()) * k];
+            // SAFETY: `new` checked the features; the shapes were checked above.
+            unsafe {
+                match outs.len() {
+                    1 => dot_cols::<1>(rows, srcs, outs, accumulate, len),
+                    2 => dot_cols::<2>(rows, srcs, outs, accumulate, len),
+                    3 => dot_cols::<3>(rows, srcs, outs, accumulate, len),
+                    _ => dot_cols::<4>(rows, srcs, outs, accumulate, len),
+                }
+            }
+        }
+    }
+
+    fn sig_horner(&self, data: &[u8], steps: &[WordMul], accs: &mut [Lanes]) {
+        check_sig(data, steps, accs);
+        for (steps, accs) in steps.chunks(4).zip(accs.chunks_mut(4)) {
+            // SAFETY: `new` checked the features; `data` is whole 64-byte groups (checked).
+            unsafe {
+                match steps.len() {
+                    1 => horner::<1>(data, steps, accs),
+                    2 => horner::<2>(data, steps, accs),
+                    3 => horner::<3>(data, steps, accs),
+                    _ => horner::<4>(data, steps, accs),
+                }
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn matrix(c: u8) -> i64 {
+    AFFINE[c as usize] as i64
+}
+
+#[target_feature(enable = "gfni,avx512f,avx512bw")]
+unsafe fn dot_cols<const G: usize>(
+    rows: &[u8],
+    srcs: &[&[u8]],
+    outs: &mut [&mut [u8]],
+    accumulate: bool,
+    len: usize,
+) {
+    let k = srcs.len();
+    let mut off = 0;
+    while off < len {
+        let n = (len - off).min(64);
+        let mask: __mmask64 = if n == 64 { !0 } else { (1u64 << n) - 1 };
+        let mut acc = [_mm512_setzero_si512(); G];
+        for j in 0..G {
+            if accumulate {
+                // SAFETY: the mask covers bytes off..off+n, all inside the output.
+                acc[j] = unsafe { _mm512_maskz_loadu_epi8(mask, outs[j].as_ptr().add(off).cast()) };
+            }
+        }
+        for (i, src) in srcs.iter().enumerate() {
+            // SAFETY: the mask covers bytes off..off+n, all inside the source.
+            let x = unsafe { _mm512_maskz_loadu_epi8(mask, src.as_ptr().add(off).cast()) };
+            for j in 0..G {
+                let a = _mm512_set1_epi64(matrix(rows[j * k + i]));
+                acc[j] = _mm512_xor_si512(acc[j], _mm512_gf2p8affine_epi64_epi8::<0>(x, a));
+            }
+        }
+        for j in 0..G {
+            // SAFETY: as for the loads.
+            unsafe { _mm512_mask_storeu_epi8(outs[j].as_mut_ptr().add(off).cast(), mask, acc[j]) };
+        }
+        off += 64;
+    }
+}
+
+/// The whole 64-byte group in one register: low halves in the lower 256 bits, high halves in
+/// the upper. acc * step = diag(m00, m11) * acc ^ diag(m01, m10) * swap(acc).
+#[target_feature(enable = "gfni,avx512f,avx512bw")]
+unsafe fn horner<const N: usize>(data: &[u8], steps: &[WordMul], accs: &mut [Lanes]) {
+    let mut diag = [_mm512_setzero_si512(); N];
+    let mut cross = [_mm512_setzero_si512(); N];
+    let mut acc = [_mm512_setzero_si512(); N];
+    for c in 0..N {
+        let [m00, m01, m10, m11] = steps[c].map(matrix);
+        diag[c] = _mm512_set_epi64(m11, m11, m11, m11, m00, m00, m00, m00);
+        cross[c] = _mm512_set_epi64(m10, m10, m10, m10, m01, m01, m01, m01);
+        // SAFETY: a Lanes is 64 bytes.
+        acc[c] = unsafe { _mm512_loadu_si512(accs[c].as_ptr().cast()) };
+    }
+    for group in data.chunks_exact(64).rev() {
+        // SAFETY: `group` is 64 bytes.
+        let g = unsafe { _mm512_loadu_si512(group.as_ptr().cast()) };
+        for c in 0..N {
+            let swapped = _mm512_shuffle_i64x2::<0x4E>(acc[c], acc[c]);
+            let p = _mm512_gf2p8affine_epi64_epi8::<0>(acc[c], diag[c]);
+            let q = _mm512_gf2p8affine_epi64_epi8::<0>(swapped, cross[c]);
+            acc[c] = _mm512_ternarylogic_epi64::<0x96>(p, q, g);
+        }
+    }
+    for c in 0..N {
+        // SAFETY: a Lanes is 64 bytes.
+        unsafe { _mm512_storeu_si512(accs[c].as_mut_ptr().cast(), acc[c]) };
+    }
+}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the system packages bitmend's tests and anchors need. Idempotent: run it again
+# any time. Needs root (or sudo) for apt-get; skips what is already installed.
+set -euo pipefail
+
+packages=(
+  pkg-config          # finds the libraries below
+  libisal-dev         # ISA-L: the anchor and cross-check for the erasure code and CRC-32C
+  libpmemobj-dev      # PMDK: the anchor for the persistent-memory log and heap
+  fuse3 libfuse3-dev  # the FUSE mount
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+else
+  echo "setup: system packages present"
+fi
+
+if ! command -v cargo >/dev/null; then
+  echo "setup: cargo not found; install Rust (rustup) first" >&2
+  exit 1
+fi
