@@ -1,0 +1,412 @@
+//! `bitmend bench code`: the coding core beside ISA-L (and memcpy, and the crc32c crate).
+
+use bitmend_anchors::isal::{self, Kernel, Tables};
+use bitmend_code::rs::{matrix, Codec};
+use bitmend_code::sig::{Sig32, Sig64, Signer};
+use bitmend_code::{crc, gf};
+
+use crate::harness::{compare, gbps, keep, Better, Options, Row};
+
+const KIB: usize = 1024;
+
+fn bytes(seed: u64, n: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+fn size_name(len: usize) -> String {
+    if len >= 1 << 20 {
+        format!("{}MiB", len >> 20)
+    } else {
+        format!("{}KiB", len / KIB)
+    }
+}
+
+fn isal_name(kernel: Kernel) -> &'static str {
+    match kernel {
+        Kernel::Dispatch => "isa-l",
+        Kernel::Avx2 => "isa-l-avx2",
+    }
+}
+
+/// Runs every case, calling `emit` with each row as soon as it is measured.
+pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
+    let engine = gf::engine();
+    let shapes: &[(usize, usize)] =
+        if opts.quick { &[(10, 4), (8, 2)] } else { &[(10, 4), (4, 2), (8, 1), (8, 2), (8, 4)] };
+    let sizes: &[usize] = if opts.quick { &[4 * KIB, 64 * KIB] } else { &[4 * KIB, 64 * KIB, 1 << 20] };
+    for &(k, m) in shapes {
+        for &len in sizes {
+            encode(opts, k, m, len, Kernel::Dispatch, emit);
+            if (k, m) == (10, 4) {
+                encode(opts, k, m, len, Kernel::Avx2, emit);
+            }
+        }
+    }
+    encode_memcpy(opts, 10, 64 * KIB, emit);
+    for lost in [1, 4] {
+        reconstruct(opts, 10, 4, 64 * KIB, lost, emit);
+    }
+    for m in [1, 2, 4] {
+        update(opts, m, None, emit);
+    }
+    update(opts, 4, Some(64), emit);
+    for len in [2 * KIB, 4 * KIB, 64 * KIB] {
+        signature::<2>(opts, len, emit);
+        signature::<4>(opts, len, emit);
+    }
+    signature_update(opts, emit);
+    crc32c(opts, emit);
+    let _ = engine;
+}
+
+fn encode(opts: &Options, k: usize, m: usize, len: usize, kernel: Kernel, emit: &mut dyn FnMut(Row)) {
+    let codec = Codec::new(k, m).expect("valid shape");
+    let data: Vec<Vec<u8>> = (0..k).map(|i| bytes(i as u64 + 1, len)).collect();
+    let d: Vec<&[u8]> = data.iter().map(|x| x.as_slice()).collect();
+    let mut ours = vec![vec![0u8; len]; m];
+    let mut theirs = vec![vec![0u8; len]; m];
+    let mut tables = Tables::new(k, m, &matrix::cauchy(k, m)[k * k..]);
+    let mut f_ours = || {
+        let mut p: Vec<&mut [u8]> = ours.iter_mut().map(|x| x.as_mut_slice()).collect();
+        codec.encode(&d, &mut p).expect("shapes match");
+        keep(&p);
+    };
+    let mut f_isal = || {
+        let mut p: Vec<&mut [u8]> = theirs.iter_mut().map(|x| x.as_mut_slice()).collect();
+        if let Some(t) = tables.as_mut() {
+            t.encode(kernel, &d, &mut p);
+        }
+        keep(&p);
+    };
+    let anchor: Option<&mut dyn FnMut()> = if isal::available() { Some(&mut f_isal) } else { None };
+    let (ns, ans) = compare(opts, &mut f_ours, anchor);
+    if isal::available() {
+        assert_eq!(ours, theirs, "parity differs from ISA-L");
+    }
+    emit(Row {
+        bench: "code",
+        case: format!("rs-encode k={k} m={m} {} [{}]", size_name(len), codec.engine().name()),
+        ours: gbps(k * len, ns),
+        anchor: isal_name(kernel).into(),
+        anchor_value: ans.map(|a| gbps(k * len, a)),
+        unit: "GB/s",
+        better: Better::Higher,
+    });
+}
+
+/// The limit: copying the k data chunks once.
+fn encode_memcpy(opts: &Options, k: usize, len: usize, emit: &mut dyn FnMut(Row)) {
+    let codec = Codec::new(k, 4).expect("valid shape");
+    let data: Vec<Vec<u8>> = (0..k).map(|i| bytes(i as u64 + 1, len)).collect();
+    let d: Vec<&[u8]> = data.iter().map(|x| x.as_slice()).collect();
+    let mut parity = vec![vec![0u8; len]; 4];
+    let mut copy = vec![vec![0u8; len]; k];
+    let mut f_ours = || {
+        let mut p: Vec<&mut [u8]> = parity.iter_mut().map(|x| x.as_mut_slice()).collect();
+        codec.encode(&d, &mut p).expect("shapes match");
+        keep(&p);
+    };
+    let mut f_copy = || {
+        for (c, s) in copy.iter_mut().zip(&data) {
+            c.copy_from_slice(s);
+        }
+        keep(&copy);
+    };
+    let (ns, ans) = compare(opts, &mut f_ours, Some(&mut f_copy));
+    emit(Row {
+        bench: "code",
+        case: format!("rs-encode k={k} m=4 {} vs copying the data", size_name(len)),
+        ours: gbps(k * len, ns),
+        anchor: "memcpy".into(),
+        anchor_value: ans.map(|a| gbps(k * len, a)),
+        unit: "GB/s",
+        better: Better::Higher,
+    });
+}
+
+fn reconstruct(opts: &Options, k: usize, m: usize, len: usize, lost: usize, emit: &mut dyn FnMut(Row)) {
+    let codec = Codec::new(k, m).expect("valid shape");
+    let mut chunks: Vec<Vec<u8>> = (0..k).map(|i| bytes(i as u64 + 1, len)).collect();
+    chunks.extend((0..m).map(|_| vec![0u8; len]));
+    {
+        let (d, p) = chunks.split_at_mut(k);
+        let d: Vec<&[u8]> = d.iter().map(|x| x.as_slice()).collect();
+        let mut p: Vec<&mut [u8]> = p.iter_mut().map(|x| x.as_mut_slice()).collect();
+        codec.encode(&d, &mut p).expect("shapes match");
+    }
+    let good = chunks.clone();
+    // Lose data chunks 0, 3, 6, 9 (the costly case: data, not parity).
+    let erased: Vec<usize> = (0..lost).map(|i| (i * 3) % k).collect();
+    let mut ours = chunks.clone();
+    let mut f_ours = || {
+        let mut v: Vec<&mut [u8]> = ours.iter_mut().map(|x| x.as_mut_slice()).collect();
+        codec.reconstruct(&mut v, &erased).expect("within m");
+        keep(&v);
+    };
+    // ISA-L's documented decode: invert the survivors' matrix, build tables, dot products.
+    let full = matrix::cauchy(k, m);
+    let mut theirs = chunks.clone();
+    let mut f_isal = || {
+        let survivors: Vec<usize> = (0..k + m).filter(|i| !erased.contains(i)).take(k).collect();
+        let sub: Vec<u8> = survivors.iter().flat_map(|&r| full[r * k..(r + 1) * k].to_vec()).collect();
+        let inv = isal::invert(&sub, k).expect("invertible");
+        let rows: Vec<u8> = erased.iter().flat_map(|&e| inv[e * k..(e + 1) * k].to_vec()).collect();
+        let mut t = Tables::new(k, erased.len(), &rows).expect("ISA-L linked");
+        let (srcs, outs): (Vec<_>, Vec<_>) =
+            theirs.iter_mut().enumerate().partition(|(i, _)| survivors.contains(i));
+        let srcs: Vec<&[u8]> = srcs.into_iter().map(|(_, c)| &c[..]).collect();
+        let mut outs: Vec<&mut [u8]> =
+            outs.into_iter().filter(|(i, _)| erased.contains(i)).map(|(_, c)| c.as_mut_slice()).collect();
+        t.encode(Kernel::Dispatch, &srcs, &mut outs);
+        keep(&outs);
+    };
+    let anchor: Option<&mut dyn FnMut()> = if isal::available() { Some(&mut f_isal) } else { None };
+    let (ns, ans) = compare(opts, &mut f_ours, anchor);
+    assert_eq!(ours, good, "reconstruction is wrong");
+    if isal::available() {
+        assert_eq!(theirs, good, "ISA-L reconstruction is wrong");
+    }
+    emit(Row {
+        bench: "code",
+        case: format!("rs-reconstruct k={k} m={m} {} lost={lost}", size_name(len)),
+        ours: gbps(k * len, ns),
+        anchor: "isa-l".into(),
+        anchor_value: ans.map(|a| gbps(k * len, a)),
+        unit: "GB/s",
+        better: Better::Higher,
+    });
+}
+
+/// Parity update of a random 10..100-byte range (or a fixed size) of a 4 KiB chunk, k = 8.
+fn update(opts: &Options, m: usize, fixed: Option<usize>, emit: &mut dyn FnMut(Row)) {
+    let (k, len) = (8, 4 * KIB);
+    let codec = Codec::new(k, m).expect("valid shape");
+    let chunk = bytes(3, len);
+    let fresh = bytes(4, len);
+    let ranges: Vec<(usize, usize)> = (0..1024)
+        .map(|i| {
+            let n = fixed.unwrap_or(10 + (i * 37) % 91);
+            ((i * 997) % (len - n), n)
+        })
+        .collect();
+    let mut ours = vec![vec![0u8; len]; m];
+    let mut theirs = vec![vec![0u8; len]; m];
+    let mut tables = Tables::new(k, m, &matrix::cauchy(k, m)[k * k..]);
+    let (mut i, mut j) = (0, 0);
+    let mut f_ours = || {
+        let (off, n) = ranges[i % ranges.len()];
+        i += 1;
+        let mut p: Vec<&mut [u8]> = ours.iter_mut().map(|x| x.as_mut_slice()).collect();
+        codec.update(2, off, &chunk[off..off + n], &fresh[off..off + n], &mut p).expect("in range");
+    };
+    let mut f_isal = || {
+        let (off, n) = ranges[j % ranges.len()];
+        j += 1;
+        let mut delta = [0u8; 128];
+        for ((d, a), b) in delta.iter_mut().zip(&chunk[off..off + n]).zip(&fresh[off..off + n]) {
+            *d = a ^ b;
+        }
+        let mut p: Vec<&mut [u8]> = theirs.iter_mut().map(|x| &mut x[off..off + n]).collect();
+        if let Some(t) = tables.as_mut() {
+            t.update(2, &delta[..n], &mut p);
+        }
+    };
+    let anchor: Option<&mut dyn FnMut()> = if isal::available() { Some(&mut f_isal) } else { None };
+    let (ns, ans) = compare(opts, &mut f_ours, anchor);
+    let what = fixed.map_or("10..100B".to_string(), |n| format!("{n}B"));
+    emit(Row {
+        bench: "code",
+        case: format!("rs-update {what} m={m}"),
+        ours: ns,
+        anchor: "isa-l".into(),
+        anchor_value: ans,
+        unit: "ns",
+        better: Better::Lower,
+    });
+}
+
+fn signature<const N: usize>(opts: &Options, len: usize, emit: &mut dyn FnMut(Row)) {
+    let signer = Signer::<N>::new();
+    let data = bytes(9, len);
+    let mut f_ours = || {
+        keep(signer.sign(keep(&data)));
+    };
+    let mut f_isal = || {
+        keep(isal::crc32c(Kernel::Dispatch, keep(&data)));
+    };
+    let anchor: Option<&mut dyn FnMut()> = if isal::available() { Some(&mut f_isal) } else { None };
+    let (ns, ans) = compare(opts, &mut f_ours, anchor);
+    emit(Row {
+        bench: "code",
+        case: format!("signature {}-bit {} [{}]", 16 * N, size_name(len), signer.engine().name()),
+        ours: gbps(len, ns),
+        anchor: "isa-l crc32c".into(),
+        anchor_value: ans.map(|a| gbps(len, a)),
+        unit: "GB/s",
+        better: Better::Higher,
+    });
+}
+
+/// A 64-byte change in a 4 KiB chunk: our incremental signature update, beside what a
+/// checksum-only design pays (recomputing ISA-L's CRC-32C over the chunk).
+fn signature_update(opts: &Options, emit: &mut dyn FnMut(Row)) {
+    let len = 4 * KIB;
+    let data = bytes(10, len);
+    let fresh = bytes(11, len);
+    let s32 = Signer::<2>::new();
+    let s64 = Signer::<4>::new();
+    let (mut sig32, mut sig64) = (Sig32::ZERO, Sig64::ZERO);
+    let mut i = 0;
+    let mut f32 = || {
+        let off = (i * 64 + 8) % (len - 64);
+        i += 1;
+        sig32 = s32.update(sig32, off, &data[off..off + 64], &fresh[off..off + 64]);
+    };
+    let mut f_isal = || {
+        keep(isal::crc32c(Kernel::Dispatch, keep(&data)));
+    };
+    let anchor: Option<&mut dyn FnMut()> = if isal::available() { Some(&mut f_isal) } else { None };
+    let (ns, ans) = compare(opts, &mut f32, anchor);
+    emit(Row {
+        bench: "code",
+        case: "signature-update 32-bit 64B in 4KiB".into(),
+        ours: ns,
+        anchor: "isa-l crc32c 4KiB".into(),
+        anchor_value: ans,
+        unit: "ns",
+        better: Better::Lower,
+    });
+    let mut f64 = || {
+        let off = (i * 64 + 8) % (len - 64);
+        i += 1;
+        sig64 = s64.update(sig64, off, &data[off..off + 64], &fresh[off..off + 64]);
+    };
+    let mut f_isal = || {
+        keep(isal::crc32c(Kernel::Dispatch, keep(&data)));
+    };
+    let anchor: Option<&mut dyn FnMut()> = if isal::available() { Some(&mut f_isal) } else { None };
+    let (ns, ans) = compare(opts, &mut f64, anchor);
+    emit(Row {
+        bench: "code",
+        case: "signature-update 64-bit 64B in 4KiB".into(),
+        ours: ns,
+        anchor: "isa-l crc32c 4KiB".into(),
+        anchor_value: ans,
+        unit: "ns",
+        better: Better::Lower,
+    });
+    keep((sig32, sig64));
+}
+
+fn crc32c(opts: &Options, emit: &mut dyn FnMut(Row)) {
+    for (len, unit) in [(4 * KIB, "ns"), (1 << 20, "GB/s")] {
+        let data = bytes(12, len);
+        for kernel in [Kernel::Dispatch, Kernel::Avx2] {
+            let mut f_ours = || {
+                keep(crc::crc32c(keep(&data)));
+            };
+            let mut f_isal = || {
+                keep(isal::crc32c(kernel, keep(&data)));
+            };
+            let anchor: Option<&mut dyn FnMut()> = if isal::available() { Some(&mut f_isal) } else { None };
+            let (ns, ans) = compare(opts, &mut f_ours, anchor);
+            let (ours, anchor_value, better) = if unit == "ns" {
+                (ns, ans, Better::Lower)
+            } else {
+                (gbps(len, ns), ans.map(|a| gbps(len, a)), Better::Higher)
+            };
+            let name = if kernel == Kernel::Dispatch { "isa-l" } else { "isa-l-sse4.2" };
+            emit(Row {
+                bench: "code",
+                case: format!("crc32c {}", size_name(len)),
+                ours,
+                anchor: name.into(),
+                anchor_value,
+                unit,
+                better,
+            });
+        }
+        let mut f_ours = || {
+            keep(crc::crc32c(keep(&data)));
+        };
+        let mut f_crate = || {
+            keep(crc32c::crc32c(keep(&data)));
+        };
+        let (ns, ans) = compare(opts, &mut f_ours, Some(&mut f_crate));
+        let (ours, anchor_value, better) = if unit == "ns" {
+            (ns, ans, Better::Lower)
+        } else {
+            (gbps(len, ns), ans.map(|a| gbps(len, a)), Better::Higher)
+        };
+        emit(Row {
+            bench: "code",
+            case: format!("crc32c {}", size_name(len)),
+            ours,
+            anchor: "crc32c crate".into(),
+            anchor_value,
+            unit,
+            better,
+        });
+    }
+    // combine: ours (table-built shift, general length) beside the crate's zlib-style combine.
+    let lens: Vec<u64> = (0..256).map(|i| 1 + (i * 7919) % 100_000).collect();
+    let (mut i, mut j) = (0usize, 0usize);
+    let mut f_ours = || {
+        let l = lens[i % lens.len()];
+        i += 1;
+        keep(crc::combine(0x1234_5678, 0x9ABC_DEF0, keep(l)));
+    };
+    let mut f_crate = || {
+        let l = lens[j % lens.len()];
+        j += 1;
+        keep(crc32c::crc32c_combine(0x1234_5678, 0x9ABC_DEF0, keep(l) as usize));
+    };
+    let (ns, ans) = compare(opts, &mut f_ours, Some(&mut f_crate));
+    emit(Row {
+        bench: "code",
+        case: "crc32c combine (any length)".into(),
+        ours: ns,
+        anchor: "crc32c crate".into(),
+        anchor_value: ans,
+        unit: "ns",
+        better: Better::Lower,
+    });
+    // The Loris partial update: 64 bytes changed in a 4 KiB page, beside recomputing it.
+    let page = bytes(13, 4 * KIB);
+    let fresh = bytes(14, 4 * KIB);
+    let mut c = crc::crc32c(&page);
+    let mut i = 0usize;
+    let mut f_ours = || {
+        let off = (i * 64) % (4 * KIB - 64);
+        i += 1;
+        c = crc::update(c, 4 * KIB, off, &page[off..off + 64], &fresh[off..off + 64]);
+    };
+    let mut f_isal = || {
+        keep(isal::crc32c(Kernel::Dispatch, keep(&page)));
+    };
+    let anchor: Option<&mut dyn FnMut()> = if isal::available() { Some(&mut f_isal) } else { None };
+    let (ns, ans) = compare(opts, &mut f_ours, anchor);
+    keep(c);
+    emit(Row {
+        bench: "code",
+        case: "crc32c update 64B in 4KiB".into(),
+        ours: ns,
+        anchor: "isa-l crc32c 4KiB".into(),
+        anchor_value: ans,
+        unit: "ns",
+        better: Better::Lower,
+    });
+}
+
+/// Whether the ISA-L anchor is linked into this build.
+pub fn isal_linked() -> bool {
+    isal::available()
+}

@@ -1,0 +1,10 @@
+//! # bitmend-bench
+//!
+//! The benchmarks behind `bitmend bench`. Every row is measured in one process beside its
+//! anchor, on the same buffers, with samples of the two interleaved so that load on a shared
+//! machine hits both alike; the figures are medians.
+
+pub mod code;
+pub mod harness;
+
+pub use harness::{Options, Row};

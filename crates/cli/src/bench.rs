@@ -1,0 +1,67 @@
+//! `bitmend bench`.
+
+use std::io::Write;
+
+use bitmend_bench::{harness, Options, Row};
+use clap::{Args, ValueEnum};
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// What to measure.
+    #[arg(value_enum)]
+    suite: Suite,
+    /// A short run (under a minute) with fewer cases and samples: for smoke tests.
+    #[arg(long)]
+    quick: bool,
+    /// One JSON object per row on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Samples per figure; the median is reported.
+    #[arg(long)]
+    samples: Option<usize>,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum Suite {
+    /// GF(2^8) engines, Reed-Solomon, signatures and CRC-32C beside ISA-L.
+    Code,
+}
+
+pub fn run(args: BenchArgs) -> Result<(), String> {
+    let mut opts = if args.quick { Options::quick() } else { Options::full() };
+    if let Some(s) = args.samples {
+        if s == 0 {
+            return Err("--samples must be at least 1".into());
+        }
+        opts.samples = s;
+    }
+    let mut rows: Vec<Row> = Vec::new();
+    let json = args.json;
+    let mut emit = |r: Row| {
+        if json {
+            println!("{}", r.to_json());
+        } else {
+            eprint!(".");
+            let _ = std::io::stderr().flush();
+        }
+        rows.push(r);
+    };
+    match args.suite {
+        Suite::Code => {
+            if !json {
+                eprintln!(
+                    "bench code: engine {}, ISA-L {}, {} samples per figure (medians)",
+                    bitmend_code::gf::engine().name(),
+                    if bitmend_bench::code::isal_linked() { "linked" } else { "NOT linked (no anchor)" },
+                    opts.samples
+                );
+            }
+            bitmend_bench::code::run(&opts, &mut emit);
+        }
+    }
+    if !json {
+        eprintln!();
+        print!("{}", harness::table(&rows));
+    }
+    Ok(())
+}
