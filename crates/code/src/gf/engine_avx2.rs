@@ -80,7 +80,8 @@ unsafe fn split(x: __m256i) -> (__m256i, __m256i) {
     (_mm256_and_si256(x, mask), _mm256_and_si256(_mm256_srli_epi16::<4>(x), mask))
 }
 
-/// The first `body` bytes (a multiple of 32) of `G` outputs.
+/// The first `body` bytes (a multiple of 32) of `G` outputs: 64 bytes per step (two vectors,
+/// so each table broadcast serves both), then one 32-byte step if needed.
 #[target_feature(enable = "avx2")]
 unsafe fn dot_cols<const G: usize>(
     rows: &[u8],
@@ -91,16 +92,47 @@ unsafe fn dot_cols<const G: usize>(
 ) {
     let k = srcs.len();
     let mut off = 0;
-    while off < body {
+    while off + 64 <= body {
+        let mut acc = [[_mm256_setzero_si256(); 2]; G];
+        if accumulate {
+            for j in 0..G {
+                // SAFETY: off + 64 <= body <= len of every output.
+                let p = unsafe { outs[j].as_ptr().add(off) };
+                acc[j] = unsafe { [_mm256_loadu_si256(p.cast()), _mm256_loadu_si256(p.add(32).cast())] };
+            }
+        }
+        for (i, src) in srcs.iter().enumerate() {
+            // SAFETY: off + 64 <= body <= len of every source.
+            let p = unsafe { src.as_ptr().add(off) };
+            let (x0, x1) = unsafe { (_mm256_loadu_si256(p.cast()), _mm256_loadu_si256(p.add(32).cast())) };
+            let (lo0, hi0) = unsafe { split(x0) };
+            let (lo1, hi1) = unsafe { split(x1) };
+            for j in 0..G {
+                let t = unsafe { tables(rows[j * k + i]) };
+                acc[j][0] = _mm256_xor_si256(acc[j][0], unsafe { mul(t, lo0, hi0) });
+                acc[j][1] = _mm256_xor_si256(acc[j][1], unsafe { mul(t, lo1, hi1) });
+            }
+        }
+        for j in 0..G {
+            // SAFETY: as for the loads.
+            unsafe {
+                let p = outs[j].as_mut_ptr().add(off);
+                _mm256_storeu_si256(p.cast(), acc[j][0]);
+                _mm256_storeu_si256(p.add(32).cast(), acc[j][1]);
+            }
+        }
+        off += 64;
+    }
+    if off < body {
         let mut acc = [_mm256_setzero_si256(); G];
         for j in 0..G {
             if accumulate {
-                // SAFETY: off + 32 <= body <= len of every output.
+                // SAFETY: off + 32 == body <= len of every output.
                 acc[j] = unsafe { _mm256_loadu_si256(outs[j].as_ptr().add(off).cast()) };
             }
         }
         for (i, src) in srcs.iter().enumerate() {
-            // SAFETY: off + 32 <= body <= len of every source.
+            // SAFETY: off + 32 == body <= len of every source.
             let x = unsafe { _mm256_loadu_si256(src.as_ptr().add(off).cast()) };
             let (lo, hi) = unsafe { split(x) };
             for j in 0..G {
@@ -112,7 +144,6 @@ unsafe fn dot_cols<const G: usize>(
             // SAFETY: as for the loads.
             unsafe { _mm256_storeu_si256(outs[j].as_mut_ptr().add(off).cast(), acc[j]) };
         }
-        off += 32;
     }
 }
 

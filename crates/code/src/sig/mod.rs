@@ -18,7 +18,7 @@
 pub mod gf16;
 
 use crate::gf::{engine, Engine, Lanes, WordMul};
-use gf16::{alpha_pow, apply, scale16, word_mul};
+use gf16::{alpha_pow, scale16, word_mul};
 
 /// The longest chunk with the N-byte detection guarantee: 2047 groups of 32 words, fewer
 /// than the 65535 distinct powers of alpha.
@@ -111,8 +111,10 @@ pub struct Signer<const N: usize> {
     engine: &'static dyn Engine,
     /// alpha^(32 j): one 64-byte group further along.
     steps: [WordMul; N],
-    /// alpha^(16 j), alpha^(8 j), ... alpha^j: folding 32 lanes into one word.
-    folds: [[WordMul; 5]; N],
+    /// Folding 32 lanes into one word per component: `folds[c][b][v]` is what byte value v at
+    /// lane byte b adds, v * alpha^(j r) (times x for a high half), r = b mod 32. A table
+    /// turns the fold into 64 independent lookups.
+    folds: Vec<[[u16; 256]; 64]>,
 }
 
 impl<const N: usize> std::fmt::Debug for Signer<N> {
@@ -139,7 +141,15 @@ impl<const N: usize> Signer<N> {
         Signer {
             engine,
             steps: std::array::from_fn(|c| word_mul(alpha_pow(32 * j(c)))),
-            folds: std::array::from_fn(|c| std::array::from_fn(|l| word_mul(alpha_pow((16 >> l) * j(c))))),
+            folds: (0..N)
+                .map(|c| {
+                    std::array::from_fn(|b| {
+                        let w = alpha_pow(j(c) * (b % 32) as u64);
+                        let w = if b >= 32 { gf16::mul16(w, 0x0100) } else { w };
+                        std::array::from_fn(|v| scale16(w, v as u8))
+                    })
+                })
+                .collect(),
         }
     }
 
@@ -159,8 +169,8 @@ impl<const N: usize> Signer<N> {
     pub fn update(&self, sig: Signature<N>, off: usize, old: &[u8], new: &[u8]) -> Signature<N> {
         assert_eq!(old.len(), new.len(), "old and new ranges differ in length");
         let mut sig = sig;
-        // Deltas in 64-byte-aligned pieces of up to 4 KiB, each weighted by its first group.
-        let mut buf = [0u8; 4096];
+        // Deltas in 64-byte-aligned pieces of up to 512 bytes, each weighted by its first group.
+        let mut buf = [0u8; 512];
         let mut pos = off;
         let end = off + old.len();
         while pos < end {
@@ -193,22 +203,15 @@ impl<const N: usize> Signer<N> {
         lanes
     }
 
-    /// sum_r lane_r * alpha^(j r), times alpha^(32 j first_group): a tree of five halvings.
+    /// sum_r lane_r * alpha^(j r), times alpha^(32 j first_group).
     fn fold(&self, lanes: [Lanes; N], first_group: usize) -> Signature<N> {
         Signature(std::array::from_fn(|c| {
-            let l = &lanes[c];
-            let mut w: [u16; 32] = std::array::from_fn(|r| l[r] as u16 | (l[32 + r] as u16) << 8);
-            let mut width = 32;
-            for m in &self.folds[c] {
-                width /= 2;
-                for r in 0..width {
-                    w[r] ^= apply(m, w[r + width]);
-                }
-            }
-            if first_group == 0 {
-                w[0]
+            let t = &self.folds[c];
+            let w = lanes[c].iter().zip(t.iter()).fold(0u16, |acc, (&v, row)| acc ^ row[v as usize]);
+            if first_group == 0 || w == 0 {
+                w
             } else {
-                gf16::mul16(w[0], alpha_pow(32 * (c as u64 + 1) * first_group as u64))
+                gf16::mul16(w, alpha_pow(32 * (c as u64 + 1) * first_group as u64))
             }
         }))
     }
