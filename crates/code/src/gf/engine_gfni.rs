@@ -4,7 +4,7 @@
 
 use std::arch::x86_64::*;
 
-use super::tables::AFFINE;
+use super::tables::{mul, AFFINE};
 use super::{check_dot_prod, check_sig, Engine, Lanes, WordMul};
 
 /// GFNI + AVX-512 engine; construct with [`Gfni::new`], which checks the CPU.
@@ -100,32 +100,69 @@ unsafe fn dot_cols<const G: usize>(
     }
 }
 
+/// The square of a step: two groups further along.
+fn square(m: &WordMul) -> WordMul {
+    let [a, b, c, d] = *m;
+    [mul(a, a) ^ mul(b, c), mul(a, b) ^ mul(b, d), mul(c, a) ^ mul(d, c), mul(c, b) ^ mul(d, d)]
+}
+
+/// The diagonal and cross matrices of a step (see [`horner`]).
+#[target_feature(enable = "gfni,avx512f,avx512bw")]
+fn step_matrices(m: &WordMul) -> (__m512i, __m512i) {
+    let [m00, m01, m10, m11] = m.map(matrix);
+    (
+        _mm512_set_epi64(m11, m11, m11, m11, m00, m00, m00, m00),
+        _mm512_set_epi64(m10, m10, m10, m10, m01, m01, m01, m01),
+    )
+}
+
+/// acc * step ^ g.
+#[inline(always)]
+unsafe fn step(acc: __m512i, (diag, cross): (__m512i, __m512i), g: __m512i) -> __m512i {
+    let swapped = _mm512_shuffle_i64x2::<0x4E>(acc, acc);
+    let p = _mm512_gf2p8affine_epi64_epi8::<0>(acc, diag);
+    let q = _mm512_gf2p8affine_epi64_epi8::<0>(swapped, cross);
+    _mm512_ternarylogic_epi64::<0x96>(p, q, g)
+}
+
 /// The whole 64-byte group in one register: low halves in the lower 256 bits, high halves in
-/// the upper. acc * step = diag(m00, m11) * acc ^ diag(m01, m10) * swap(acc).
+/// the upper. acc * step = diag(m00, m11) * acc ^ diag(m01, m10) * swap(acc). Each component
+/// runs two chains (even and odd groups, stepping by step^2) so that the affine latency of one
+/// hides behind the other; they merge as even ^ odd * step.
 #[target_feature(enable = "gfni,avx512f,avx512bw")]
 unsafe fn horner<const N: usize>(data: &[u8], steps: &[WordMul], accs: &mut [Lanes]) {
-    let mut diag = [_mm512_setzero_si512(); N];
-    let mut cross = [_mm512_setzero_si512(); N];
-    let mut acc = [_mm512_setzero_si512(); N];
+    let zero = _mm512_setzero_si512();
+    let mut one = [(zero, zero); N];
+    let mut two = [(zero, zero); N];
+    let mut even = [zero; N];
+    let mut odd = [zero; N];
     for c in 0..N {
-        let [m00, m01, m10, m11] = steps[c].map(matrix);
-        diag[c] = _mm512_set_epi64(m11, m11, m11, m11, m00, m00, m00, m00);
-        cross[c] = _mm512_set_epi64(m10, m10, m10, m10, m01, m01, m01, m01);
+        one[c] = step_matrices(&steps[c]);
+        two[c] = step_matrices(&square(&steps[c]));
         // SAFETY: a Lanes is 64 bytes.
-        acc[c] = unsafe { _mm512_loadu_si512(accs[c].as_ptr().cast()) };
+        even[c] = unsafe { _mm512_loadu_si512(accs[c].as_ptr().cast()) };
     }
-    for group in data.chunks_exact(64).rev() {
-        // SAFETY: `group` is 64 bytes.
-        let g = unsafe { _mm512_loadu_si512(group.as_ptr().cast()) };
+    // SAFETY (loads below): every pointer is the start of a 64-byte group inside `data`.
+    let load = |g: &[u8]| unsafe { _mm512_loadu_si512(g.as_ptr().cast()) };
+    let mut rest = data;
+    if (data.len() / 64) % 2 == 1 {
+        let (head, last) = data.split_at(data.len() - 64);
+        let g = load(last);
         for c in 0..N {
-            let swapped = _mm512_shuffle_i64x2::<0x4E>(acc[c], acc[c]);
-            let p = _mm512_gf2p8affine_epi64_epi8::<0>(acc[c], diag[c]);
-            let q = _mm512_gf2p8affine_epi64_epi8::<0>(swapped, cross[c]);
-            acc[c] = _mm512_ternarylogic_epi64::<0x96>(p, q, g);
+            even[c] = unsafe { step(even[c], one[c], g) };
+        }
+        rest = head;
+    }
+    for pair in rest.chunks_exact(128).rev() {
+        let (ge, go) = (load(&pair[..64]), load(&pair[64..]));
+        for c in 0..N {
+            even[c] = unsafe { step(even[c], two[c], ge) };
+            odd[c] = unsafe { step(odd[c], two[c], go) };
         }
     }
     for c in 0..N {
+        let acc = unsafe { step(odd[c], one[c], even[c]) };
         // SAFETY: a Lanes is 64 bytes.
-        unsafe { _mm512_storeu_si512(accs[c].as_mut_ptr().cast(), acc[c]) };
+        unsafe { _mm512_storeu_si512(accs[c].as_mut_ptr().cast(), acc) };
     }
 }
