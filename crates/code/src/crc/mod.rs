@@ -8,10 +8,14 @@
 //! - [`update`]: the CRC of a page after a sub-range changed, from the old CRC and the old and
 //!   new bytes of that range only (Loris section V-C).
 
+mod fold;
 mod kernel;
 mod shift;
 
 pub use shift::Shift;
+
+/// From this length on, the folding kernel beats three `crc32` streams (measured).
+const FOLD_MIN: usize = 256;
 
 /// CRC-32C of `data` (initial value and final XOR 0xFFFFFFFF, reflected).
 #[inline]
@@ -29,6 +33,13 @@ pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
 /// inversions: linear in the data, which `update` relies on.
 #[inline]
 pub fn raw(state: u32, data: &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if data.len() >= FOLD_MIN && fold::available() {
+        // SAFETY: `available` checked VPCLMULQDQ, AVX-512F and SSE4.2.
+        let (state, done) = unsafe { fold::raw(state, data) };
+        // SAFETY: the same CPU has SSE4.2 and PCLMULQDQ.
+        return unsafe { kernel::raw(state, &data[done..]) };
+    }
     #[cfg(target_arch = "x86_64")]
     if kernel::available() {
         // SAFETY: `available` checked SSE4.2 and PCLMULQDQ.

@@ -23,7 +23,7 @@ pub(crate) fn mul_mod(a: u32, mut b: u32) -> u32 {
 }
 
 /// x^n mod P.
-fn x_pow(mut n: u64) -> u32 {
+pub(crate) fn x_pow(mut n: u64) -> u32 {
     let (mut r, mut sq) = (ONE, ONE >> 1);
     while n > 0 {
         if n & 1 != 0 {

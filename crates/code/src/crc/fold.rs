@@ -1,0 +1,134 @@
+//! The CRC-32C kernel for long buffers on CPUs with VPCLMULQDQ and AVX-512: the message is
+//! folded 256 bytes at a time into four 512-bit accumulators by carry-less multiplication
+//! (Intel's folding method), then reduced to a CRC register with the `crc32` instruction.
+//!
+//! In the reflected form a 128-bit lane holds coefficients x^127 (bit 0) .. x^0 (bit 127); its
+//! low qword H and high qword L move D bits forward as H * x^(D+31) ^ L * x^(D-33), both
+//! products of a 64-bit and a 32-bit reflected value (the carry-less product of reflected
+//! values carries an extra x^33, absorbed in the exponents).
+
+#![cfg(target_arch = "x86_64")]
+
+use std::arch::x86_64::*;
+use std::sync::OnceLock;
+
+use super::shift::x_pow;
+
+/// VPCLMULQDQ, AVX-512F and SSE4.2 are all present.
+pub fn available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        is_x86_feature_detected!("vpclmulqdq")
+            && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("sse4.2")
+    })
+}
+
+/// The two 32-bit constants that move a 128-bit lane `bytes` forward, as (H's, L's).
+fn constants(bytes: u64) -> (u64, u64) {
+    let d = 8 * bytes;
+    (x_pow(d + 31) as u64, x_pow(d - 33) as u64)
+}
+
+struct Keys {
+    by256: [u64; 2],
+    by64: [u64; 2],
+    /// x0, x1, x2 onto x3: 192, 128 and 64 bytes.
+    tail: [[u64; 2]; 3],
+    /// Lanes 0, 1, 2 of the last block onto lane 3: 48, 32, 16 bytes.
+    lanes: [u64; 8],
+}
+
+fn keys() -> &'static Keys {
+    static KEYS: OnceLock<Keys> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        let pair = |b| {
+            let (h, l) = constants(b);
+            [h, l]
+        };
+        let (l0, l1, l2) = (pair(48), pair(32), pair(16));
+        Keys {
+            by256: pair(256),
+            by64: pair(64),
+            tail: [pair(192), pair(128), pair(64)],
+            lanes: [l0[0], l0[1], l1[0], l1[1], l2[0], l2[1], 0, 0],
+        }
+    })
+}
+
+#[inline(always)]
+unsafe fn broadcast(k: [u64; 2]) -> __m512i {
+    _mm512_set_epi64(
+        k[1] as i64,
+        k[0] as i64,
+        k[1] as i64,
+        k[0] as i64,
+        k[1] as i64,
+        k[0] as i64,
+        k[1] as i64,
+        k[0] as i64,
+    )
+}
+
+/// x moved forward by the constants in k, XORed with d.
+#[inline(always)]
+unsafe fn fold(x: __m512i, k: __m512i, d: __m512i) -> __m512i {
+    let h = _mm512_clmulepi64_epi128::<0x00>(x, k);
+    let l = _mm512_clmulepi64_epi128::<0x11>(x, k);
+    _mm512_ternarylogic_epi64::<0x96>(h, l, d)
+}
+
+/// The raw CRC register after `data`, for `data.len() >= 256`. Returns the state and how many
+/// bytes it consumed (a multiple of 64); the caller finishes the rest.
+///
+/// # Safety
+/// The CPU must have VPCLMULQDQ, AVX-512F and SSE4.2 ([`available`]).
+#[target_feature(enable = "vpclmulqdq,avx512f,sse4.2,pclmulqdq")]
+pub unsafe fn raw(state: u32, data: &[u8]) -> (u32, usize) {
+    debug_assert!(data.len() >= 256);
+    let k = keys();
+    // SAFETY (every load): the offset plus 64 is at most data.len(), checked by the loops.
+    let load = |off: usize| unsafe { _mm512_loadu_si512(data.as_ptr().add(off).cast()) };
+    let mut x = [load(0), load(64), load(128), load(192)];
+    x[0] = _mm512_xor_si512(x[0], _mm512_set_epi64(0, 0, 0, 0, 0, 0, 0, state as i64));
+    let mut off = 256;
+    let k256 = unsafe { broadcast(k.by256) };
+    while off + 256 <= data.len() {
+        for (i, xi) in x.iter_mut().enumerate() {
+            *xi = unsafe { fold(*xi, k256, load(off + 64 * i)) };
+        }
+        off += 256;
+    }
+    let mut acc = x[3];
+    for (xi, t) in x[..3].iter().zip(&k.tail) {
+        acc = unsafe { fold(*xi, broadcast(*t), acc) };
+    }
+    let k64 = unsafe { broadcast(k.by64) };
+    while off + 64 <= data.len() {
+        acc = unsafe { fold(acc, k64, load(off)) };
+        off += 64;
+    }
+    // Lanes 0..2 onto lane 3; lane 3 itself passes through (its constants are 0).
+    let kl = _mm512_set_epi64(
+        k.lanes[7] as i64,
+        k.lanes[6] as i64,
+        k.lanes[5] as i64,
+        k.lanes[4] as i64,
+        k.lanes[3] as i64,
+        k.lanes[2] as i64,
+        k.lanes[1] as i64,
+        k.lanes[0] as i64,
+    );
+    let moved = unsafe { fold(acc, kl, _mm512_setzero_si512()) };
+    let lane3 = _mm512_extracti64x4_epi64::<1>(acc);
+    let lane3 = _mm256_extracti128_si256::<1>(lane3);
+    let lo = _mm512_castsi512_si256(moved);
+    let hi = _mm512_extracti64x4_epi64::<1>(moved);
+    let v = _mm_xor_si128(
+        _mm_xor_si128(_mm256_castsi256_si128(lo), _mm256_extracti128_si256::<1>(lo)),
+        _mm_xor_si128(_mm256_castsi256_si128(hi), lane3),
+    );
+    let s = _mm_crc32_u64(0, _mm_cvtsi128_si64(v) as u64);
+    let s = _mm_crc32_u64(s, _mm_extract_epi64::<1>(v) as u64);
+    (s as u32, off)
+}
