@@ -72,31 +72,64 @@ unsafe fn dot_cols<const G: usize>(
     accumulate: bool,
     len: usize,
 ) {
-    let k = srcs.len();
     let mut off = 0;
-    while off < len {
-        let n = (len - off).min(64);
-        let mask: __mmask64 = if n == 64 { !0 } else { (1u64 << n) - 1 };
-        let mut acc = [_mm512_setzero_si512(); G];
-        for j in 0..G {
-            if accumulate {
-                // SAFETY: the mask covers bytes off..off+n, all inside the output.
-                acc[j] = unsafe { _mm512_maskz_loadu_epi8(mask, outs[j].as_ptr().add(off).cast()) };
-            }
-        }
-        for (i, src) in srcs.iter().enumerate() {
-            // SAFETY: the mask covers bytes off..off+n, all inside the source.
-            let x = unsafe { _mm512_maskz_loadu_epi8(mask, src.as_ptr().add(off).cast()) };
-            for j in 0..G {
-                let a = _mm512_set1_epi64(matrix(rows[j * k + i]));
-                acc[j] = _mm512_xor_si512(acc[j], _mm512_gf2p8affine_epi64_epi8::<0>(x, a));
-            }
-        }
-        for j in 0..G {
-            // SAFETY: as for the loads.
-            unsafe { _mm512_mask_storeu_epi8(outs[j].as_mut_ptr().add(off).cast(), mask, acc[j]) };
-        }
+    while off + 64 <= len {
+        // SAFETY: off + 64 <= len of every buffer.
+        unsafe { dot_col::<G, false>(rows, srcs, outs, accumulate, off, !0) };
         off += 64;
+    }
+    if off < len {
+        let mask: __mmask64 = (1u64 << (len - off)) - 1;
+        // SAFETY: the mask covers bytes off..len, all inside every buffer.
+        unsafe { dot_col::<G, true>(rows, srcs, outs, accumulate, off, mask) };
+    }
+}
+
+/// One 64-byte column of `G` outputs; `MASKED` for the tail, with plain loads elsewhere.
+///
+/// # Safety
+/// Bytes off..off+64 (or those in `mask` when `MASKED`) lie inside every buffer.
+#[inline(always)]
+unsafe fn dot_col<const G: usize, const MASKED: bool>(
+    rows: &[u8],
+    srcs: &[&[u8]],
+    outs: &mut [&mut [u8]],
+    accumulate: bool,
+    off: usize,
+    mask: __mmask64,
+) {
+    let k = srcs.len();
+    // SAFETY: the caller's contract.
+    let load = |p: *const u8| unsafe {
+        if MASKED {
+            _mm512_maskz_loadu_epi8(mask, p.cast())
+        } else {
+            _mm512_loadu_si512(p.cast())
+        }
+    };
+    let mut acc = [_mm512_setzero_si512(); G];
+    for j in 0..G {
+        if accumulate {
+            acc[j] = load(unsafe { outs[j].as_ptr().add(off) });
+        }
+    }
+    for (i, src) in srcs.iter().enumerate() {
+        let x = load(unsafe { src.as_ptr().add(off) });
+        for j in 0..G {
+            let a = _mm512_set1_epi64(matrix(rows[j * k + i]));
+            acc[j] = _mm512_xor_si512(acc[j], _mm512_gf2p8affine_epi64_epi8::<0>(x, a));
+        }
+    }
+    for j in 0..G {
+        let p = unsafe { outs[j].as_mut_ptr().add(off) };
+        // SAFETY: the caller's contract.
+        unsafe {
+            if MASKED {
+                _mm512_mask_storeu_epi8(p.cast(), mask, acc[j]);
+            } else {
+                _mm512_storeu_si512(p.cast(), acc[j]);
+            }
+        }
     }
 }
 

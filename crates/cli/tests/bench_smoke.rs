@@ -1,0 +1,60 @@
+//! `bitmend bench code --quick --json` runs, and every row carries the agreed fields with a
+//! consistent ratio. (A smoke test of the plumbing, not a timing: figures are not asserted.)
+
+use std::process::Command;
+
+fn field<'a>(line: &'a str, name: &str) -> &'a str {
+    let key = format!("\"{name}\": ");
+    let start = line.find(&key).unwrap_or_else(|| panic!("no {name} in {line}")) + key.len();
+    let rest = &line[start..];
+    let end = rest.find([',', '}']).expect("field ends");
+    rest[..end].trim()
+}
+
+#[test]
+fn bench_code_quick_json_rows_are_complete() {
+    let out = Command::new(env!("CARGO_BIN_EXE_bitmend"))
+        .args(["bench", "code", "--quick", "--json", "--samples", "1"])
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines.len() >= 20, "only {} rows", lines.len());
+    for l in &lines {
+        assert!(l.starts_with('{') && l.ends_with('}'), "{l}");
+        assert_eq!(field(l, "bench"), "\"code\"");
+        let ours: f64 = field(l, "ours").parse().unwrap();
+        assert!(ours > 0.0, "{l}");
+        let unit = field(l, "unit");
+        assert!(unit == "\"GB/s\"" || unit == "\"ns\"", "{l}");
+        let (a, r) = (field(l, "anchor_value"), field(l, "ratio"));
+        if a != "null" {
+            let (a, r): (f64, f64) = (a.parse().unwrap(), r.parse().unwrap());
+            let want = if unit == "\"ns\"" { a / ours } else { ours / a };
+            assert!((r - want).abs() <= 1e-3 * want.max(1.0), "ratio {r} != {want} in {l}");
+        }
+    }
+    for case in [
+        "rs-encode k=10 m=4 64KiB",
+        "rs-reconstruct",
+        "rs-update 64B m=4",
+        "signature 32-bit 4KiB",
+        "crc32c 4KiB",
+        "combine",
+    ] {
+        assert!(lines.iter().any(|l| l.contains(case)), "no row for {case}");
+    }
+}
+
+#[test]
+fn bad_arguments_fail_clearly() {
+    let out = Command::new(env!("CARGO_BIN_EXE_bitmend"))
+        .args(["bench", "code", "--samples", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--samples must be at least 1"));
+    let out = Command::new(env!("CARGO_BIN_EXE_bitmend")).args(["bench", "nothing"]).output().unwrap();
+    assert!(!out.status.success());
+}
