@@ -3,6 +3,7 @@
 //! BITMEND_REQUIRE_ANCHORS is set, as CI sets it.
 
 use bitmend_anchors::isal::{self, Kernel, Tables};
+use bitmend_code::testdata::pattern as bytes;
 use bitmend_code::{crc, gf, rs};
 
 fn isal_or_skip() -> bool {
@@ -12,18 +13,6 @@ fn isal_or_skip() -> bool {
     assert!(std::env::var_os("BITMEND_REQUIRE_ANCHORS").is_none(), "ISA-L required but not linked");
     eprintln!("ISA-L not linked: cross-check skipped");
     false
-}
-
-fn bytes(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 #[test]

@@ -15,3 +15,4 @@ pub mod crc;
 pub mod gf;
 pub mod rs;
 pub mod sig;
+pub mod testdata;

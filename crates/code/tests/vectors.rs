@@ -2,19 +2,8 @@
 //! `ec_encode_data` on the same inputs (crates/anchors/tests/isal_cross_check.rs checks the shapes). They pin the
 //! code's bytes on machines without ISA-L. Regenerate with BITMEND_PRINT_VECTORS=1.
 
+use bitmend_code::testdata::pattern as bytes;
 use bitmend_code::{crc::crc32c, gf, rs::Codec};
-
-fn bytes(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 fn parity_crcs(k: usize, m: usize, len: usize, engine: &'static dyn gf::Engine) -> Vec<u32> {
     let data: Vec<Vec<u8>> = (0..k).map(|i| bytes((i * 1000 + len) as u64, len)).collect();

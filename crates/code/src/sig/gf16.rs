@@ -5,6 +5,7 @@
 
 use std::sync::OnceLock;
 
+use crate::gf::tables::mul_bitwise;
 use crate::gf::{mul, WordMul};
 
 const fn find_t() -> u8 {
@@ -14,7 +15,7 @@ const fn find_t() -> u8 {
         let mut has_root = false;
         let mut y = 0u16;
         while y < 256 {
-            if (mul_const(y as u8, y as u8) ^ y as u8) == t as u8 {
+            if (mul_bitwise(y as u8, y as u8) ^ y as u8) == t as u8 {
                 has_root = true;
             }
             y += 1;
@@ -25,22 +26,6 @@ const fn find_t() -> u8 {
         t += 1;
     }
     panic!("an irreducible quadratic always exists");
-}
-
-const fn mul_const(mut a: u8, mut b: u8) -> u8 {
-    let mut p = 0u8;
-    while b != 0 {
-        if b & 1 != 0 {
-            p ^= a;
-        }
-        let carry = a & 0x80 != 0;
-        a <<= 1;
-        if carry {
-            a ^= 0x1D;
-        }
-        b >>= 1;
-    }
-    p
 }
 
 /// The constant of the tower's defining polynomial x^2 + x + T (the smallest that works).
