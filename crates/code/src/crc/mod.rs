@@ -48,6 +48,52 @@ pub fn raw(state: u32, data: &[u8]) -> u32 {
     portable_raw(state, data)
 }
 
+/// The implementations of [`raw`], for tests and benches that compare them.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// VPCLMULQDQ folding for the bulk, then the three-stream kernel.
+    Fold,
+    /// Three interleaved `crc32` streams.
+    ThreeWay,
+    /// The `crc32c` crate.
+    Portable,
+}
+
+/// The paths this CPU can run.
+pub fn paths() -> Vec<Path> {
+    let mut v = vec![Path::Portable];
+    #[cfg(target_arch = "x86_64")]
+    {
+        if kernel::available() {
+            v.push(Path::ThreeWay);
+        }
+        if kernel::available() && fold::available() {
+            v.push(Path::Fold);
+        }
+    }
+    v
+}
+
+/// [`raw`] on a chosen path; `None` if this CPU cannot run it.
+pub fn raw_on(path: Path, state: u32, data: &[u8]) -> Option<u32> {
+    if !paths().contains(&path) {
+        return None;
+    }
+    Some(match path {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `paths` checked the features of each kernel.
+        Path::Fold if data.len() >= 256 => unsafe {
+            let (state, done) = fold::raw(state, data);
+            kernel::raw(state, &data[done..])
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        Path::Fold | Path::ThreeWay => unsafe { kernel::raw(state, data) },
+        _ => portable_raw(state, data),
+    })
+}
+
 /// The portable path: the `crc32c` crate (its own tables or instructions).
 pub fn portable_raw(state: u32, data: &[u8]) -> u32 {
     !crc32c::crc32c_append(!state, data)
