@@ -1,12 +1,12 @@
 //! `bitmend bench code`: the coding core beside ISA-L (and memcpy, and the crc32c crate).
 
 use bitmend_anchors::isal::{self, Kernel, Tables};
+use bitmend_code::crc;
 use bitmend_code::rs::{matrix, Codec};
 use bitmend_code::sig::{Signature, Signer};
 use bitmend_code::testdata::pattern as bytes;
-use bitmend_code::{crc, gf};
 
-use crate::harness::{compare, gbps, keep, Better, Options, Row};
+use crate::harness::{compare, keep, Options, Row};
 
 const KIB: usize = 1024;
 
@@ -18,6 +18,11 @@ fn size_name(len: usize) -> String {
     }
 }
 
+/// The ISA-L closure as an anchor, or none when ISA-L is not linked.
+fn isal_anchor(f: &mut dyn FnMut()) -> Option<&mut dyn FnMut()> {
+    isal::available().then_some(f)
+}
+
 fn isal_name(kernel: Kernel) -> &'static str {
     match kernel {
         Kernel::Dispatch => "isa-l",
@@ -27,7 +32,6 @@ fn isal_name(kernel: Kernel) -> &'static str {
 
 /// Runs every case, calling `emit` with each row as soon as it is measured.
 pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
-    let engine = gf::engine();
     let shapes: &[(usize, usize)] =
         if opts.quick { &[(10, 4), (8, 2)] } else { &[(10, 4), (4, 2), (8, 1), (8, 2), (8, 4)] };
     let sizes: &[usize] = if opts.quick { &[4 * KIB, 64 * KIB] } else { &[4 * KIB, 64 * KIB, 1 << 20] };
@@ -54,7 +58,6 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
     signature_update::<2>(opts, emit);
     signature_update::<4>(opts, emit);
     crc32c(opts, emit);
-    let _ = engine;
 }
 
 fn encode(opts: &Options, k: usize, m: usize, len: usize, kernel: Kernel, emit: &mut dyn FnMut(Row)) {
@@ -76,20 +79,18 @@ fn encode(opts: &Options, k: usize, m: usize, len: usize, kernel: Kernel, emit: 
         }
         keep(&p);
     };
-    let anchor: Option<&mut dyn FnMut()> = if isal::available() { Some(&mut f_isal) } else { None };
+    let anchor = isal_anchor(&mut f_isal);
     let (ns, ans) = compare(opts, &mut f_ours, anchor);
     if isal::available() {
         assert_eq!(ours, theirs, "parity differs from ISA-L");
     }
-    emit(Row {
-        bench: "code",
-        case: format!("rs-encode k={k} m={m} {} [{}]", size_name(len), codec.engine().name()),
-        ours: gbps(k * len, ns),
-        anchor: isal_name(kernel).into(),
-        anchor_value: ans.map(|a| gbps(k * len, a)),
-        unit: "GB/s",
-        better: Better::Higher,
-    });
+    emit(Row::throughput(
+        format!("rs-encode k={k} m={m} {} [{}]", size_name(len), codec.engine().name()),
+        k * len,
+        ns,
+        isal_name(kernel),
+        ans,
+    ));
 }
 
 /// The limit: copying the k data chunks once.
@@ -111,15 +112,13 @@ fn encode_memcpy(opts: &Options, k: usize, len: usize, emit: &mut dyn FnMut(Row)
         keep(&copy);
     };
     let (ns, ans) = compare(opts, &mut f_ours, Some(&mut f_copy));
-    emit(Row {
-        bench: "code",
-        case: format!("rs-encode k={k} m=4 {} vs copying the data", size_name(len)),
-        ours: gbps(k * len, ns),
-        anchor: "memcpy".into(),
-        anchor_value: ans.map(|a| gbps(k * len, a)),
-        unit: "GB/s",
-        better: Better::Higher,
-    });
+    emit(Row::throughput(
+        format!("rs-encode k={k} m=4 {} vs copying the data", size_name(len)),
+        k * len,
+        ns,
+        "memcpy",
+        ans,
+    ));
 }
 
 fn reconstruct(opts: &Options, k: usize, m: usize, len: usize, lost: usize, emit: &mut dyn FnMut(Row)) {
@@ -158,21 +157,19 @@ fn reconstruct(opts: &Options, k: usize, m: usize, len: usize, lost: usize, emit
         t.encode(Kernel::Dispatch, &srcs, &mut outs);
         keep(&outs);
     };
-    let anchor: Option<&mut dyn FnMut()> = if isal::available() { Some(&mut f_isal) } else { None };
+    let anchor = isal_anchor(&mut f_isal);
     let (ns, ans) = compare(opts, &mut f_ours, anchor);
     assert_eq!(ours, good, "reconstruction is wrong");
     if isal::available() {
         assert_eq!(theirs, good, "ISA-L reconstruction is wrong");
     }
-    emit(Row {
-        bench: "code",
-        case: format!("rs-reconstruct k={k} m={m} {} lost={lost}", size_name(len)),
-        ours: gbps(k * len, ns),
-        anchor: "isa-l".into(),
-        anchor_value: ans.map(|a| gbps(k * len, a)),
-        unit: "GB/s",
-        better: Better::Higher,
-    });
+    emit(Row::throughput(
+        format!("rs-reconstruct k={k} m={m} {} lost={lost}", size_name(len)),
+        k * len,
+        ns,
+        "isa-l",
+        ans,
+    ));
 }
 
 /// Parity update of a random 10..100-byte range (or a fixed size) of a 4 KiB chunk, k = 8.
@@ -209,18 +206,10 @@ fn update(opts: &Options, m: usize, fixed: Option<usize>, emit: &mut dyn FnMut(R
             t.update(2, &delta[..n], &mut p);
         }
     };
-    let anchor: Option<&mut dyn FnMut()> = if isal::available() { Some(&mut f_isal) } else { None };
+    let anchor = isal_anchor(&mut f_isal);
     let (ns, ans) = compare(opts, &mut f_ours, anchor);
     let what = fixed.map_or("10..100B".to_string(), |n| format!("{n}B"));
-    emit(Row {
-        bench: "code",
-        case: format!("rs-update {what} m={m}"),
-        ours: ns,
-        anchor: "isa-l".into(),
-        anchor_value: ans,
-        unit: "ns",
-        better: Better::Lower,
-    });
+    emit(Row::latency(format!("rs-update {what} m={m}"), ns, "isa-l", ans));
 }
 
 fn signature<const N: usize>(opts: &Options, len: usize, emit: &mut dyn FnMut(Row)) {
@@ -232,17 +221,15 @@ fn signature<const N: usize>(opts: &Options, len: usize, emit: &mut dyn FnMut(Ro
     let mut f_isal = || {
         keep(isal::crc32c(Kernel::Dispatch, keep(&data)));
     };
-    let anchor: Option<&mut dyn FnMut()> = if isal::available() { Some(&mut f_isal) } else { None };
+    let anchor = isal_anchor(&mut f_isal);
     let (ns, ans) = compare(opts, &mut f_ours, anchor);
-    emit(Row {
-        bench: "code",
-        case: format!("signature {}-bit {} [{}]", 16 * N, size_name(len), signer.engine().name()),
-        ours: gbps(len, ns),
-        anchor: "isa-l crc32c".into(),
-        anchor_value: ans.map(|a| gbps(len, a)),
-        unit: "GB/s",
-        better: Better::Higher,
-    });
+    emit(Row::throughput(
+        format!("signature {}-bit {} [{}]", 16 * N, size_name(len), signer.engine().name()),
+        len,
+        ns,
+        "isa-l crc32c",
+        ans,
+    ));
 }
 
 /// A 64-byte change in a 4 KiB chunk: our incremental signature update, beside what a
@@ -262,69 +249,40 @@ fn signature_update<const N: usize>(opts: &Options, emit: &mut dyn FnMut(Row)) {
     let mut f_isal = || {
         keep(isal::crc32c(Kernel::Dispatch, keep(&data)));
     };
-    let anchor: Option<&mut dyn FnMut()> = if isal::available() { Some(&mut f_isal) } else { None };
+    let anchor = isal_anchor(&mut f_isal);
     let (ns, ans) = compare(opts, &mut f_ours, anchor);
     keep(sig);
-    emit(Row {
-        bench: "code",
-        case: format!("signature-update {}-bit 64B in 4KiB", 16 * N),
-        ours: ns,
-        anchor: "isa-l crc32c 4KiB".into(),
-        anchor_value: ans,
-        unit: "ns",
-        better: Better::Lower,
-    });
+    emit(Row::latency(format!("signature-update {}-bit 64B in 4KiB", 16 * N), ns, "isa-l crc32c 4KiB", ans));
 }
 
 fn crc32c(opts: &Options, emit: &mut dyn FnMut(Row)) {
-    for (len, unit) in [(4 * KIB, "ns"), (1 << 20, "GB/s")] {
+    // A page is reported as a time, a megabyte as a throughput.
+    for len in [4 * KIB, 1 << 20] {
         let data = bytes(12, len);
-        for kernel in [Kernel::Dispatch, Kernel::Avx2] {
-            let mut f_ours = || {
-                keep(crc::crc32c(keep(&data)));
-            };
-            let mut f_isal = || {
-                keep(isal::crc32c(kernel, keep(&data)));
-            };
-            let anchor: Option<&mut dyn FnMut()> = if isal::available() { Some(&mut f_isal) } else { None };
-            let (ns, ans) = compare(opts, &mut f_ours, anchor);
-            let (ours, anchor_value, better) = if unit == "ns" {
-                (ns, ans, Better::Lower)
+        let row = |ns: f64, anchor: &str, ans: Option<f64>| {
+            let case = format!("crc32c {}", size_name(len));
+            if len <= 4 * KIB {
+                Row::latency(case, ns, anchor, ans)
             } else {
-                (gbps(len, ns), ans.map(|a| gbps(len, a)), Better::Higher)
-            };
-            let name = if kernel == Kernel::Dispatch { "isa-l" } else { "isa-l-sse4.2" };
-            emit(Row {
-                bench: "code",
-                case: format!("crc32c {}", size_name(len)),
-                ours,
-                anchor: name.into(),
-                anchor_value,
-                unit,
-                better,
-            });
-        }
+                Row::throughput(case, len, ns, anchor, ans)
+            }
+        };
         let mut f_ours = || {
             keep(crc::crc32c(keep(&data)));
         };
+        for kernel in [Kernel::Dispatch, Kernel::Avx2] {
+            let mut f_isal = || {
+                keep(isal::crc32c(kernel, keep(&data)));
+            };
+            let (ns, ans) = compare(opts, &mut f_ours, isal_anchor(&mut f_isal));
+            let name = if kernel == Kernel::Dispatch { "isa-l" } else { "isa-l-sse4.2" };
+            emit(row(ns, name, ans));
+        }
         let mut f_crate = || {
             keep(crc32c::crc32c(keep(&data)));
         };
         let (ns, ans) = compare(opts, &mut f_ours, Some(&mut f_crate));
-        let (ours, anchor_value, better) = if unit == "ns" {
-            (ns, ans, Better::Lower)
-        } else {
-            (gbps(len, ns), ans.map(|a| gbps(len, a)), Better::Higher)
-        };
-        emit(Row {
-            bench: "code",
-            case: format!("crc32c {}", size_name(len)),
-            ours,
-            anchor: "crc32c crate".into(),
-            anchor_value,
-            unit,
-            better,
-        });
+        emit(row(ns, "crc32c crate", ans));
     }
     // combine: ours (table-built shift, general length) beside the crate's zlib-style combine.
     let lens: Vec<u64> = (0..256).map(|i| 1 + (i * 7919) % 100_000).collect();
@@ -340,15 +298,7 @@ fn crc32c(opts: &Options, emit: &mut dyn FnMut(Row)) {
         keep(crc32c::crc32c_combine(0x1234_5678, 0x9ABC_DEF0, keep(l) as usize));
     };
     let (ns, ans) = compare(opts, &mut f_ours, Some(&mut f_crate));
-    emit(Row {
-        bench: "code",
-        case: "crc32c combine (any length)".into(),
-        ours: ns,
-        anchor: "crc32c crate".into(),
-        anchor_value: ans,
-        unit: "ns",
-        better: Better::Lower,
-    });
+    emit(Row::latency("crc32c combine (any length)".into(), ns, "crc32c crate", ans));
     // The Loris partial update: 64 bytes changed in a 4 KiB page, beside recomputing it.
     let page = bytes(13, 4 * KIB);
     let fresh = bytes(14, 4 * KIB);
@@ -362,18 +312,10 @@ fn crc32c(opts: &Options, emit: &mut dyn FnMut(Row)) {
     let mut f_isal = || {
         keep(isal::crc32c(Kernel::Dispatch, keep(&page)));
     };
-    let anchor: Option<&mut dyn FnMut()> = if isal::available() { Some(&mut f_isal) } else { None };
+    let anchor = isal_anchor(&mut f_isal);
     let (ns, ans) = compare(opts, &mut f_ours, anchor);
     keep(c);
-    emit(Row {
-        bench: "code",
-        case: "crc32c update 64B in 4KiB".into(),
-        ours: ns,
-        anchor: "isa-l crc32c 4KiB".into(),
-        anchor_value: ans,
-        unit: "ns",
-        better: Better::Lower,
-    });
+    emit(Row::latency("crc32c update 64B in 4KiB".into(), ns, "isa-l crc32c 4KiB", ans));
 }
 
 /// Whether the ISA-L anchor is linked into this build.

@@ -46,6 +46,32 @@ pub struct Row {
 }
 
 impl Row {
+    /// A throughput row: `bytes` moved per call, nanoseconds per call for us and the anchor.
+    pub fn throughput(case: String, bytes: usize, ns: f64, anchor: &str, anchor_ns: Option<f64>) -> Row {
+        Row {
+            bench: "code",
+            case,
+            ours: gbps(bytes, ns),
+            anchor: anchor.into(),
+            anchor_value: anchor_ns.map(|a| gbps(bytes, a)),
+            unit: "GB/s",
+            better: Better::Higher,
+        }
+    }
+
+    /// A latency row: nanoseconds per call for us and the anchor.
+    pub fn latency(case: String, ns: f64, anchor: &str, anchor_ns: Option<f64>) -> Row {
+        Row {
+            bench: "code",
+            case,
+            ours: ns,
+            anchor: anchor.into(),
+            anchor_value: anchor_ns,
+            unit: "ns",
+            better: Better::Lower,
+        }
+    }
+
     /// > 1 always means bitmend is better.
     pub fn ratio(&self) -> Option<f64> {
         let a = self.anchor_value?;
