@@ -1,0 +1,232 @@
+//! The chip's rules, written once over any store of cells (RAM or an image file).
+
+use super::{BlockState, Counters, Geometry, NandError, Timing};
+
+/// Where a chip keeps its bits and its per-block state. Page `p` occupies
+/// `[p * raw_page_size, (p + 1) * raw_page_size)`: data, then spare.
+pub(crate) trait Cells: Send {
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), NandError>;
+    fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<(), NandError>;
+    /// Sets `len` bytes at `offset` to 0xFF.
+    fn fill_ones(&mut self, offset: u64, len: u64) -> Result<(), NandError>;
+    /// Records the state of one block (durably, for a file).
+    fn store_state(&mut self, block: u32, state: &BlockState) -> Result<(), NandError>;
+    fn sync(&mut self) -> Result<(), NandError>;
+}
+
+/// A chip: geometry, timing, cells and per-block state, with the rules enforced.
+pub(crate) struct Chip<C> {
+    pub geometry: Geometry,
+    pub timing: Timing,
+    pub cells: C,
+    pub blocks: Vec<BlockState>,
+    pub counters: Counters,
+    scratch: Vec<u8>,
+}
+
+fn check_len(what: &'static str, got: usize, expected: u32) -> Result<(), NandError> {
+    if got != expected as usize {
+        return Err(NandError::BufferSize { what, got, expected: expected as usize });
+    }
+    Ok(())
+}
+
+impl<C: Cells> Chip<C> {
+    pub fn new(geometry: Geometry, cells: C, blocks: Vec<BlockState>) -> Chip<C> {
+        debug_assert_eq!(blocks.len(), geometry.blocks as usize);
+        Chip {
+            geometry,
+            timing: Timing::default(),
+            cells,
+            blocks,
+            counters: Counters::default(),
+            scratch: vec![0; geometry.raw_page_size()],
+        }
+    }
+
+    fn page_offset(&self, page: u32) -> u64 {
+        page as u64 * self.geometry.raw_page_size() as u64
+    }
+
+    pub fn read(
+        &mut self,
+        page: u32,
+        data: Option<&mut [u8]>,
+        spare: Option<&mut [u8]>,
+    ) -> Result<(), NandError> {
+        let g = self.geometry;
+        g.check_page(page)?;
+        let off = self.page_offset(page);
+        let mut bytes = 0;
+        if let Some(d) = data {
+            check_len("page data", d.len(), g.page_size)?;
+            self.cells.read_at(off, d)?;
+            bytes += d.len();
+        }
+        if let Some(s) = spare {
+            check_len("spare area", s.len(), g.spare_size)?;
+            self.cells.read_at(off + g.page_size as u64, s)?;
+            bytes += s.len();
+        }
+        self.counters.reads += 1;
+        self.counters.bytes_read += bytes as u64;
+        self.counters.device_ns += self.timing.read_ns + self.timing.transfer(bytes);
+        Ok(())
+    }
+
+    pub fn program(&mut self, page: u32, data: &[u8], spare: &[u8]) -> Result<(), NandError> {
+        let g = self.geometry;
+        g.check_page(page)?;
+        check_len("page data", data.len(), g.page_size)?;
+        check_len("spare area", spare.len(), g.spare_size)?;
+        let block = g.block_of(page);
+        let index = g.index_in_block(page);
+        let state = self.blocks[block as usize];
+        if state.bad {
+            return Err(NandError::BadBlock { block });
+        }
+        if index < state.next_index {
+            return Err(NandError::NotProgrammable { page, block, next_index: state.next_index });
+        }
+        // Programming only clears bits: the cell keeps old AND new.
+        let off = self.page_offset(page);
+        let mut cells = std::mem::take(&mut self.scratch);
+        let result = self.cells.read_at(off, &mut cells).and_then(|()| {
+            let (cd, cs) = cells.split_at_mut(g.page_size as usize);
+            cd.iter_mut().zip(data).for_each(|(c, d)| *c &= d);
+            cs.iter_mut().zip(spare).for_each(|(c, s)| *c &= s);
+            self.cells.write_at(off, &cells)
+        });
+        self.scratch = cells;
+        result?;
+        let state = &mut self.blocks[block as usize];
+        state.next_index = index + 1;
+        let state = *state;
+        self.cells.store_state(block, &state)?;
+        let bytes = (data.len() + spare.len()) as u64;
+        self.counters.programs += 1;
+        self.counters.bytes_programmed += bytes;
+        self.counters.device_ns += self.timing.program_ns + self.timing.transfer(bytes as usize);
+        Ok(())
+    }
+
+    pub fn erase(&mut self, block: u32) -> Result<(), NandError> {
+        let g = self.geometry;
+        g.check_block(block)?;
+        if self.blocks[block as usize].bad {
+            return Err(NandError::BadBlock { block });
+        }
+        let len = g.pages_per_block as u64 * g.raw_page_size() as u64;
+        self.cells.fill_ones(self.page_offset(g.first_page(block)), len)?;
+        let state = &mut self.blocks[block as usize];
+        state.erase_count = state.erase_count.saturating_add(1);
+        state.next_index = 0;
+        let state = *state;
+        self.cells.store_state(block, &state)?;
+        self.counters.erases += 1;
+        self.counters.bytes_erased += len;
+        self.counters.device_ns += self.timing.erase_ns;
+        Ok(())
+    }
+
+    pub fn mark_bad(&mut self, block: u32) -> Result<(), NandError> {
+        self.geometry.check_block(block)?;
+        let state = &mut self.blocks[block as usize];
+        state.bad = true;
+        let state = *state;
+        self.cells.store_state(block, &state)
+    }
+
+    pub fn block_state(&self, block: u32) -> Result<BlockState, NandError> {
+        self.geometry.check_block(block)?;
+        Ok(self.blocks[block as usize])
+    }
+
+    pub fn raw_read(&mut self, page: u32, buf: &mut [u8]) -> Result<(), NandError> {
+        self.geometry.check_page(page)?;
+        check_len("raw page", buf.len(), self.geometry.raw_page_size() as u32)?;
+        self.cells.read_at(self.page_offset(page), buf)
+    }
+
+    pub fn raw_write(&mut self, page: u32, offset: usize, bytes: &[u8]) -> Result<(), NandError> {
+        self.geometry.check_page(page)?;
+        let raw = self.geometry.raw_page_size();
+        if offset.checked_add(bytes.len()).is_none_or(|end| end > raw) {
+            return Err(NandError::BufferSize {
+                what: "raw write within a page",
+                got: offset + bytes.len(),
+                expected: raw,
+            });
+        }
+        self.cells.write_at(self.page_offset(page) + offset as u64, bytes)
+    }
+}
+
+/// Implements [`super::Nand`] and [`super::RawAccess`] for a type holding a `chip: Chip<_>`.
+macro_rules! chip_backend {
+    ($ty:ty) => {
+        impl std::fmt::Debug for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($ty)).field("geometry", &self.chip.geometry).finish_non_exhaustive()
+            }
+        }
+
+        impl $crate::nand::Nand for $ty {
+            fn geometry(&self) -> $crate::nand::Geometry {
+                self.chip.geometry
+            }
+            fn read(
+                &mut self,
+                page: u32,
+                data: Option<&mut [u8]>,
+                spare: Option<&mut [u8]>,
+            ) -> Result<(), $crate::nand::NandError> {
+                self.chip.read(page, data, spare)
+            }
+            fn program(
+                &mut self,
+                page: u32,
+                data: &[u8],
+                spare: &[u8],
+            ) -> Result<(), $crate::nand::NandError> {
+                self.chip.program(page, data, spare)
+            }
+            fn erase(&mut self, block: u32) -> Result<(), $crate::nand::NandError> {
+                self.chip.erase(block)
+            }
+            fn mark_bad(&mut self, block: u32) -> Result<(), $crate::nand::NandError> {
+                self.chip.mark_bad(block)
+            }
+            fn is_bad(&self, block: u32) -> Result<bool, $crate::nand::NandError> {
+                Ok(self.chip.block_state(block)?.bad)
+            }
+            fn erase_count(&self, block: u32) -> Result<u32, $crate::nand::NandError> {
+                Ok(self.chip.block_state(block)?.erase_count)
+            }
+            fn counters(&self) -> $crate::nand::Counters {
+                self.chip.counters
+            }
+            fn sync(&mut self) -> Result<(), $crate::nand::NandError> {
+                self.chip.cells.sync()
+            }
+        }
+
+        impl $crate::nand::RawAccess for $ty {
+            fn raw_read(&mut self, page: u32, buf: &mut [u8]) -> Result<(), $crate::nand::NandError> {
+                self.chip.raw_read(page, buf)
+            }
+            fn raw_write(
+                &mut self,
+                page: u32,
+                offset: usize,
+                bytes: &[u8],
+            ) -> Result<(), $crate::nand::NandError> {
+                self.chip.raw_write(page, offset, bytes)
+            }
+            fn block_state(&self, block: u32) -> Result<$crate::nand::BlockState, $crate::nand::NandError> {
+                self.chip.block_state(block)
+            }
+        }
+    };
+}
+pub(crate) use chip_backend;

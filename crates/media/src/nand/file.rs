@@ -1,0 +1,222 @@
+//! A NAND chip kept in an image file (layout in docs/FORMAT.md, "NAND image").
+//!
+//! The image describes itself (geometry and format version in a checksummed header), keeps
+//! each block's erase count, bad mark and program position in a block table, and every page's
+//! data and spare bytes after it. Reopening after the process exits gives the same chip.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+
+use super::chip::{chip_backend, Cells, Chip};
+use super::{BlockState, Geometry, NandError, Timing};
+
+/// The on-media version of the NAND image layout this build reads and writes.
+pub const IMAGE_VERSION: u32 = 1;
+
+pub(crate) const MAGIC: [u8; 8] = *b"BMNDIMG\0";
+pub(crate) const HEADER_SIZE: u64 = 4096;
+const BLOCK_ENTRY_SIZE: u64 = 8;
+const FLAG_BAD: u16 = 1;
+
+// Header fields, by offset (FORMAT.md, "NAND image header").
+const OFF_MAGIC: usize = 0;
+const OFF_VERSION: usize = 8;
+const OFF_HEADER_SIZE: usize = 12;
+const OFF_PAGE_SIZE: usize = 16;
+const OFF_SPARE_SIZE: usize = 20;
+const OFF_PAGES_PER_BLOCK: usize = 24;
+const OFF_BLOCKS: usize = 28;
+const OFF_DATA_OFFSET: usize = 32;
+const OFF_CRC: usize = HEADER_SIZE as usize - 4;
+
+fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> NandError {
+    let context = context.into();
+    move |source| NandError::Io { context, source }
+}
+
+/// Where page 0 starts: after the header and the block table, 4 KiB aligned.
+pub(crate) fn data_offset(g: &Geometry) -> u64 {
+    let table = g.blocks as u64 * BLOCK_ENTRY_SIZE;
+    HEADER_SIZE + table.div_ceil(4096) * 4096
+}
+
+fn image_len(g: &Geometry) -> u64 {
+    data_offset(g) + g.pages() as u64 * g.raw_page_size() as u64
+}
+
+fn encode_header(g: &Geometry) -> Vec<u8> {
+    let mut h = vec![0u8; HEADER_SIZE as usize];
+    h[OFF_MAGIC..OFF_MAGIC + 8].copy_from_slice(&MAGIC);
+    let put = |h: &mut [u8], off: usize, v: u32| h[off..off + 4].copy_from_slice(&v.to_le_bytes());
+    put(&mut h, OFF_VERSION, IMAGE_VERSION);
+    put(&mut h, OFF_HEADER_SIZE, HEADER_SIZE as u32);
+    put(&mut h, OFF_PAGE_SIZE, g.page_size);
+    put(&mut h, OFF_SPARE_SIZE, g.spare_size);
+    put(&mut h, OFF_PAGES_PER_BLOCK, g.pages_per_block);
+    put(&mut h, OFF_BLOCKS, g.blocks);
+    h[OFF_DATA_OFFSET..OFF_DATA_OFFSET + 8].copy_from_slice(&data_offset(g).to_le_bytes());
+    let crc = bitmend_code::crc::crc32c(&h[..OFF_CRC]);
+    put(&mut h, OFF_CRC, crc);
+    h
+}
+
+fn decode_header(path: &str, h: &[u8]) -> Result<Geometry, NandError> {
+    let not = |why: &str| NandError::NotAnImage { path: path.to_string(), why: why.to_string() };
+    if h[OFF_MAGIC..OFF_MAGIC + 8] != MAGIC {
+        return Err(not("no image magic at offset 0"));
+    }
+    let get = |off: usize| u32::from_le_bytes(h[off..off + 4].try_into().unwrap());
+    if get(OFF_CRC) != bitmend_code::crc::crc32c(&h[..OFF_CRC]) {
+        return Err(not("header checksum mismatch: the header is damaged"));
+    }
+    let version = get(OFF_VERSION);
+    if version != IMAGE_VERSION {
+        return Err(NandError::Version { path: path.to_string(), found: version, supported: IMAGE_VERSION });
+    }
+    if get(OFF_HEADER_SIZE) as u64 != HEADER_SIZE {
+        return Err(not("unexpected header size"));
+    }
+    let g = Geometry {
+        page_size: get(OFF_PAGE_SIZE),
+        spare_size: get(OFF_SPARE_SIZE),
+        pages_per_block: get(OFF_PAGES_PER_BLOCK),
+        blocks: get(OFF_BLOCKS),
+    };
+    g.validate().map_err(|e| not(&format!("header geometry: {e}")))?;
+    let stored = u64::from_le_bytes(h[OFF_DATA_OFFSET..OFF_DATA_OFFSET + 8].try_into().unwrap());
+    if stored != data_offset(&g) {
+        return Err(not("data offset does not match the geometry"));
+    }
+    Ok(g)
+}
+
+fn encode_entry(s: &BlockState) -> [u8; BLOCK_ENTRY_SIZE as usize] {
+    let mut e = [0u8; 8];
+    e[0..4].copy_from_slice(&s.erase_count.to_le_bytes());
+    e[4..6].copy_from_slice(&(s.next_index as u16).to_le_bytes());
+    e[6..8].copy_from_slice(&(if s.bad { FLAG_BAD } else { 0 }).to_le_bytes());
+    e
+}
+
+fn decode_entry(e: &[u8]) -> BlockState {
+    BlockState {
+        erase_count: u32::from_le_bytes(e[0..4].try_into().unwrap()),
+        next_index: u16::from_le_bytes(e[4..6].try_into().unwrap()) as u32,
+        bad: u16::from_le_bytes(e[6..8].try_into().unwrap()) & FLAG_BAD != 0,
+    }
+}
+
+pub(crate) struct FileCells {
+    file: File,
+    path: String,
+    base: u64,
+}
+
+impl Cells for FileCells {
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), NandError> {
+        self.file.read_exact_at(buf, self.base + offset).map_err(io(format!("{}: read", self.path)))
+    }
+    fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<(), NandError> {
+        self.file.write_all_at(data, self.base + offset).map_err(io(format!("{}: write", self.path)))
+    }
+    fn fill_ones(&mut self, offset: u64, len: u64) -> Result<(), NandError> {
+        let ones = vec![0xFFu8; len.min(1 << 20) as usize];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(ones.len() as u64) as usize;
+            self.write_at(offset + done, &ones[..n])?;
+            done += n as u64;
+        }
+        Ok(())
+    }
+    fn store_state(&mut self, block: u32, state: &BlockState) -> Result<(), NandError> {
+        self.file
+            .write_all_at(&encode_entry(state), HEADER_SIZE + block as u64 * BLOCK_ENTRY_SIZE)
+            .map_err(io(format!("{}: write block table", self.path)))
+    }
+    fn sync(&mut self) -> Result<(), NandError> {
+        self.file.sync_data().map_err(io(format!("{}: sync", self.path)))
+    }
+}
+
+/// A NAND chip in an image file, locked for exclusive use while open.
+pub struct FileNand {
+    pub(crate) chip: Chip<FileCells>,
+}
+
+fn lock(file: &File, path: &str) -> Result<(), NandError> {
+    // SAFETY: flock on a descriptor we own; no memory is passed.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Err(NandError::Locked { path: path.to_string() });
+        }
+        return Err(io(format!("{path}: lock"))(e));
+    }
+    Ok(())
+}
+
+impl FileNand {
+    /// Creates a new image at `path` (which must not exist), fully erased.
+    pub fn create(path: impl AsRef<Path>, geometry: Geometry) -> Result<FileNand, NandError> {
+        geometry.validate()?;
+        let p = path.as_ref().display().to_string();
+        let mut file =
+            OpenOptions::new().read(true).write(true).create_new(true).open(path.as_ref()).map_err(io(&p))?;
+        lock(&file, &p)?;
+        file.write_all(&encode_header(&geometry)).map_err(io(format!("{p}: write header")))?;
+        let blocks = vec![BlockState::default(); geometry.blocks as usize];
+        let table: Vec<u8> = blocks.iter().flat_map(encode_entry).collect();
+        file.write_all_at(&table, HEADER_SIZE).map_err(io(format!("{p}: write block table")))?;
+        file.set_len(image_len(&geometry)).map_err(io(format!("{p}: size")))?;
+        let base = data_offset(&geometry);
+        let mut cells = FileCells { file, path: p, base };
+        cells.fill_ones(0, geometry.pages() as u64 * geometry.raw_page_size() as u64)?;
+        cells.sync()?;
+        Ok(FileNand { chip: Chip::new(geometry, cells, blocks) })
+    }
+
+    /// Opens an existing image; its header gives the geometry.
+    pub fn open(path: impl AsRef<Path>) -> Result<FileNand, NandError> {
+        let p = path.as_ref().display().to_string();
+        let file = OpenOptions::new().read(true).write(true).open(path.as_ref()).map_err(io(&p))?;
+        lock(&file, &p)?;
+        let len = file.metadata().map_err(io(&p))?.len();
+        if len < HEADER_SIZE {
+            return Err(NandError::NotAnImage { path: p, why: format!("only {len} bytes long") });
+        }
+        let mut h = vec![0u8; HEADER_SIZE as usize];
+        file.read_exact_at(&mut h, 0).map_err(io(format!("{p}: read header")))?;
+        let geometry = decode_header(&p, &h)?;
+        if len < image_len(&geometry) {
+            return Err(NandError::NotAnImage {
+                path: p,
+                why: format!("truncated: {len} bytes, the geometry needs {}", image_len(&geometry)),
+            });
+        }
+        let mut table = vec![0u8; geometry.blocks as usize * BLOCK_ENTRY_SIZE as usize];
+        file.read_exact_at(&mut table, HEADER_SIZE).map_err(io(format!("{p}: read block table")))?;
+        let blocks: Vec<BlockState> = table.chunks(BLOCK_ENTRY_SIZE as usize).map(decode_entry).collect();
+        if let Some((b, s)) = blocks.iter().enumerate().find(|(_, s)| s.next_index > geometry.pages_per_block)
+        {
+            return Err(NandError::NotAnImage {
+                path: p,
+                why: format!("block table entry {b} is damaged (program position {})", s.next_index),
+            });
+        }
+        let base = data_offset(&geometry);
+        Ok(FileNand { chip: Chip::new(geometry, FileCells { file, path: p, base }, blocks) })
+    }
+
+    /// Sets the timing model (the default is [`Timing::TYPICAL`]).
+    pub fn with_timing(mut self, timing: Timing) -> FileNand {
+        self.chip.timing = timing;
+        self
+    }
+}
+
+chip_backend!(FileNand);

@@ -1,0 +1,291 @@
+//! A region mapped from a file or a DAX device.
+//!
+//! How `persist` makes data durable depends on the mapping:
+//! - On a DAX file system or device the mapping is made with `MAP_SYNC`, loads and stores
+//!   reach the memory directly, and a cache-line write-back (`clwb`, else `clflushopt`, else
+//!   `clflush`) plus `sfence` is the whole persist: a few nanoseconds per line, as on real
+//!   persistent memory. [`Persistence::CacheLineFlush`] is then the default.
+//! - On an ordinary file the mapping sits in the page cache, and only `msync` puts it on the
+//!   disk, a page at a time ([`Persistence::Msync`], the default there). Cache-line flushes
+//!   may still be forced: the data then survives a crash of the process (the page cache
+//!   keeps it) but not of the machine; benchmarks use this to measure the CPU cost that real
+//!   persistent memory would have.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+
+use super::{check_range, LineCounters, Region, RegionError, LINE};
+
+/// How [`MmapRegion::persist`] makes a range durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Persistence {
+    /// `msync(MS_SYNC)` of the pages covering the range.
+    Msync,
+    /// Write back each cache line (`clwb` / `clflushopt` / `clflush`), then `sfence`.
+    CacheLineFlush,
+}
+
+/// A file mapped shared, locked for exclusive use while open.
+pub struct MmapRegion {
+    ptr: *mut u8,
+    len: usize,
+    _file: File,
+    dax: bool,
+    persistence: Persistence,
+    counters: LineCounters,
+}
+
+// SAFETY: the mapping is owned by this value alone (the file is locked against other users
+// of this crate) and is only reached through &self / &mut self, so moving it to another
+// thread is as safe as moving a Vec.
+unsafe impl Send for MmapRegion {}
+
+fn io(context: String) -> impl FnOnce(std::io::Error) -> RegionError {
+    move |source| RegionError::Io { context, source }
+}
+
+impl MmapRegion {
+    /// Creates a zeroed file of `len` bytes at `path` (which must not exist) and maps it.
+    pub fn create(path: impl AsRef<Path>, len: usize) -> Result<MmapRegion, RegionError> {
+        let p = path.as_ref().display().to_string();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path.as_ref())
+            .map_err(io(p.clone()))?;
+        file.set_len(len as u64).map_err(io(format!("{p}: size")))?;
+        MmapRegion::map(file, p, len)
+    }
+
+    /// Maps an existing file, all of it.
+    pub fn open(path: impl AsRef<Path>) -> Result<MmapRegion, RegionError> {
+        let p = path.as_ref().display().to_string();
+        let file = OpenOptions::new().read(true).write(true).open(path.as_ref()).map_err(io(p.clone()))?;
+        let len = file.metadata().map_err(io(p.clone()))?.len() as usize;
+        MmapRegion::map(file, p, len)
+    }
+
+    fn map(file: File, path: String, len: usize) -> Result<MmapRegion, RegionError> {
+        let fd = file.as_raw_fd();
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(io(format!("{path}: lock (in use by another process?)"))(
+                std::io::Error::last_os_error(),
+            ));
+        }
+        if len == 0 {
+            return Err(RegionError::Range { offset: 0, len: 0, size: 0 });
+        }
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        // SAFETY: a fresh shared mapping of `len` bytes of a file we hold open; the kernel
+        // chooses the address. MAP_SYNC is refused (EOPNOTSUPP/EINVAL) unless the file is DAX.
+        let mut ptr = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC, fd, 0)
+        };
+        let dax = ptr != libc::MAP_FAILED;
+        if !dax {
+            // SAFETY: as above, without MAP_SYNC.
+            ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, 0) };
+            if ptr == libc::MAP_FAILED {
+                return Err(io(format!("{path}: mmap"))(std::io::Error::last_os_error()));
+            }
+        }
+        Ok(MmapRegion {
+            ptr: ptr as *mut u8,
+            len,
+            _file: file,
+            dax,
+            persistence: if dax { Persistence::CacheLineFlush } else { Persistence::Msync },
+            counters: LineCounters::new(len),
+        })
+    }
+
+    /// Forces a persistence method (see the module documentation for what each guarantees).
+    pub fn with_persistence(mut self, persistence: Persistence) -> MmapRegion {
+        self.persistence = persistence;
+        self
+    }
+
+    /// The method `persist` uses.
+    pub fn persistence(&self) -> Persistence {
+        self.persistence
+    }
+
+    /// Whether the mapping is direct-access (MAP_SYNC accepted).
+    pub fn is_dax(&self) -> bool {
+        self.dax
+    }
+
+    fn slice_mut(&mut self) -> &mut [u8] {
+        // SAFETY: ptr..ptr+len is our live mapping, and &mut self gives exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl std::fmt::Debug for MmapRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MmapRegion").field("len", &self.len).finish_non_exhaustive()
+    }
+}
+
+impl Drop for MmapRegion {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the mapping we created; no slice of it outlives self.
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+    }
+}
+
+impl Region for MmapRegion {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: ptr..ptr+len is our live mapping; writers need &mut self.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
+        check_range(offset, data.len(), self.len)?;
+        self.slice_mut()[offset..offset + data.len()].copy_from_slice(data);
+        self.counters.touch(offset, data.len());
+        Ok(())
+    }
+
+    fn persist(&mut self, offset: usize, len: usize) -> Result<(), RegionError> {
+        check_range(offset, len, self.len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        match self.persistence {
+            Persistence::Msync => {
+                let page = page_size();
+                let start = offset / page * page;
+                // SAFETY: the range lies within our mapping; start is page-aligned.
+                let r = unsafe {
+                    libc::msync(self.ptr.add(start) as *mut libc::c_void, offset + len - start, libc::MS_SYNC)
+                };
+                if r != 0 {
+                    return Err(io("msync".into())(std::io::Error::last_os_error()));
+                }
+            }
+            Persistence::CacheLineFlush => {
+                let first = (self.ptr as usize + offset) / LINE * LINE;
+                let end = self.ptr as usize + offset + len;
+                let mut line = first;
+                while line < end {
+                    flush::line(line as *const u8);
+                    line += LINE;
+                }
+                flush::fence();
+            }
+        }
+        Ok(())
+    }
+
+    fn fence(&mut self) -> Result<(), RegionError> {
+        flush::fence();
+        Ok(())
+    }
+
+    fn line_writes(&self) -> &[u32] {
+        self.counters.as_slice()
+    }
+
+    fn corrupt(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
+        check_range(offset, data.len(), self.len)?;
+        self.slice_mut()[offset..offset + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no memory effects.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as usize
+    } else {
+        4096
+    }
+}
+
+/// Cache-line write-back, with the best instruction the CPU has.
+mod flush {
+    #[cfg(target_arch = "x86_64")]
+    pub mod x86 {
+        use std::sync::OnceLock;
+
+        #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+        pub enum Insn {
+            Clwb,
+            Clflushopt,
+            Clflush,
+        }
+
+        pub fn insn() -> Insn {
+            static INSN: OnceLock<Insn> = OnceLock::new();
+            *INSN.get_or_init(|| {
+                // CPUID leaf 7, sub-leaf 0: EBX bit 24 is CLWB, bit 23 CLFLUSHOPT.
+                #[allow(unused_unsafe)]
+                // SAFETY: CPUID is available on every x86_64 CPU.
+                let ebx = unsafe { std::arch::x86_64::__cpuid_count(7, 0) }.ebx;
+                if ebx >> 24 & 1 == 1 {
+                    Insn::Clwb
+                } else if ebx >> 23 & 1 == 1 {
+                    Insn::Clflushopt
+                } else {
+                    Insn::Clflush
+                }
+            })
+        }
+
+        pub fn line(p: *const u8) {
+            // SAFETY: the callers pass addresses inside their own live mapping; the
+            // instructions only write the line back and need no alignment. CLWB and
+            // CLFLUSHOPT run only when CPUID says the CPU has them.
+            unsafe {
+                match insn() {
+                    Insn::Clwb => std::arch::asm!("clwb [{0}]", in(reg) p, options(nostack, preserves_flags)),
+                    Insn::Clflushopt => {
+                        std::arch::asm!("clflushopt [{0}]", in(reg) p, options(nostack, preserves_flags))
+                    }
+                    Insn::Clflush => std::arch::x86_64::_mm_clflush(p),
+                }
+            }
+        }
+
+        pub fn fence() {
+            // SAFETY: SFENCE has no preconditions on x86_64 (SSE is baseline).
+            unsafe { std::arch::x86_64::_mm_sfence() }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    pub use x86::{fence, insn, line};
+
+    #[cfg(not(target_arch = "x86_64"))]
+    pub fn line(_p: *const u8) {}
+
+    #[cfg(not(target_arch = "x86_64"))]
+    pub fn fence() {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// The write-back instruction `persist` uses on this CPU (for reports).
+pub fn flush_instruction() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        match flush::insn() {
+            flush::x86::Insn::Clwb => "clwb",
+            flush::x86::Insn::Clflushopt => "clflushopt",
+            flush::x86::Insn::Clflush => "clflush",
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        "none"
+    }
+}

@@ -1,0 +1,164 @@
+//! The NAND image file: it reopens as the same chip, and refuses what is not one.
+
+use std::io::{Seek, SeekFrom, Write};
+
+use bitmend_media::nand::{FileNand, Geometry, Nand, NandError, RawAccess};
+
+fn temp_path(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("bitmend-image-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+fn small() -> Geometry {
+    Geometry::new(1024, 32, 4, 8).unwrap()
+}
+
+#[test]
+fn reopen_gives_the_same_contents_erase_counts_bad_marks_and_program_positions() {
+    let path = temp_path("reopen.img");
+    let g = small();
+    let d: Vec<u8> = (0..g.page_size).map(|i| (i * 7) as u8).collect();
+    let s: Vec<u8> = (0..g.spare_size).map(|i| (i * 3) as u8).collect();
+    {
+        let mut n = FileNand::create(&path, g).unwrap();
+        n.erase(2).unwrap();
+        n.erase(2).unwrap();
+        n.program(g.first_page(2) + 1, &d, &s).unwrap();
+        n.mark_bad(6).unwrap();
+        n.sync().unwrap();
+    }
+    let mut n = FileNand::open(&path).unwrap();
+    assert_eq!(n.geometry(), g, "geometry comes from the header");
+    assert_eq!(n.erase_count(2).unwrap(), 2);
+    assert_eq!(n.erase_count(1).unwrap(), 0);
+    assert!(n.is_bad(6).unwrap());
+    let mut rd = vec![0; g.page_size as usize];
+    let mut rs = vec![0; g.spare_size as usize];
+    n.read_page(g.first_page(2) + 1, &mut rd, &mut rs).unwrap();
+    assert_eq!((rd, rs), (d.clone(), s.clone()));
+    // The program position survived: going back is still refused.
+    assert!(matches!(n.program(g.first_page(2), &d, &s), Err(NandError::NotProgrammable { .. })));
+    assert_eq!(n.block_state(2).unwrap().next_index, 2);
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn an_open_image_is_locked_against_a_second_opener() {
+    let path = temp_path("lock.img");
+    let n = FileNand::create(&path, small()).unwrap();
+    assert!(matches!(FileNand::open(&path), Err(NandError::Locked { .. })));
+    drop(n);
+    FileNand::open(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn create_refuses_to_overwrite() {
+    let path = temp_path("exists.img");
+    std::fs::write(&path, b"precious").unwrap();
+    assert!(matches!(FileNand::create(&path, small()), Err(NandError::Io { .. })));
+    assert_eq!(std::fs::read(&path).unwrap(), b"precious");
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn missing_file_not_an_image_wrong_version_damaged_and_truncated() {
+    let missing = temp_path("missing.img");
+    assert!(matches!(FileNand::open(&missing), Err(NandError::Io { .. })));
+
+    let junk = temp_path("junk.img");
+    std::fs::write(&junk, vec![0x42u8; 10_000]).unwrap();
+    let e = FileNand::open(&junk).unwrap_err();
+    assert!(matches!(e, NandError::NotAnImage { .. }), "{e}");
+    assert!(e.to_string().contains("not a bitmend NAND image"));
+
+    let tiny = temp_path("tiny.img");
+    std::fs::write(&tiny, b"BMND").unwrap();
+    assert!(matches!(FileNand::open(&tiny), Err(NandError::NotAnImage { .. })));
+
+    let path = temp_path("versions.img");
+    drop(FileNand::create(&path, small()).unwrap());
+    let mut header = std::fs::read(&path).unwrap()[..4096].to_vec();
+    // A future version, with a valid checksum: a version error, not "damaged".
+    header[8..12].copy_from_slice(&2u32.to_le_bytes());
+    let crc = bitmend_code::crc::crc32c(&header[..4092]);
+    header[4092..].copy_from_slice(&crc.to_le_bytes());
+    let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.write_all(&header).unwrap();
+    let e = FileNand::open(&path).unwrap_err();
+    assert!(matches!(e, NandError::Version { found: 2, supported: 1, .. }), "{e}");
+
+    // One flipped bit in the geometry: the checksum catches it.
+    header[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let crc = bitmend_code::crc::crc32c(&header[..4092]);
+    header[4092..].copy_from_slice(&crc.to_le_bytes());
+    header[16] ^= 0x04;
+    f.seek(SeekFrom::Start(0)).unwrap();
+    f.write_all(&header).unwrap();
+    let e = FileNand::open(&path).unwrap_err();
+    assert!(e.to_string().contains("checksum"), "{e}");
+
+    // Truncated data area.
+    header[16] ^= 0x04;
+    f.seek(SeekFrom::Start(0)).unwrap();
+    f.write_all(&header).unwrap();
+    let len = f.metadata().unwrap().len();
+    f.set_len(len - 100).unwrap();
+    let e = FileNand::open(&path).unwrap_err();
+    assert!(e.to_string().contains("truncated"), "{e}");
+    f.set_len(len).unwrap();
+    drop(f);
+    FileNand::open(&path).unwrap();
+
+    for p in [junk, tiny, path] {
+        std::fs::remove_file(p).unwrap();
+    }
+}
+
+/// The checked-in golden image (docs/FORMAT.md, "NAND image"): a 4-block chip with two
+/// programmed pages, one erase and one bad block. A change to the layout breaks this test.
+#[test]
+fn golden_image_reads_back() {
+    let golden = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/nand-v1.img");
+    let path = temp_path("golden.img");
+    std::fs::copy(&golden, &path).unwrap();
+    let mut n = FileNand::open(&path).unwrap();
+    let g = n.geometry();
+    assert_eq!(g, Geometry::new(512, 16, 4, 4).unwrap());
+    assert_eq!(n.erase_count(1).unwrap(), 1);
+    assert!(n.is_bad(3).unwrap());
+    assert_eq!(n.block_state(1).unwrap().next_index, 3);
+    let mut d = vec![0; 512];
+    let mut s = vec![0; 16];
+    n.read_page(4, &mut d, &mut s).unwrap();
+    assert_eq!(&d[..22], b"bitmend golden image 1");
+    assert!(d[22..].iter().all(|&b| b == 0));
+    assert_eq!(s, (0..16).collect::<Vec<u8>>());
+    n.read_page(6, &mut d, &mut s).unwrap();
+    assert!(d.iter().all(|&b| b == 0xA5));
+    assert!(s.iter().all(|&b| b == 0x5A));
+    n.read_page(5, &mut d, &mut s).unwrap();
+    assert!(d.iter().chain(&s).all(|&b| b == 0xFF), "the skipped page stays erased");
+    std::fs::remove_file(&path).unwrap();
+}
+
+/// Writes the golden image (run with `--ignored` after a deliberate format change, then bump
+/// the format version).
+#[test]
+#[ignore]
+fn write_golden_image() {
+    let golden = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/nand-v1.img");
+    std::fs::create_dir_all(golden.parent().unwrap()).unwrap();
+    let _ = std::fs::remove_file(&golden);
+    let mut n = FileNand::create(&golden, Geometry::new(512, 16, 4, 4).unwrap()).unwrap();
+    n.erase(1).unwrap();
+    let mut d = vec![0u8; 512];
+    d[..22].copy_from_slice(b"bitmend golden image 1");
+    n.program(4, &d, &(0..16).collect::<Vec<u8>>()).unwrap();
+    n.program(6, &[0xA5; 512], &[0x5A; 16]).unwrap();
+    n.mark_bad(3).unwrap();
+    n.sync().unwrap();
+}

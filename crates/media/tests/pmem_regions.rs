@@ -1,0 +1,146 @@
+//! The region backends behave alike, and the faults land where they say.
+
+use bitmend_media::pmem::{
+    flush_instruction, MmapRegion, Persistence, ProtectedRegion, RamRegion, Region, RegionError, RegionFault,
+    RegionFaults,
+};
+
+fn temp_path(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("bitmend-pmem-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+/// The same sequence of stores on any region gives the same bytes.
+fn exercise(r: &mut dyn Region) -> Vec<u8> {
+    assert_eq!(r.len(), 10_000);
+    r.write(0, b"hello").unwrap();
+    r.write(4095, &[1, 2, 3]).unwrap(); // across a page boundary
+    r.write_u64(8192, 0xDEAD_BEEF).unwrap();
+    r.persist(0, 10_000).unwrap();
+    r.fence().unwrap();
+    assert!(matches!(r.write(9999, &[0, 0]), Err(RegionError::Range { .. })));
+    assert!(matches!(r.persist(usize::MAX, 2), Err(RegionError::Range { .. })));
+    assert_eq!(r.read_u64(8192).unwrap(), 0xDEAD_BEEF);
+    let mut b = [0u8; 5];
+    r.read(0, &mut b).unwrap();
+    assert_eq!(&b, b"hello");
+    assert_eq!(r.line_writes()[0], 1);
+    assert_eq!(r.line_writes()[63], 1);
+    assert_eq!(r.line_writes()[64], 1);
+    r.bytes().to_vec()
+}
+
+#[test]
+fn ram_mmap_and_protected_regions_agree() {
+    let mut ram = RamRegion::new(10_000);
+    let want = exercise(&mut ram);
+    let mut prot = ProtectedRegion::new(10_000).unwrap();
+    assert_eq!(exercise(&mut prot), want);
+    for mode in [Persistence::Msync, Persistence::CacheLineFlush] {
+        let path = temp_path(&format!("{mode:?}.pmem"));
+        {
+            let mut m = MmapRegion::create(&path, 10_000).unwrap().with_persistence(mode);
+            assert_eq!(m.persistence(), mode);
+            assert_eq!(exercise(&mut m), want, "{mode:?}");
+        }
+        // Reopened, the file holds what was stored.
+        let m = MmapRegion::open(&path).unwrap();
+        assert_eq!(m.bytes(), &want[..], "{mode:?} (flush instruction: {})", flush_instruction());
+        drop(m);
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+#[test]
+fn an_ordinary_file_is_not_dax_and_defaults_to_msync() {
+    let path = temp_path("plain.pmem");
+    let m = MmapRegion::create(&path, 4096).unwrap();
+    // /tmp is tmpfs or a disk file system here, never DAX.
+    assert!(!m.is_dax());
+    assert_eq!(m.persistence(), Persistence::Msync);
+    assert!(MmapRegion::open(&path).is_err(), "a mapped file is locked");
+    drop(m);
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn the_protected_region_is_read_only_between_stores() {
+    let mut p = ProtectedRegion::new(8192).unwrap();
+    p.write(5000, &[42; 10]).unwrap();
+    assert_eq!(&p.bytes()[5000..5010], &[42; 10]);
+    // A direct store would fault; check the protection through /proc instead of crashing.
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let base = p.bytes().as_ptr() as usize;
+    let line = maps
+        .lines()
+        .find(|l| {
+            let range = l.split_whitespace().next().unwrap();
+            let (a, b) = range.split_once('-').unwrap();
+            let (a, b) = (usize::from_str_radix(a, 16).unwrap(), usize::from_str_radix(b, 16).unwrap());
+            (a..b).contains(&base)
+        })
+        .expect("mapping listed");
+    assert!(line.split_whitespace().nth(1).unwrap().starts_with("r-"), "{line}");
+}
+
+#[test]
+fn wild_writes_change_every_byte_they_hit_and_nothing_else() {
+    let mut r = RamRegion::new(64 * 1024);
+    let orig: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
+    r.write(0, &orig).unwrap();
+    let mut f = RegionFaults::new(77);
+    let mut hit = vec![false; orig.len()];
+    for _ in 0..200 {
+        let RegionFault::WildWrite { offset, len } = f.wild_write(&mut r, 1000..60_000, 300).unwrap() else {
+            unreachable!()
+        };
+        assert!(offset >= 1000 && offset + len <= 60_000 && (1..=300).contains(&len));
+        hit[offset..offset + len].iter_mut().for_each(|h| *h = true);
+    }
+    assert_eq!(f.faults().len(), 200);
+    for (i, (&now, &was)) in r.bytes().iter().zip(&orig).enumerate() {
+        if !hit[i] {
+            assert_eq!(now, was, "byte {i} changed but no wild write hit it");
+        }
+    }
+    // A single wild write changes every byte in its range.
+    let before = r.bytes().to_vec();
+    f.wild_write_at(&mut r, 100, 50).unwrap();
+    assert!((100..150).all(|i| r.bytes()[i] != before[i]));
+}
+
+#[test]
+fn bit_flips_on_demand_and_at_a_rate() {
+    let mut r = RamRegion::new(4096);
+    let mut f = RegionFaults::new(5);
+    let bits = f.flip_bits(&mut r, 1024..2048, 100).unwrap();
+    assert_eq!(bits.len(), 100);
+    let ones: u32 = r.bytes().iter().map(|b| b.count_ones()).sum();
+    assert_eq!(ones, 100);
+    assert!(r.bytes()[..1024].iter().chain(&r.bytes()[2048..]).all(|&b| b == 0));
+
+    let mut big = RamRegion::new(1 << 20);
+    let flipped = f.decay(&mut big, 0..1 << 20, 1e-4).unwrap();
+    let ones: u64 = big.bytes().iter().map(|b| b.count_ones() as u64).sum();
+    assert_eq!(ones, flipped.len() as u64);
+    let expected = (8u64 << 20) as f64 * 1e-4; // 838.9
+    assert!((ones as f64 - expected).abs() < 5.0 * expected.sqrt(), "{ones} flips, expected {expected}");
+    // Media damage bypasses the store counters.
+    assert!(big.line_writes().iter().all(|&c| c == 0));
+}
+
+#[test]
+fn region_faults_replay_from_the_seed() {
+    let run = |seed| {
+        let mut r = RamRegion::new(8192);
+        let mut f = RegionFaults::new(seed);
+        f.wild_write(&mut r, 0..8192, 100).unwrap();
+        f.flip_bits(&mut r, 0..8192, 10).unwrap();
+        (r.bytes().to_vec(), f.faults().to_vec())
+    };
+    assert_eq!(run(1), run(1));
+    assert_ne!(run(1), run(2));
+}
