@@ -97,7 +97,8 @@ impl Row {
     }
 }
 
-fn json_str(s: &str) -> String {
+/// A JSON string literal for `s`.
+pub fn json_str(s: &str) -> String {
     let mut o = String::with_capacity(s.len() + 2);
     o.push('"');
     for c in s.chars() {

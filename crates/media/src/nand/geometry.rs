@@ -43,7 +43,8 @@ impl Geometry {
         total: u64,
     ) -> Result<Geometry, NandError> {
         let bad = |why: &str| NandError::Geometry { why: why.to_string() };
-        if page_size == 0 || !block_size.is_multiple_of(page_size as u64) {
+        check_page_size(page_size)?;
+        if !block_size.is_multiple_of(page_size as u64) {
             return Err(bad("the erase block size must be a whole number of pages"));
         }
         if block_size == 0 || !total.is_multiple_of(block_size) {
@@ -57,9 +58,7 @@ impl Geometry {
     /// Checks the limits every backend relies on.
     pub fn validate(&self) -> Result<(), NandError> {
         let bad = |why: String| Err(NandError::Geometry { why });
-        if !self.page_size.is_power_of_two() || !(512..=65536).contains(&self.page_size) {
-            return bad(format!("page size {} is not a power of two from 512 B to 64 KiB", self.page_size));
-        }
+        check_page_size(self.page_size)?;
         if self.spare_size > self.page_size / 4 {
             return bad(format!("spare size {} exceeds a quarter of the page", self.spare_size));
         }
@@ -129,6 +128,15 @@ impl Geometry {
         }
         Ok(())
     }
+}
+
+fn check_page_size(page_size: u32) -> Result<(), NandError> {
+    if !page_size.is_power_of_two() || !(512..=65536).contains(&page_size) {
+        return Err(NandError::Geometry {
+            why: format!("page size {page_size} is not a power of two from 512 B to 64 KiB"),
+        });
+    }
+    Ok(())
 }
 
 impl Default for Geometry {

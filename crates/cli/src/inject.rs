@@ -1,0 +1,178 @@
+//! `bitmend inject`: damage an unmounted NAND image the way hardware does, and say exactly how.
+
+use std::path::PathBuf;
+
+use bitmend_bench::harness::json_str;
+use bitmend_media::nand::{Area, FaultyNand, FileNand, Nand, NandFault, RawAccess};
+use bitmend_media::rng::Rng;
+use clap::{Args, Subcommand, ValueEnum};
+
+#[derive(Args, Debug)]
+pub struct InjectArgs {
+    /// The NAND image file (not mounted: the image is locked while in use).
+    image: PathBuf,
+    #[command(subcommand)]
+    fault: Fault,
+    /// Seed for every random choice; the same seed on the same image repeats the damage.
+    /// Without it a seed is drawn and printed.
+    #[arg(long, global = true)]
+    seed: Option<u64>,
+    /// One JSON object per fault on stdout instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum Fault {
+    /// Flip random bits in pages (retention loss, read disturb).
+    Flip {
+        /// The page to damage; without it, random programmed pages.
+        #[arg(long)]
+        page: Option<u32>,
+        /// How many random pages, when --page is not given.
+        #[arg(long, default_value_t = 1)]
+        pages: u32,
+        /// Bits to flip per page.
+        #[arg(long, default_value_t = 1)]
+        bits: u32,
+        /// Which part of the page.
+        #[arg(long, value_enum, default_value_t = AreaArg::Both)]
+        area: AreaArg,
+    },
+    /// Replace pages' data and spare with garbage (a page that no longer reads back).
+    Lose {
+        /// The page to destroy; without it, random programmed pages.
+        #[arg(long)]
+        page: Option<u32>,
+        /// How many random pages, when --page is not given.
+        #[arg(long, default_value_t = 1)]
+        pages: u32,
+    },
+    /// Mark an erase block bad (as a failed erase does).
+    Bad {
+        /// The erase block.
+        #[arg(long)]
+        block: u32,
+    },
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum AreaArg {
+    Data,
+    Spare,
+    Both,
+}
+
+/// Pages programmed since their block's last erase, in good blocks.
+fn programmed_pages(n: &FileNand) -> Result<Vec<u32>, String> {
+    let g = n.geometry();
+    let mut v = Vec::new();
+    for b in 0..g.blocks {
+        let st = n.block_state(b).map_err(|e| e.to_string())?;
+        if !st.bad {
+            v.extend((0..st.next_index).map(|i| g.first_page(b) + i));
+        }
+    }
+    Ok(v)
+}
+
+fn targets(n: &FileNand, page: Option<u32>, pages: u32, rng: &mut Rng) -> Result<Vec<u32>, String> {
+    if let Some(p) = page {
+        n.geometry().check_page(p).map_err(|e| e.to_string())?;
+        return Ok(vec![p]);
+    }
+    let candidates = programmed_pages(n)?;
+    if candidates.is_empty() {
+        return Err("the image has no programmed page to damage; name one with --page".into());
+    }
+    let k = (pages as usize).min(candidates.len());
+    Ok(rng.distinct(k, candidates.len() as u64).into_iter().map(|i| candidates[i as usize]).collect())
+}
+
+pub fn run(args: InjectArgs) -> Result<(), String> {
+    let seed = args.seed.unwrap_or_else(|| {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        t.as_nanos() as u64 ^ (std::process::id() as u64) << 32
+    });
+    let chip = FileNand::open(&args.image).map_err(|e| e.to_string())?;
+    let mut pick = Rng::new(seed ^ 0x5EED_0F7A_26E7);
+    let plan = match &args.fault {
+        Fault::Flip { page, pages, .. } | Fault::Lose { page, pages } => {
+            targets(&chip, *page, *pages, &mut pick)?
+        }
+        Fault::Bad { block } => {
+            chip.geometry().check_block(*block).map_err(|e| e.to_string())?;
+            vec![]
+        }
+    };
+    let mut n = FaultyNand::new(chip, seed);
+    match args.fault {
+        Fault::Flip { bits, area, .. } => {
+            let area = match area {
+                AreaArg::Data => Area::Data,
+                AreaArg::Spare => Area::Spare,
+                AreaArg::Both => Area::Both,
+            };
+            for p in plan {
+                n.flip_bits_in(p, bits, area).map_err(|e| e.to_string())?;
+            }
+        }
+        Fault::Lose { .. } => {
+            for p in plan {
+                n.lose_page(p).map_err(|e| e.to_string())?;
+            }
+        }
+        Fault::Bad { block } => n.mark_bad(block).map_err(|e| e.to_string())?,
+    }
+    n.sync().map_err(|e| e.to_string())?;
+    let g = n.geometry();
+    let image = args.image.display().to_string();
+    if let Fault::Bad { block } = args.fault {
+        if args.json {
+            println!("{{\"image\": {}, \"fault\": \"bad-block\", \"block\": {block}}}", json_str(&image));
+        } else {
+            println!("{image}: marked erase block {block} bad");
+        }
+    }
+    for f in n.faults() {
+        match f {
+            NandFault::BitFlips { page, bits } => {
+                if args.json {
+                    let list: Vec<String> = bits.iter().map(|b| b.to_string()).collect();
+                    println!(
+                        "{{\"image\": {}, \"fault\": \"bit-flips\", \"page\": {page}, \"block\": {}, \"seed\": {seed}, \"bits\": [{}]}}",
+                        json_str(&image),
+                        g.block_of(*page),
+                        list.join(", ")
+                    );
+                } else {
+                    let shown: Vec<String> = bits.iter().take(8).map(|b| b.to_string()).collect();
+                    let more =
+                        if bits.len() > 8 { format!(", and {} more", bits.len() - 8) } else { String::new() };
+                    println!(
+                        "{image}: flipped {} bit(s) in page {page} (block {}): bits {}{more}",
+                        bits.len(),
+                        g.block_of(*page),
+                        shown.join(", ")
+                    );
+                }
+            }
+            NandFault::LostPage { page } => {
+                if args.json {
+                    println!(
+                        "{{\"image\": {}, \"fault\": \"lost-page\", \"page\": {page}, \"block\": {}, \"seed\": {seed}}}",
+                        json_str(&image),
+                        g.block_of(*page)
+                    );
+                } else {
+                    println!("{image}: page {page} (block {}) replaced with garbage", g.block_of(*page));
+                }
+            }
+            _ => {}
+        }
+    }
+    if !args.json {
+        println!("seed {seed} (pass --seed {seed} to repeat this on a copy of the original image)");
+    }
+    Ok(())
+}

@@ -1,0 +1,117 @@
+//! `bitmend media` and `bitmend inject` on real image files: the damage the command reports is
+//! the damage in the image, and bad input gets a clear error and a failing exit code.
+
+use std::process::{Command, Output};
+
+use bitmend_media::nand::{FileNand, Nand, RawAccess};
+
+fn bitmend(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bitmend")).args(args).output().expect("runs")
+}
+
+fn temp_path(name: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("bitmend-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    let _ = std::fs::remove_file(&p);
+    p.display().to_string()
+}
+
+fn create(path: &str) {
+    let out = bitmend(&[
+        "media", "create", path, "--size", "256KiB", "--page", "512", "--spare", "16", "--block", "4KiB",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn raw_page(path: &str, page: u32) -> Vec<u8> {
+    let mut n = FileNand::open(path).unwrap();
+    let mut r = vec![0; n.geometry().raw_page_size()];
+    n.raw_read(page, &mut r).unwrap();
+    r
+}
+
+#[test]
+fn inject_flip_reports_exactly_the_bits_it_flipped() {
+    let path = temp_path("flip.img");
+    create(&path);
+    {
+        let mut n = FileNand::open(&path).unwrap();
+        assert_eq!(n.geometry().blocks, 64);
+        let d: Vec<u8> = (0..512).map(|i| i as u8).collect();
+        n.program(17, &d, &[0x11; 16]).unwrap();
+    }
+    let before = raw_page(&path, 17);
+    let out = bitmend(&["inject", &path, "flip", "--page", "17", "--bits", "40", "--seed", "9", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let line = String::from_utf8(out.stdout).unwrap();
+    assert!(line.contains("\"fault\": \"bit-flips\"") && line.contains("\"page\": 17"), "{line}");
+    let list = &line[line.find("\"bits\": [").unwrap() + 9..line.rfind(']').unwrap()];
+    let mut reported: Vec<u32> = list.split(", ").map(|b| b.parse().unwrap()).collect();
+    reported.sort();
+    let after = raw_page(&path, 17);
+    let mut actual = Vec::new();
+    for (i, (a, b)) in before.iter().zip(&after).enumerate() {
+        for bit in 0..8 {
+            if (a ^ b) >> bit & 1 == 1 {
+                actual.push(i as u32 * 8 + bit);
+            }
+        }
+    }
+    assert_eq!(actual.len(), 40);
+    assert_eq!(reported, actual);
+
+    // Without --page, a random programmed page is chosen (page 17 is the only one).
+    let out = bitmend(&["inject", &path, "lose", "--seed", "3"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("page 17 (block 2) replaced with garbage"));
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn inject_bad_then_info_lists_it() {
+    let path = temp_path("bad.img");
+    create(&path);
+    assert!(bitmend(&["inject", &path, "bad", "--block", "5"]).status.success());
+    let out = bitmend(&["media", "info", &path, "--json"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("\"bad_blocks\": [5]"), "{text}");
+    assert!(text.contains("\"blocks\": 64"), "{text}");
+    let out = bitmend(&["media", "info", &path]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("bad blocks    1 (5)"), "{text}");
+    assert!(FileNand::open(&path).unwrap().is_bad(5).unwrap());
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn clear_errors_for_missing_files_non_images_and_bad_arguments() {
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["media".into(), "info".into(), temp_path("absent.img")], "No such file"),
+        (vec!["media".into(), "info".into(), "/proc/self/status".into()], "not a bitmend NAND image"),
+        (
+            vec!["media".into(), "create".into(), temp_path("odd.img"), "--size".into(), "1000".into()],
+            "whole number",
+        ),
+        (
+            vec!["media".into(), "create".into(), temp_path("odd2.img"), "--page".into(), "3KiB".into()],
+            "power of two",
+        ),
+    ];
+    for (args, want) in cases {
+        let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        let out = bitmend(&a);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+    let empty = temp_path("empty.img");
+    create(&empty);
+    let out = bitmend(&["inject", &empty, "flip"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no programmed page"));
+    let out = bitmend(&["inject", &empty, "bad", "--block", "64"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
+    std::fs::remove_file(&empty).unwrap();
+}
