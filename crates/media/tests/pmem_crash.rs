@@ -137,17 +137,17 @@ fn persist_covers_every_line_the_range_touches() {
 }
 
 #[test]
-fn an_armed_crash_at_a_persist_point_stops_everything_until_reboot() {
+fn an_armed_crash_at_a_fence_stops_everything_until_reboot() {
     let mut r = CrashRegion::new(1024).with_crash_model(CrashGranularity::Line, 0.0);
-    r.arm_crash(CrashPoint::Persist(1));
+    r.arm_crash(CrashPoint::Fence(1));
     r.write(0, &[1; 8]).unwrap();
-    r.persist(0, 8).unwrap(); // persist 0 completes
+    r.persist(0, 8).unwrap(); // fence 0 completes
     r.write(64, &[2; 8]).unwrap();
-    assert!(matches!(r.persist(64, 8), Err(RegionError::PowerLost))); // persist 1: the crash
+    assert!(matches!(r.persist(64, 8), Err(RegionError::PowerLost))); // fence 1: the crash
     assert!(!r.powered());
     assert!(matches!(r.write(128, &[3; 8]), Err(RegionError::PowerLost)));
     assert!(matches!(r.persist(0, 8), Err(RegionError::PowerLost)));
-    assert_eq!(r.persists(), 2);
+    assert_eq!(r.fences(), 2);
     r.crash(9);
     assert!(r.powered());
     assert_eq!(&r.bytes()[0..8], &[1; 8]);
@@ -190,4 +190,39 @@ fn line_write_counters_count_stores_per_line() {
     r.write(60, &[1; 8]).unwrap();
     r.write(130, &[1; 1]).unwrap();
     assert_eq!(r.line_writes(), &[2, 1, 1, 0]);
+}
+
+#[test]
+fn a_flush_without_a_fence_guarantees_nothing() {
+    let mut kept = 0;
+    for seed in 0..100 {
+        let mut r = CrashRegion::new(128);
+        r.write(0, &[1; 8]).unwrap();
+        r.flush(0, 8).unwrap();
+        r.crash(seed);
+        kept += (r.bytes()[0] == 1) as u32;
+    }
+    assert!((20..80).contains(&kept), "flushed but unfenced lines are a draw: kept {kept} of 100");
+    // The fence makes every flushed line durable, and only those.
+    let mut r = CrashRegion::new(256).with_crash_model(CrashGranularity::Line, 0.0);
+    r.write(0, &[1; 8]).unwrap();
+    r.write(64, &[2; 8]).unwrap();
+    r.write(128, &[3; 8]).unwrap();
+    r.flush(0, 8).unwrap();
+    r.flush(128, 8).unwrap();
+    r.fence().unwrap();
+    r.crash(0);
+    assert_eq!((r.bytes()[0], r.bytes()[64], r.bytes()[128]), (1, 0, 3));
+}
+
+#[test]
+fn update_is_a_store_in_place() {
+    let mut r = CrashRegion::new(256).with_crash_model(CrashGranularity::Line, 0.0);
+    r.write(10, &[5; 4]).unwrap();
+    r.persist(0, 64).unwrap();
+    r.update(10, 4, &mut |b| b.iter_mut().for_each(|x| *x ^= 3)).unwrap();
+    assert_eq!(&r.bytes()[10..14], &[6; 4]);
+    assert_eq!(r.line_writes()[0], 2);
+    r.crash(1);
+    assert_eq!(&r.bytes()[10..14], &[5; 4], "the update was not persisted");
 }

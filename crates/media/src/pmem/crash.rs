@@ -1,7 +1,9 @@
 //! A simulated CPU cache in front of persistent memory, with crashes.
 //!
-//! Stores land in a volatile view. [`Region::persist`] copies the lines it covers to the
-//! durable image. At a crash, every line stored to since it was last persisted is either
+//! Stores land in a volatile view. [`Region::flush`] marks the lines it covers for write-back
+//! and [`Region::fence`] copies every marked line to the durable image (a flush alone
+//! guarantees nothing, as `clwb` without `sfence`). At a crash, every line stored to since it
+//! was last written back is either
 //! kept (the cache happened to write it back) or lost, by a seeded draw per line: caches
 //! write lines back in no guaranteed order (the NVMalloc seed's point), so a protocol that
 //! relies on one unpersisted store reaching memory before another is caught here.
@@ -25,9 +27,9 @@ pub enum CrashGranularity {
 /// Where an armed crash strikes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CrashPoint {
-    /// During persist call number `n` (counting from 0): the earlier persists completed;
-    /// this one makes nothing durable.
-    Persist(u64),
+    /// During fence number `n` (counting from 0; every persist is a flush and a fence): the
+    /// earlier fences completed; this one makes nothing durable.
+    Fence(u64),
     /// During store number `n` (counting from 0): the store reaches the cache, then power
     /// fails before anything more is persisted.
     Store(u64),
@@ -54,7 +56,8 @@ pub struct CrashRegion {
     granularity: CrashGranularity,
     keep_probability: f64,
     stores: u64,
-    persists: u64,
+    fences: u64,
+    pending: Vec<u32>,
     armed: Option<CrashPoint>,
     powered: bool,
 }
@@ -76,7 +79,8 @@ impl CrashRegion {
             granularity: CrashGranularity::Line,
             keep_probability: 0.5,
             stores: 0,
-            persists: 0,
+            fences: 0,
+            pending: Vec::new(),
             armed: None,
             powered: true,
         }
@@ -99,12 +103,12 @@ impl CrashRegion {
         self.stores
     }
 
-    /// Persists so far (the numbering of [`CrashPoint::Persist`]).
-    pub fn persists(&self) -> u64 {
-        self.persists
+    /// Fences so far (the numbering of [`CrashPoint::Fence`]).
+    pub fn fences(&self) -> u64 {
+        self.fences
     }
 
-    /// Arms a crash: from that point on every store and persist fails with
+    /// Arms a crash: from that point on every store, flush and fence fails with
     /// [`RegionError::PowerLost`] until [`crash`](Self::crash) reboots the region.
     pub fn arm_crash(&mut self, at: CrashPoint) {
         self.armed = Some(at);
@@ -156,12 +160,13 @@ impl CrashRegion {
     }
 
     /// Crashes and reboots: the region now holds its post-crash durable image (drawn from
-    /// `seed`), power is back, no crash is armed, counters of stores and persists go on.
+    /// `seed`), power is back, no crash is armed, counters of stores and fences go on.
     pub fn crash(&mut self, seed: u64) -> CrashReport {
         let (image, report) = self.crash_image(seed);
         self.durable = image;
         self.volatile.copy_from_slice(&self.durable);
         self.dirty.fill(0);
+        self.pending.clear();
         self.armed = None;
         self.powered = true;
         report
@@ -186,14 +191,18 @@ impl Region for CrashRegion {
     }
 
     fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
+        self.update(offset, data.len(), &mut |dst| dst.copy_from_slice(data))
+    }
+
+    fn update(&mut self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) -> Result<(), RegionError> {
         self.check_power()?;
-        check_range(offset, data.len(), self.volatile.len())?;
+        check_range(offset, len, self.volatile.len())?;
         let n = self.stores;
         self.stores += 1;
-        self.volatile[offset..offset + data.len()].copy_from_slice(data);
-        self.counters.touch(offset, data.len());
-        if !data.is_empty() {
-            for line in offset / LINE..=(offset + data.len() - 1) / LINE {
+        f(&mut self.volatile[offset..offset + len]);
+        self.counters.touch(offset, len);
+        if len > 0 {
+            for line in offset / LINE..=(offset + len - 1) / LINE {
                 self.dirty[line / 64] |= 1 << (line % 64);
             }
         }
@@ -204,19 +213,29 @@ impl Region for CrashRegion {
         Ok(())
     }
 
-    fn persist(&mut self, offset: usize, len: usize) -> Result<(), RegionError> {
+    fn flush(&mut self, offset: usize, len: usize) -> Result<(), RegionError> {
         self.check_power()?;
         check_range(offset, len, self.volatile.len())?;
-        let n = self.persists;
-        self.persists += 1;
-        if self.armed == Some(CrashPoint::Persist(n)) {
+        if len > 0 {
+            for line in offset / LINE..=(offset + len - 1) / LINE {
+                if self.is_dirty(line) {
+                    self.pending.push(line as u32);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn fence(&mut self) -> Result<(), RegionError> {
+        self.check_power()?;
+        let n = self.fences;
+        self.fences += 1;
+        if self.armed == Some(CrashPoint::Fence(n)) {
             self.powered = false;
             return Err(RegionError::PowerLost);
         }
-        if len == 0 {
-            return Ok(());
-        }
-        for line in offset / LINE..=(offset + len - 1) / LINE {
+        for line in std::mem::take(&mut self.pending) {
+            let line = line as usize;
             if self.is_dirty(line) {
                 let s = line * LINE;
                 let e = (s + LINE).min(self.volatile.len());
@@ -225,10 +244,6 @@ impl Region for CrashRegion {
             }
         }
         Ok(())
-    }
-
-    fn fence(&mut self) -> Result<(), RegionError> {
-        self.check_power()
     }
 
     fn line_writes(&self) -> &[u32] {

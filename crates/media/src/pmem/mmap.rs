@@ -17,7 +17,7 @@ use std::path::Path;
 
 use super::{check_range, LineCounters, Region, RegionError, LINE};
 
-/// How [`MmapRegion::persist`] makes a range durable.
+/// How [`MmapRegion`]'s flush makes a range durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Persistence {
     /// `msync(MS_SYNC)` of the pages covering the range.
@@ -154,7 +154,14 @@ impl Region for MmapRegion {
         Ok(())
     }
 
-    fn persist(&mut self, offset: usize, len: usize) -> Result<(), RegionError> {
+    fn update(&mut self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) -> Result<(), RegionError> {
+        check_range(offset, len, self.len)?;
+        f(&mut self.slice_mut()[offset..offset + len]);
+        self.counters.touch(offset, len);
+        Ok(())
+    }
+
+    fn flush(&mut self, offset: usize, len: usize) -> Result<(), RegionError> {
         check_range(offset, len, self.len)?;
         if len == 0 {
             return Ok(());
@@ -179,7 +186,6 @@ impl Region for MmapRegion {
                     flush::line(line as *const u8);
                     line += LINE;
                 }
-                flush::fence();
             }
         }
         Ok(())

@@ -62,11 +62,16 @@ pub trait Region: Send {
     /// Stores `data` at `offset`. Not durable until persisted.
     fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError>;
 
-    /// Writes back every cache line overlapping `[offset, offset + len)` and fences: when it
-    /// returns, those bytes survive a crash.
-    fn persist(&mut self, offset: usize, len: usize) -> Result<(), RegionError>;
+    /// Read-modify-write of `[offset, offset + len)` in place: `f` sees the current bytes and
+    /// changes them; counted as one store. (Parity updates use it: no copy out and back.)
+    fn update(&mut self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) -> Result<(), RegionError>;
 
-    /// Orders earlier stores and write-backs before later ones.
+    /// Starts writing back every cache line overlapping `[offset, offset + len)`. Nothing is
+    /// durable, or ordered, until the next [`fence`](Region::fence).
+    fn flush(&mut self, offset: usize, len: usize) -> Result<(), RegionError>;
+
+    /// Waits for every flush so far: when it returns, the flushed lines survive a crash, and
+    /// later stores are ordered after them.
     fn fence(&mut self) -> Result<(), RegionError>;
 
     /// Stores per 64-byte line since the region was opened (saturating), for wear studies.
@@ -106,6 +111,13 @@ pub trait Region: Send {
         Ok(u64::from_le_bytes(b))
     }
 
+    /// Writes back the lines of `[offset, offset + len)` and fences: when it returns, those
+    /// bytes survive a crash.
+    fn persist(&mut self, offset: usize, len: usize) -> Result<(), RegionError> {
+        self.flush(offset, len)?;
+        self.fence()
+    }
+
     /// Stores then persists.
     fn write_persist(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
         self.write(offset, data)?;
@@ -123,8 +135,11 @@ impl<R: Region + ?Sized> Region for Box<R> {
     fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
         (**self).write(offset, data)
     }
-    fn persist(&mut self, offset: usize, len: usize) -> Result<(), RegionError> {
-        (**self).persist(offset, len)
+    fn update(&mut self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) -> Result<(), RegionError> {
+        (**self).update(offset, len, f)
+    }
+    fn flush(&mut self, offset: usize, len: usize) -> Result<(), RegionError> {
+        (**self).flush(offset, len)
     }
     fn fence(&mut self) -> Result<(), RegionError> {
         (**self).fence()

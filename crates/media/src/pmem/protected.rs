@@ -99,7 +99,20 @@ impl Region for ProtectedRegion {
         Ok(())
     }
 
-    fn persist(&mut self, offset: usize, len: usize) -> Result<(), RegionError> {
+    fn update(&mut self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) -> Result<(), RegionError> {
+        check_range(offset, len, self.len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.protect(offset, len, libc::PROT_READ | libc::PROT_WRITE)?;
+        // SAFETY: the range lies within our mapping and was just made writable; &mut self
+        // keeps every other view of it away while f runs.
+        f(unsafe { std::slice::from_raw_parts_mut(self.ptr.add(offset), len) });
+        self.counters.touch(offset, len);
+        self.protect(offset, len, libc::PROT_READ)
+    }
+
+    fn flush(&mut self, offset: usize, len: usize) -> Result<(), RegionError> {
         check_range(offset, len, self.len)
     }
 

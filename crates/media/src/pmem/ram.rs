@@ -34,7 +34,13 @@ impl Region for RamRegion {
         self.counters.touch(offset, data.len());
         Ok(())
     }
-    fn persist(&mut self, offset: usize, len: usize) -> Result<(), RegionError> {
+    fn update(&mut self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) -> Result<(), RegionError> {
+        check_range(offset, len, self.bytes.len())?;
+        f(&mut self.bytes[offset..offset + len]);
+        self.counters.touch(offset, len);
+        Ok(())
+    }
+    fn flush(&mut self, offset: usize, len: usize) -> Result<(), RegionError> {
         check_range(offset, len, self.bytes.len())
     }
     fn fence(&mut self) -> Result<(), RegionError> {
