@@ -1,0 +1,360 @@
+//! Where everything lives in the region, and the byte forms of the superblock, the segment
+//! headers and the head slots (docs/FORMAT.md, "PRIMS log").
+
+use bitmend_code::crc::crc32c;
+use bitmend_code::sig::{Sig64, Signer};
+
+use crate::LogError;
+
+/// The on-media version of the log layout this build reads and writes.
+pub const LOG_VERSION: u32 = 1;
+
+const MAGIC: [u8; 8] = *b"BMNVLOG\0";
+/// Superblock copies, one page apart so that one stray write rarely hits both.
+pub(crate) const SUPERBLOCK_A: usize = 0;
+pub(crate) const SUPERBLOCK_B: usize = 4096;
+/// Bytes of a superblock copy (the last 8 are its signature).
+pub(crate) const SUPERBLOCK_SIZE: usize = 128;
+/// Two head slots, a cache line each.
+pub(crate) const HEAD_SLOTS: usize = 8192;
+pub(crate) const HEAD_SLOT_SIZE: usize = 64;
+/// Segments start here.
+pub(crate) const SEGMENTS_START: usize = 12288;
+
+/// The shape of a log, chosen at format time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Data chunks per segment.
+    pub k: usize,
+    /// Parity chunks per segment: a segment survives damage to any m of its chunks.
+    pub m: usize,
+    /// Bytes per chunk (a multiple of `block_size`; at most 131,008 so that the chunk
+    /// signature detects every change of up to 4 words).
+    pub chunk_size: usize,
+    /// Records start on multiples of this (8 or more, a power of two).
+    pub block_size: usize,
+    /// Segments in the ring.
+    pub segments: u32,
+}
+
+impl Default for LogConfig {
+    /// 8 data + 2 parity chunks of 4 KiB; segments to be fitted to the region.
+    fn default() -> Self {
+        LogConfig { k: 8, m: 2, chunk_size: 4096, block_size: 8, segments: 0 }
+    }
+}
+
+impl LogConfig {
+    /// k data and m parity chunks of `chunk_size` bytes, 8-byte blocks.
+    pub fn new(k: usize, m: usize, chunk_size: usize) -> LogConfig {
+        LogConfig { k, m, chunk_size, block_size: 8, segments: 0 }
+    }
+
+    /// The same shape with as many segments as fit in `region_len` bytes.
+    pub fn fit(mut self, region_len: usize) -> Result<LogConfig, LogError> {
+        self.segments = 2;
+        self.validate()?;
+        let stride = Layout::stride_of(&self);
+        let n = region_len.saturating_sub(SEGMENTS_START) / stride;
+        if n < 2 {
+            return Err(LogError::RegionTooSmall { len: region_len, needed: SEGMENTS_START + 2 * stride });
+        }
+        self.segments = n.min(u32::MAX as usize) as u32;
+        Ok(self)
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), LogError> {
+        let bad = |why: String| Err(LogError::Config { why });
+        if self.k == 0 || self.k + self.m > 255 {
+            return bad(format!("k={} m={}: need k >= 1 and k + m <= 255", self.k, self.m));
+        }
+        if self.block_size < 8 || !self.block_size.is_power_of_two() || self.block_size > 4096 {
+            return bad(format!("block size {} is not a power of two from 8 to 4096", self.block_size));
+        }
+        if self.chunk_size < 64
+            || !self.chunk_size.is_multiple_of(self.block_size)
+            || self.chunk_size > bitmend_code::sig::MAX_LEN
+        {
+            return bad(format!(
+                "chunk size {} must be a multiple of the block size, from 64 to {} bytes",
+                self.chunk_size,
+                bitmend_code::sig::MAX_LEN
+            ));
+        }
+        if self.segments < 2 {
+            return bad(format!("{} segments: a ring needs at least 2", self.segments));
+        }
+        Ok(())
+    }
+
+    /// Chunks per segment.
+    pub fn n(&self) -> usize {
+        self.k + self.m
+    }
+
+    /// Record bytes a segment holds (its data chunks).
+    pub fn segment_data(&self) -> u64 {
+        (self.k * self.chunk_size) as u64
+    }
+}
+
+/// Offsets of every structure, from the configuration.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Layout {
+    pub cfg: LogConfig,
+    /// Bytes of one segment-header copy (a multiple of 64).
+    pub header_size: usize,
+    /// Bytes from one segment to the next.
+    pub stride: usize,
+}
+
+impl Layout {
+    pub fn new(cfg: LogConfig) -> Layout {
+        Layout { cfg, header_size: SegmentHeader::size(cfg.n()), stride: Layout::stride_of(&cfg) }
+    }
+
+    fn stride_of(cfg: &LogConfig) -> usize {
+        2 * SegmentHeader::size(cfg.n()) + cfg.n() * cfg.chunk_size
+    }
+
+    /// Region bytes the log needs.
+    pub fn needed(&self) -> usize {
+        SEGMENTS_START + self.cfg.segments as usize * self.stride
+    }
+
+    /// Header copy `copy` (0 before the chunks, 1 after them) of physical segment `p`.
+    pub fn header(&self, p: usize, copy: usize) -> usize {
+        let base = SEGMENTS_START + p * self.stride;
+        if copy == 0 {
+            base
+        } else {
+            base + self.header_size + self.cfg.n() * self.cfg.chunk_size
+        }
+    }
+
+    /// Chunk `i` (data 0..k, then parity) of physical segment `p`.
+    pub fn chunk(&self, p: usize, i: usize) -> usize {
+        SEGMENTS_START + p * self.stride + self.header_size + i * self.cfg.chunk_size
+    }
+
+    /// All chunks of physical segment `p`, as one range.
+    pub fn chunks(&self, p: usize) -> std::ops::Range<usize> {
+        let s = self.chunk(p, 0);
+        s..s + self.cfg.n() * self.cfg.chunk_size
+    }
+
+    /// The physical segment holding logical segment `seg`.
+    pub fn physical(&self, seg: u64) -> usize {
+        (seg % self.cfg.segments as u64) as usize
+    }
+}
+
+fn put_u16(b: &mut [u8], off: usize, v: u16) {
+    b[off..off + 2].copy_from_slice(&v.to_le_bytes());
+}
+fn put_u32(b: &mut [u8], off: usize, v: u32) {
+    b[off..off + 4].copy_from_slice(&v.to_le_bytes());
+}
+fn put_u64(b: &mut [u8], off: usize, v: u64) {
+    b[off..off + 8].copy_from_slice(&v.to_le_bytes());
+}
+fn get_u16(b: &[u8], off: usize) -> u16 {
+    u16::from_le_bytes(b[off..off + 2].try_into().unwrap())
+}
+fn get_u32(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
+}
+fn get_u64(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(b[off..off + 8].try_into().unwrap())
+}
+
+/// The superblock: the log's shape and identity, in two signed copies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Superblock {
+    pub cfg: LogConfig,
+    pub log_id: u64,
+    pub region_len: u64,
+}
+
+impl Superblock {
+    pub fn encode(&self, signer: &Signer<4>) -> [u8; SUPERBLOCK_SIZE] {
+        let mut b = [0u8; SUPERBLOCK_SIZE];
+        b[0..8].copy_from_slice(&MAGIC);
+        put_u32(&mut b, 8, LOG_VERSION);
+        put_u16(&mut b, 12, self.cfg.k as u16);
+        put_u16(&mut b, 14, self.cfg.m as u16);
+        put_u32(&mut b, 16, self.cfg.chunk_size as u32);
+        put_u32(&mut b, 20, self.cfg.block_size as u32);
+        put_u32(&mut b, 24, self.cfg.segments);
+        put_u32(&mut b, 28, SegmentHeader::size(self.cfg.n()) as u32);
+        put_u64(&mut b, 32, Layout::stride_of(&self.cfg) as u64);
+        put_u64(&mut b, 40, self.log_id);
+        put_u64(&mut b, 48, self.region_len);
+        let sig = signer.sign(&b[..SUPERBLOCK_SIZE - 8]).to_u64();
+        put_u64(&mut b, SUPERBLOCK_SIZE - 8, sig);
+        b
+    }
+
+    /// Decodes one copy; the error says why it is not a superblock.
+    pub fn decode(b: &[u8], signer: &Signer<4>) -> Result<Superblock, LogError> {
+        let not = |why: &str| Err(LogError::NotALog { why: why.to_string() });
+        if b[0..8] != MAGIC {
+            return not("no log magic");
+        }
+        if get_u64(b, SUPERBLOCK_SIZE - 8) != signer.sign(&b[..SUPERBLOCK_SIZE - 8]).to_u64() {
+            return not("superblock signature mismatch");
+        }
+        let version = get_u32(b, 8);
+        if version != LOG_VERSION {
+            return Err(LogError::Version { found: version, supported: LOG_VERSION });
+        }
+        let cfg = LogConfig {
+            k: get_u16(b, 12) as usize,
+            m: get_u16(b, 14) as usize,
+            chunk_size: get_u32(b, 16) as usize,
+            block_size: get_u32(b, 20) as usize,
+            segments: get_u32(b, 24),
+        };
+        cfg.validate().map_err(|e| LogError::NotALog { why: format!("superblock shape: {e}") })?;
+        if get_u32(b, 28) as usize != SegmentHeader::size(cfg.n())
+            || get_u64(b, 32) as usize != Layout::stride_of(&cfg)
+        {
+            return not("superblock layout fields disagree with its shape");
+        }
+        Ok(Superblock { cfg, log_id: get_u64(b, 40), region_len: get_u64(b, 48) })
+    }
+}
+
+/// A segment's header: which logical segment the physical slot holds, how many of its data
+/// chunks are closed, whether it is sealed, and the signature of every chunk (data chunks as
+/// they close, parity chunks at the seal). Two copies, each with a CRC-32C.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SegmentHeader {
+    pub seg: u64,
+    pub closed: usize,
+    pub sealed: bool,
+    pub sigs: Vec<Sig64>,
+}
+
+impl SegmentHeader {
+    /// Bytes of one copy for n chunks, rounded up to whole cache lines.
+    pub fn size(n: usize) -> usize {
+        (28 + 8 * n).div_ceil(64) * 64
+    }
+
+    pub fn fresh(seg: u64, n: usize) -> SegmentHeader {
+        SegmentHeader { seg, closed: 0, sealed: false, sigs: vec![Sig64::ZERO; n] }
+    }
+
+    pub fn encode(&self, log_id: u64) -> Vec<u8> {
+        let n = self.sigs.len();
+        let mut b = vec![0u8; SegmentHeader::size(n)];
+        put_u64(&mut b, 0, log_id);
+        put_u64(&mut b, 8, self.seg);
+        put_u16(&mut b, 16, self.closed as u16);
+        b[18] = self.sealed as u8;
+        for (i, s) in self.sigs.iter().enumerate() {
+            put_u64(&mut b, 24 + 8 * i, s.to_u64());
+        }
+        let end = 24 + 8 * n;
+        let crc = crc32c(&b[..end]);
+        put_u32(&mut b, end, crc);
+        b
+    }
+
+    /// Decodes one copy; `None` unless its CRC holds and it belongs to this log.
+    pub fn decode(b: &[u8], log_id: u64, n: usize, k: usize) -> Option<SegmentHeader> {
+        let end = 24 + 8 * n;
+        if get_u32(b, end) != crc32c(&b[..end]) || get_u64(b, 0) != log_id {
+            return None;
+        }
+        let closed = get_u16(b, 16) as usize;
+        if closed > k || b[18] > 1 {
+            return None;
+        }
+        Some(SegmentHeader {
+            seg: get_u64(b, 8),
+            closed,
+            sealed: b[18] == 1,
+            sigs: (0..n).map(|i| Sig64::from_u64(get_u64(b, 24 + 8 * i))).collect(),
+        })
+    }
+}
+
+/// The head (the first live record), in two alternating slots; the higher valid sequence wins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct HeadSlot {
+    pub seq: u64,
+    pub head: u64,
+}
+
+impl HeadSlot {
+    pub fn encode(&self, log_id: u64) -> [u8; HEAD_SLOT_SIZE] {
+        let mut b = [0u8; HEAD_SLOT_SIZE];
+        put_u64(&mut b, 0, log_id);
+        put_u64(&mut b, 8, self.seq);
+        put_u64(&mut b, 16, self.head);
+        let crc = crc32c(&b[..24]);
+        put_u32(&mut b, 24, crc);
+        b
+    }
+
+    pub fn decode(b: &[u8], log_id: u64) -> Option<HeadSlot> {
+        if get_u32(b, 24) != crc32c(&b[..24]) || get_u64(b, 0) != log_id {
+            return None;
+        }
+        Some(HeadSlot { seq: get_u64(b, 8), head: get_u64(b, 16) })
+    }
+
+    pub fn offset(seq: u64) -> usize {
+        HEAD_SLOTS + (seq % 2) as usize * HEAD_SLOT_SIZE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forms_round_trip_and_reject_damage() {
+        let signer = Signer::<4>::new();
+        let sb = Superblock {
+            cfg: LogConfig { segments: 10, ..LogConfig::default() },
+            log_id: 77,
+            region_len: 1 << 20,
+        };
+        let mut b = sb.encode(&signer);
+        assert_eq!(Superblock::decode(&b, &signer).unwrap(), sb);
+        b[20] ^= 1;
+        assert!(Superblock::decode(&b, &signer).is_err());
+
+        let h = SegmentHeader {
+            seg: 5,
+            closed: 3,
+            sealed: false,
+            sigs: (0..10).map(|i| Sig64::from_u64(i * 99)).collect(),
+        };
+        let mut e = h.encode(9);
+        assert_eq!(e.len(), 128);
+        assert_eq!(SegmentHeader::decode(&e, 9, 10, 8).unwrap(), h);
+        assert!(SegmentHeader::decode(&e, 8, 10, 8).is_none(), "another log's header");
+        e[30] ^= 0x10;
+        assert!(SegmentHeader::decode(&e, 9, 10, 8).is_none());
+        assert!(SegmentHeader::decode(&[0u8; 128], 0, 10, 8).is_none(), "a zeroed header is not valid");
+
+        let s = HeadSlot { seq: 4, head: 12345 };
+        assert_eq!(HeadSlot::decode(&s.encode(1), 1).unwrap(), s);
+        assert!(HeadSlot::decode(&s.encode(1), 2).is_none());
+    }
+
+    #[test]
+    fn config_limits() {
+        assert!(LogConfig::new(0, 1, 4096).fit(1 << 20).is_err());
+        assert!(LogConfig::new(200, 56, 4096).fit(1 << 30).is_err());
+        assert!(LogConfig::new(4, 2, 100).fit(1 << 20).is_err());
+        assert!(LogConfig::new(4, 2, 4096).fit(20_000).is_err());
+        let c = LogConfig::new(4, 2, 4096).fit(1 << 20).unwrap();
+        assert!(Layout::new(c).needed() <= 1 << 20);
+        assert_eq!(c.segments as usize, (((1 << 20) - SEGMENTS_START) / Layout::new(c).stride));
+    }
+}

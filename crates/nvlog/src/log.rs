@@ -1,0 +1,406 @@
+//! The log: format, append, read, replay, trim.
+
+use std::collections::BTreeSet;
+
+use bitmend_code::rs::Codec;
+use bitmend_code::sig::{Sig64, Signer};
+use bitmend_media::pmem::Region;
+
+use crate::layout::{HeadSlot, Layout, LogConfig, SegmentHeader, Superblock, SUPERBLOCK_A, SUPERBLOCK_B};
+use crate::record::{self, align, At, HEADER};
+use crate::repair::{Cause, Repair};
+use crate::{LogError, RecordId};
+
+/// Where the next record goes: logical segment, chunk (k when the segment is full), offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Tail {
+    pub seg: u64,
+    pub chunk: usize,
+    pub off: usize,
+}
+
+/// A record read back: its id, the tag of the module that wrote it, its bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub id: RecordId,
+    pub tag: u16,
+    pub data: Vec<u8>,
+}
+
+/// Counters since the log was opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogStats {
+    pub appends: u64,
+    pub reads: u64,
+    /// Chunks checked against their signature or their records' CRCs.
+    pub chunks_verified: u64,
+    pub repaired_data_chunks: u64,
+    pub repaired_parity_chunks: u64,
+    pub repaired_headers: u64,
+    /// Ranges holding bytes where the log keeps zeros (stray writes past the tail), zeroed.
+    pub zeroed_garbage: u64,
+    /// Chunks found damaged beyond the code's redundancy.
+    pub unrecoverable_chunks: u64,
+}
+
+/// The PRIMS encoded log on a persistent-memory region. See the crate documentation.
+pub struct NvLog<R: Region> {
+    pub(crate) region: R,
+    pub(crate) layout: Layout,
+    pub(crate) log_id: u64,
+    pub(crate) codec: Codec,
+    pub(crate) signer: Signer<4>,
+    /// Each physical segment's header, as last written (the in-memory copy is a third copy).
+    pub(crate) headers: Vec<Option<SegmentHeader>>,
+    pub(crate) head: u64,
+    pub(crate) head_seq: u64,
+    pub(crate) tail: Option<Tail>,
+    /// (segment, chunk) pairs found damaged beyond repair.
+    pub(crate) lost: BTreeSet<(u64, usize)>,
+    pub(crate) stats: LogStats,
+    pub(crate) repairs: Vec<Repair>,
+    scratch: Vec<u8>,
+}
+
+impl<R: Region> std::fmt::Debug for NvLog<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NvLog")
+            .field("config", &self.layout.cfg)
+            .field("head", &self.head)
+            .field("tail", &self.tail)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: Region> NvLog<R> {
+    pub(crate) fn assemble(region: R, cfg: LogConfig, log_id: u64) -> Result<NvLog<R>, LogError> {
+        let codec = Codec::new(cfg.k, cfg.m).map_err(|e| LogError::Config { why: e.to_string() })?;
+        Ok(NvLog {
+            region,
+            layout: Layout::new(cfg),
+            log_id,
+            codec,
+            signer: Signer::new(),
+            headers: vec![None; cfg.segments as usize],
+            head: 0,
+            head_seq: 0,
+            tail: None,
+            lost: BTreeSet::new(),
+            stats: LogStats::default(),
+            repairs: Vec::new(),
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Formats `region` as an empty log. `cfg.segments` 0 means as many as fit.
+    pub fn format(mut region: R, cfg: LogConfig) -> Result<NvLog<R>, LogError> {
+        let cfg = if cfg.segments == 0 { cfg.fit(region.len())? } else { cfg };
+        cfg.validate()?;
+        let layout = Layout::new(cfg);
+        if region.len() < layout.needed() {
+            return Err(LogError::RegionTooSmall { len: region.len(), needed: layout.needed() });
+        }
+        // An identity that segment headers and head slots carry, so that leftovers of an
+        // earlier log in the same region are never taken for this one's.
+        let log_id = {
+            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            let mut r = bitmend_media::rng::Rng::new(t.as_nanos() as u64 ^ (std::process::id() as u64) << 40);
+            r.next_u64() | 1
+        };
+        // Invalidate every old segment header before anything else is written.
+        for p in 0..cfg.segments as usize {
+            for copy in 0..2 {
+                let at = layout.header(p, copy);
+                region.update(at, layout.header_size, &mut |b| b.fill(0))?;
+                region.flush(at, layout.header_size)?;
+            }
+        }
+        region.fence()?;
+        let mut log = NvLog::assemble(region, cfg, log_id)?;
+        log.write_head_slot(0, 0)?;
+        log.write_head_slot(1, 0)?;
+        log.head_seq = 1;
+        let sb = Superblock { cfg, log_id, region_len: log.region.len() as u64 }.encode(&log.signer);
+        for at in [SUPERBLOCK_A, SUPERBLOCK_B] {
+            log.region.write(at, &sb)?;
+            log.region.persist(at, sb.len())?;
+        }
+        Ok(log)
+    }
+
+    pub(crate) fn write_head_slot(&mut self, seq: u64, head: u64) -> Result<(), LogError> {
+        let b = HeadSlot { seq, head }.encode(self.log_id);
+        let at = HeadSlot::offset(seq);
+        self.region.write(at, &b)?;
+        self.region.persist(at, b.len())?;
+        Ok(())
+    }
+
+    /// The configuration the log was formatted with.
+    pub fn config(&self) -> LogConfig {
+        self.layout.cfg
+    }
+
+    /// The first live record position.
+    pub fn head(&self) -> RecordId {
+        RecordId(self.head)
+    }
+
+    /// Where the next record will be written.
+    pub fn tail(&self) -> RecordId {
+        RecordId(self.tail.map_or(0, |t| self.id_at(t.seg, t.chunk, t.off)))
+    }
+
+    /// The largest payload a record can carry.
+    pub fn max_record(&self) -> usize {
+        self.layout.cfg.chunk_size - HEADER
+    }
+
+    pub fn stats(&self) -> LogStats {
+        self.stats
+    }
+
+    /// Every repair made since the last call, oldest first.
+    pub fn take_repairs(&mut self) -> Vec<Repair> {
+        std::mem::take(&mut self.repairs)
+    }
+
+    pub fn region(&self) -> &R {
+        &self.region
+    }
+
+    /// The region, for injecting faults in tests (damage goes through `Region::corrupt` or
+    /// ordinary stores, as it would in a real system).
+    pub fn region_mut(&mut self) -> &mut R {
+        &mut self.region
+    }
+
+    pub fn into_region(self) -> R {
+        self.region
+    }
+
+    pub(crate) fn seg_data(&self) -> u64 {
+        self.layout.cfg.segment_data()
+    }
+
+    pub(crate) fn id_at(&self, seg: u64, chunk: usize, off: usize) -> u64 {
+        seg * self.seg_data() + (chunk * self.layout.cfg.chunk_size + off) as u64
+    }
+
+    pub(crate) fn locate(&self, id: u64) -> (u64, usize, usize) {
+        let cs = self.layout.cfg.chunk_size as u64;
+        let seg = id / self.seg_data();
+        let within = id % self.seg_data();
+        (seg, (within / cs) as usize, (within % cs) as usize)
+    }
+
+    pub(crate) fn chunk_bytes(&self, p: usize, i: usize) -> &[u8] {
+        let at = self.layout.chunk(p, i);
+        &self.region.bytes()[at..at + self.layout.cfg.chunk_size]
+    }
+
+    /// Writes both copies of physical segment `p`'s header and flushes them (the caller fences).
+    pub(crate) fn write_header(&mut self, p: usize) -> Result<(), LogError> {
+        let bytes = self.headers[p].as_ref().expect("header present").encode(self.log_id);
+        for copy in 0..2 {
+            let at = self.layout.header(p, copy);
+            self.region.write(at, &bytes)?;
+            self.region.flush(at, bytes.len())?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn note(&mut self, repair: Repair) {
+        match repair.cause {
+            Cause::DataChunk => self.stats.repaired_data_chunks += 1,
+            Cause::ParityChunk => self.stats.repaired_parity_chunks += 1,
+            Cause::SegmentHeader | Cause::Superblock | Cause::HeadSlot => self.stats.repaired_headers += 1,
+            Cause::Garbage => self.stats.zeroed_garbage += 1,
+        }
+        self.repairs.push(repair);
+    }
+
+    /// Appends a record of `data` issued by module `tag`. When it returns, the record and the
+    /// parity that protects it are durable.
+    pub fn append(&mut self, tag: u16, data: &[u8]) -> Result<RecordId, LogError> {
+        let cfg = self.layout.cfg;
+        let need = HEADER + data.len();
+        if need > cfg.chunk_size {
+            return Err(LogError::RecordTooLarge { len: data.len(), max: self.max_record() });
+        }
+        let t = loop {
+            let Some(t) = self.tail else {
+                self.enter(0)?;
+                continue;
+            };
+            if t.chunk == cfg.k {
+                let p = self.layout.physical(t.seg);
+                if !self.headers[p].as_ref().is_some_and(|h| h.sealed) {
+                    self.seal(t.seg)?;
+                }
+                self.enter(t.seg + 1)?;
+                continue;
+            }
+            if t.off + need > cfg.chunk_size {
+                self.close_chunk(t)?;
+                continue;
+            }
+            break t;
+        };
+        let p = self.layout.physical(t.seg);
+        let id = self.id_at(t.seg, t.chunk, t.off);
+        let mut rec = std::mem::take(&mut self.scratch);
+        record::encode(id, tag, data, &mut rec);
+        let result = self.store_record(p, t, &rec);
+        self.scratch = rec;
+        result?;
+        self.tail = Some(Tail { off: align(t.off + need, cfg.block_size).min(cfg.chunk_size), ..t });
+        self.stats.appends += 1;
+        Ok(RecordId(id))
+    }
+
+    /// The record's bytes into the live chunk, the parity delta into each parity chunk
+    /// (the bytes there were zero, so the delta is the record itself), one fence.
+    fn store_record(&mut self, p: usize, t: Tail, rec: &[u8]) -> Result<(), LogError> {
+        let k = self.layout.cfg.k;
+        let at = self.layout.chunk(p, t.chunk) + t.off;
+        self.region.write(at, rec)?;
+        let engine = self.codec.engine();
+        for j in 0..self.layout.cfg.m {
+            let coef = self.codec.parity_row(j)[t.chunk];
+            let pat = self.layout.chunk(p, k + j) + t.off;
+            self.region.update(pat, rec.len(), &mut |dst| engine.mul_acc(coef, rec, dst))?;
+        }
+        self.region.flush(at, rec.len())?;
+        for j in 0..self.layout.cfg.m {
+            self.region.flush(self.layout.chunk(p, k + j) + t.off, rec.len())?;
+        }
+        self.region.fence()?;
+        Ok(())
+    }
+
+    /// Starts logical segment `seg`: zeroes its chunks (so zero parity is right), then writes
+    /// its header. Refuses to overwrite a segment that still holds live records.
+    fn enter(&mut self, seg: u64) -> Result<(), LogError> {
+        let s = self.layout.cfg.segments as u64;
+        if seg >= s && self.head < (seg - s + 1) * self.seg_data() {
+            return Err(LogError::Full { head: RecordId(self.head) });
+        }
+        let p = self.layout.physical(seg);
+        let range = self.layout.chunks(p);
+        self.region.update(range.start, range.len(), &mut |b| b.fill(0))?;
+        self.region.flush(range.start, range.len())?;
+        self.region.fence()?;
+        self.headers[p] = Some(SegmentHeader::fresh(seg, self.layout.cfg.n()));
+        self.write_header(p)?;
+        self.region.fence()?;
+        if seg >= s {
+            self.lost.retain(|&(g, _)| g != seg - s);
+        }
+        self.tail = Some(Tail { seg, chunk: 0, off: 0 });
+        Ok(())
+    }
+
+    /// Closes the live chunk: checks its records, signs it, records the signature.
+    fn close_chunk(&mut self, t: Tail) -> Result<(), LogError> {
+        let p = self.layout.physical(t.seg);
+        self.verify_chunk(t.seg, t.chunk)?;
+        let sig = self.signer.sign(self.chunk_bytes(p, t.chunk));
+        let h = self.headers[p].as_mut().expect("live header");
+        h.sigs[t.chunk] = sig;
+        h.closed = t.chunk + 1;
+        self.write_header(p)?;
+        self.region.fence()?;
+        self.tail = Some(Tail { seg: t.seg, chunk: t.chunk + 1, off: 0 });
+        Ok(())
+    }
+
+    /// Seals a full segment: verifies every chunk (repairing what it can), then records the
+    /// parity chunks' signatures. Sealed segments are never written again except to repair.
+    fn seal(&mut self, seg: u64) -> Result<(), LogError> {
+        let p = self.layout.physical(seg);
+        let sigs = self.check_segment(seg)?;
+        let h = self.headers[p].as_mut().expect("live header");
+        h.sigs = sigs;
+        h.sealed = true;
+        self.write_header(p)?;
+        self.region.fence()?;
+        Ok(())
+    }
+
+    /// Reads record `id`, after checking its chunk (and repairing the segment if needed).
+    pub fn read(&mut self, id: RecordId) -> Result<Record, LogError> {
+        let tail = self.tail().0;
+        if id.0 >= tail {
+            return Err(LogError::NoSuchRecord { id });
+        }
+        if id.0 < self.head {
+            return Err(LogError::Trimmed { id, head: RecordId(self.head) });
+        }
+        let (seg, chunk, off) = self.locate(id.0);
+        self.verify_chunk(seg, chunk)?;
+        self.stats.reads += 1;
+        let p = self.layout.physical(seg);
+        let bytes = self.chunk_bytes(p, chunk);
+        match record::at(bytes, self.id_at(seg, chunk, 0), off) {
+            At::Record(f) => Ok(Record { id, tag: f.tag, data: bytes[f.payload()].to_vec() }),
+            _ => Err(LogError::NoSuchRecord { id }),
+        }
+    }
+
+    /// Calls `f` with every live record from `from` on, in order; returns how many. Each chunk
+    /// is checked once, before its records are handed out.
+    pub fn replay(
+        &mut self,
+        from: RecordId,
+        mut f: impl FnMut(RecordId, u16, &[u8]),
+    ) -> Result<u64, LogError> {
+        let Some(t) = self.tail else { return Ok(0) };
+        let start = from.0.max(self.head);
+        let (first_seg, first_chunk, _) = self.locate(start);
+        let mut count = 0;
+        for seg in first_seg..=t.seg {
+            let chunks = if seg == t.seg { (t.chunk + 1).min(self.layout.cfg.k) } else { self.layout.cfg.k };
+            let from_chunk = if seg == first_seg { first_chunk } else { 0 };
+            for chunk in from_chunk..chunks {
+                self.verify_chunk(seg, chunk)?;
+                let p = self.layout.physical(seg);
+                let base = self.id_at(seg, chunk, 0);
+                let bytes = self.chunk_bytes(p, chunk);
+                for r in record::chain(bytes, base, self.layout.cfg.block_size).records {
+                    let id = base + r.off as u64;
+                    if id >= start {
+                        f(RecordId(id), r.tag, &bytes[r.payload()]);
+                        count += 1;
+                    }
+                }
+            }
+        }
+        Ok(count)
+    }
+
+    /// Every live record, in order.
+    pub fn records(&mut self) -> Result<Vec<Record>, LogError> {
+        let mut v = Vec::new();
+        self.replay(RecordId(0), |id, tag, data| v.push(Record { id, tag, data: data.to_vec() }))?;
+        Ok(v)
+    }
+
+    /// Drops every record before `to`: their segments become free for reuse.
+    pub fn trim(&mut self, to: RecordId) -> Result<(), LogError> {
+        let tail = self.tail().0;
+        if to.0 < self.head || to.0 > tail {
+            return Err(LogError::TrimRange { to, head: RecordId(self.head), tail: RecordId(tail) });
+        }
+        self.head_seq += 1;
+        self.write_head_slot(self.head_seq, to.0)?;
+        self.head = to.0;
+        Ok(())
+    }
+
+    /// The signature of data chunk `i` of logical segment `seg` as the log expects it now.
+    pub(crate) fn expected_data_sig(&self, seg: u64, i: usize) -> Option<Sig64> {
+        let h = self.headers[self.layout.physical(seg)].as_ref()?;
+        (i < h.closed).then(|| h.sigs[i])
+    }
+}
