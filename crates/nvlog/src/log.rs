@@ -199,13 +199,15 @@ impl<R: Region> NvLog<R> {
         &self.region.bytes()[at..at + self.layout.cfg.chunk_size]
     }
 
-    /// Writes both copies of physical segment `p`'s header and flushes them (the caller fences).
+    /// Writes physical segment `p`'s header: one copy, fence, the other copy, fence. A copy
+    /// spans several cache lines, so a crash can tear the one being written; the other is
+    /// then intact, old or new.
     pub(crate) fn write_header(&mut self, p: usize) -> Result<(), LogError> {
         let bytes = self.headers[p].as_ref().expect("header present").encode(self.log_id);
         for copy in 0..2 {
             let at = self.layout.header(p, copy);
             self.region.write(at, &bytes)?;
-            self.region.flush(at, bytes.len())?;
+            self.region.persist(at, bytes.len())?;
         }
         Ok(())
     }
@@ -293,7 +295,6 @@ impl<R: Region> NvLog<R> {
         self.region.fence()?;
         self.headers[p] = Some(SegmentHeader::fresh(seg, self.layout.cfg.n()));
         self.write_header(p)?;
-        self.region.fence()?;
         if seg >= s {
             self.lost.retain(|&(g, _)| g != seg - s);
         }
@@ -310,7 +311,6 @@ impl<R: Region> NvLog<R> {
         h.sigs[t.chunk] = sig;
         h.closed = t.chunk + 1;
         self.write_header(p)?;
-        self.region.fence()?;
         self.tail = Some(Tail { seg: t.seg, chunk: t.chunk + 1, off: 0 });
         Ok(())
     }
@@ -324,7 +324,6 @@ impl<R: Region> NvLog<R> {
         h.sigs = sigs;
         h.sealed = true;
         self.write_header(p)?;
-        self.region.fence()?;
         Ok(())
     }
 

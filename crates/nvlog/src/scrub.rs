@@ -147,7 +147,6 @@ impl<R: Region> NvLog<R> {
         }
         if rewrite {
             self.write_header(p)?;
-            self.region.fence()?;
             let r = Repair { segment: seg, chunk: usize::MAX, cause: Cause::SegmentHeader, tags: vec![] };
             report.repairs.push(r.clone());
             self.note(r);
