@@ -179,6 +179,22 @@ impl<R: Region> NvLog<R> {
         self.region
     }
 
+    /// Where chunk `chunk` (data 0..k, then parity) of logical segment `seg` lies in the
+    /// region (for fault injection and inspection tools).
+    pub fn chunk_range(&self, seg: u64, chunk: usize) -> std::ops::Range<usize> {
+        let at = self.layout.chunk(self.layout.physical(seg), chunk);
+        at..at + self.layout.cfg.chunk_size
+    }
+
+    /// Where the two copies of logical segment `seg`'s header lie in the region.
+    pub fn header_ranges(&self, seg: u64) -> [std::ops::Range<usize>; 2] {
+        let p = self.layout.physical(seg);
+        [0, 1].map(|c| {
+            let at = self.layout.header(p, c);
+            at..at + self.layout.header_size
+        })
+    }
+
     pub(crate) fn seg_data(&self) -> u64 {
         self.layout.cfg.segment_data()
     }

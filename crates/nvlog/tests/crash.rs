@@ -39,16 +39,29 @@ fn run_once(base: &CrashRegion, point: CrashPoint, seed: u64) -> bool {
     let head = log.head();
     let acked = model.live_from(head);
     let got = log.records().unwrap_or_else(|e| panic!("{point:?} seed {seed}: replay: {e}"));
-    assert!(got.len() == acked.len() || got.len() == acked.len() + 1, "{point:?} seed {seed}: {} records, {} acked", got.len(), acked.len());
+    assert!(
+        got.len() == acked.len() || got.len() == acked.len() + 1,
+        "{point:?} seed {seed}: {} records, {} acked",
+        got.len(),
+        acked.len()
+    );
     for (g, (id, tag, data)) in got.iter().zip(&acked) {
-        assert_eq!((g.id, g.tag, &g.data), (*id, *tag, data), "{point:?} seed {seed}: acknowledged record lost or changed");
+        assert_eq!(
+            (g.id, g.tag, &g.data),
+            (*id, *tag, data),
+            "{point:?} seed {seed}: acknowledged record lost or changed"
+        );
     }
     let survived = got.len() > acked.len();
     if survived {
         // The append in flight made it whole: it is exactly what was being appended.
         let (tag, data) = payload(SEED, model.records.len() as u64, MAX);
         let extra = got.last().unwrap();
-        assert_eq!((extra.tag, &extra.data), (tag, &data), "{point:?} seed {seed}: a half-written record appeared");
+        assert_eq!(
+            (extra.tag, &extra.data),
+            (tag, &data),
+            "{point:?} seed {seed}: a half-written record appeared"
+        );
         model.records.push((extra.id, tag, data));
     }
     for (id, tag, data) in &acked {

@@ -1,0 +1,252 @@
+//! Corruption campaigns: wild writes and bit flips into chunks, headers, superblock and head.
+//! Within the redundancy every record reads back exact; beyond it, reads fail, never lie.
+
+mod common;
+
+use bitmend_media::pmem::{RamRegion, Region, RegionFaults};
+use bitmend_media::rng::Rng;
+use bitmend_nvlog::{Cause, LogConfig, LogError, NvLog};
+use common::*;
+
+/// A log with several sealed segments and a live one partly filled.
+fn filled(m: usize, chunk: usize) -> (NvLog<RamRegion>, Model) {
+    let cfg = LogConfig { k: 4, m, chunk_size: chunk, block_size: 8, segments: 8 };
+    let mut log = NvLog::format(RamRegion::new(region_len(cfg)), cfg).unwrap();
+    let mut model = Model::default();
+    let target = 5 * cfg.segment_data() + cfg.segment_data() / 3;
+    let mut i = 0;
+    while log.tail().0 < target {
+        let (tag, data) = payload(42, i, chunk / 4);
+        model.records.push((log.append(tag, &data).unwrap(), tag, data));
+        i += 1;
+    }
+    (log, model)
+}
+
+/// Every record either reads back exact or fails; returns (exact, failed).
+fn read_all_never_wrong(log: &mut NvLog<RamRegion>, model: &Model) -> (usize, usize) {
+    let (mut ok, mut failed) = (0, 0);
+    for (id, tag, data) in &model.records {
+        match log.read(*id) {
+            Ok(r) => {
+                assert_eq!((r.tag, &r.data), (*tag, data), "record {id} read back WRONG");
+                ok += 1;
+            }
+            Err(LogError::Unrecoverable { .. }) => failed += 1,
+            Err(e) => panic!("record {id}: unexpected {e}"),
+        }
+    }
+    (ok, failed)
+}
+
+#[test]
+fn wild_writes_into_up_to_m_chunks_per_segment_are_repaired() {
+    let mut injected = 0;
+    let mut trials = 0;
+    let mut repaired = 0;
+    for m in [1, 2, 4] {
+        let (mut log, model) = filled(m, 1024);
+        let n = 4 + m;
+        let mut faults = RegionFaults::new(m as u64);
+        let mut rng = Rng::new(100 + m as u64);
+        let live = log.live_segments();
+        for trial in 0..60 {
+            let seg = live.start + rng.below(live.end - live.start);
+            let bad = 1 + rng.below(m as u64) as usize;
+            for chunk in rng.distinct(bad, n as u64) {
+                let range = log.chunk_range(seg, chunk as usize);
+                // 1 byte, a run, or the whole chunk.
+                let len = match trial % 3 {
+                    0 => 1,
+                    1 => 1 + rng.below(200) as usize,
+                    _ => range.len(),
+                };
+                let at = range.start + rng.below((range.len() - len + 1) as u64) as usize;
+                faults.wild_write_at(log.region_mut(), at, len).unwrap();
+                injected += 1;
+            }
+            trials += 1;
+            // Reads find and repair what touches records; a scrub cleans the rest.
+            let (ok, failed) = read_all_never_wrong(&mut log, &model);
+            assert_eq!(
+                (ok, failed),
+                (model.records.len(), 0),
+                "m={m} trial {trial}: {bad} bad chunks in segment {seg}"
+            );
+            let report = log.scrub().unwrap();
+            assert!(report.unrecoverable.is_empty(), "{report}");
+            let clean = log.scrub().unwrap();
+            assert!(clean.repairs.is_empty(), "a second scrub finds nothing: {clean}");
+        }
+        let s = log.stats();
+        repaired += s.repaired_data_chunks + s.repaired_parity_chunks + s.zeroed_garbage;
+        assert_eq!(s.unrecoverable_chunks, 0);
+        check_all(&mut log, &model);
+    }
+    eprintln!("corruption campaign: {trials} trials, {injected} wild writes (1 B to a whole chunk) into 1..m chunks of sealed and live segments, m=1,2,4; {repaired} chunk repairs; 0 records lost, 0 wrong bytes");
+}
+
+#[test]
+fn more_than_m_bad_chunks_fail_reads_of_them_and_only_them() {
+    for m in [1, 2] {
+        let (mut log, model) = filled(m, 512);
+        let seg = log.live_segments().start + 1; // a sealed segment
+        let mut faults = RegionFaults::new(7);
+        for chunk in 0..=m {
+            let r = log.chunk_range(seg, chunk);
+            faults.wild_write_at(log.region_mut(), r.start, r.len()).unwrap();
+        }
+        let (ok, failed) = read_all_never_wrong(&mut log, &model);
+        assert!(failed > 0, "m={m}: records in the destroyed chunks fail");
+        // Exactly the records in the m+1 damaged chunks fail.
+        let seg_data = log.config().segment_data();
+        let in_damaged = model
+            .records
+            .iter()
+            .filter(|(id, _, _)| id.0 / seg_data == seg && (id.0 % seg_data) / 512 <= m as u64)
+            .count();
+        assert_eq!(failed, in_damaged, "m={m}");
+        assert_eq!(ok + failed, model.records.len());
+        // Replay stops with an error at the damage rather than skipping or inventing.
+        assert!(matches!(log.records(), Err(LogError::Unrecoverable { segment, .. }) if segment == seg));
+        // A data chunk plus every parity chunk also exceeds the redundancy.
+        let (mut log, model) = filled(m, 512);
+        let r = log.chunk_range(seg, 2);
+        faults.wild_write_at(log.region_mut(), r.start + 5, 1).unwrap();
+        for j in 0..m {
+            let r = log.chunk_range(seg, 4 + j);
+            faults.wild_write_at(log.region_mut(), r.start + 9, 3).unwrap();
+        }
+        let (_, failed) = read_all_never_wrong(&mut log, &model);
+        assert!(failed > 0);
+    }
+}
+
+#[test]
+fn equal_errors_255_bytes_apart_are_caught_by_the_signature() {
+    // A signature over GF(2^8) with a primitive element cancels two equal errors 255 bytes
+    // apart; ours (GF(2^16)) must not. The scrub's full pass checks sealed chunks by their
+    // signature alone, so detection here is the signature's.
+    let (mut log, model) = filled(2, 4096);
+    let seg = log.live_segments().start;
+    let mut caught = 0;
+    for (trial, gap) in [255usize, 510, 765, 1020, 255 * 8, 255 * 15].into_iter().enumerate() {
+        let r = log.chunk_range(seg, trial % 4);
+        let p = r.start + 100 + trial;
+        let delta = 0x5Au8 ^ trial as u8;
+        for at in [p, p + gap] {
+            let b = log.region().bytes()[at] ^ delta;
+            log.region_mut().corrupt(at, &[b]).unwrap();
+        }
+        let report = log.scrub().unwrap();
+        assert_eq!(report.count(Cause::DataChunk), 1, "gap {gap}: {report}");
+        caught += 1;
+    }
+    check_all(&mut log, &model);
+    eprintln!("signature: {caught} pairs of equal errors 255*i bytes apart detected and repaired");
+}
+
+#[test]
+fn random_bit_flips_are_corrected_or_refused() {
+    let (mut log, model) = filled(2, 1024);
+    let live = log.live_segments();
+    let first = log.chunk_range(live.start, 0).start;
+    let last = log.chunk_range(live.end - 1, 5).end;
+    let mut faults = RegionFaults::new(31);
+    let mut flipped = 0;
+    for round in 0..40 {
+        // About one flipped bit per four segments' worth of chunks, per round: now and then
+        // three land in one segment, beyond m = 2.
+        let rate = 1.0 / (24.0 * 1024.0 * 8.0);
+        flipped += faults.decay(log.region_mut(), first..last, rate).unwrap().len();
+        let (ok, failed) = read_all_never_wrong(&mut log, &model);
+        assert_eq!(ok + failed, model.records.len(), "round {round}");
+        log.scrub().unwrap();
+    }
+    let s = log.stats();
+    eprintln!(
+        "bit flips: {flipped} flipped over 40 rounds; {} data and {} parity chunks repaired, {} garbage ranges zeroed, {} chunks unrecoverable",
+        s.repaired_data_chunks, s.repaired_parity_chunks, s.zeroed_garbage, s.unrecoverable_chunks
+    );
+    assert!(flipped > 40);
+    if s.unrecoverable_chunks == 0 {
+        check_all(&mut log, &model);
+    }
+}
+
+#[test]
+fn repairs_name_the_modules_whose_records_were_hit() {
+    let (mut log, model) = filled(1, 1024);
+    let seg = log.live_segments().start;
+    let r = log.chunk_range(seg, 1);
+    let mut faults = RegionFaults::new(3);
+    faults.wild_write_at(log.region_mut(), r.start, r.len()).unwrap();
+    let report = log.scrub().unwrap();
+    let repair = report.repairs.iter().find(|r| r.cause == Cause::DataChunk).expect("a data repair");
+    let seg_data = log.config().segment_data();
+    let mut want: Vec<u16> = model
+        .records
+        .iter()
+        .filter(|(id, _, _)| id.0 / seg_data == seg && (id.0 % seg_data) / 1024 == 1)
+        .map(|(_, tag, _)| *tag)
+        .collect();
+    let mut got = repair.tags.clone();
+    want.sort();
+    got.sort();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn damaged_superblock_headers_and_head_are_repaired() {
+    let (log, model) = filled(2, 512);
+    let head = log.head();
+    let live = log.live_segments();
+    let sealed = live.start + 1;
+    let [ha, hb] = log.header_ranges(sealed);
+    let mut region = log.into_region();
+    let mut faults = RegionFaults::new(1);
+    // One superblock copy, one header copy of a sealed segment, the live segment's header A.
+    faults.wild_write_at(&mut region, 10, 30).unwrap();
+    faults.wild_write_at(&mut region, ha.start + 20, 8).unwrap();
+    let (mut log, rec) = NvLog::open(region).unwrap();
+    assert_eq!(rec.superblock_repaired, 1, "{rec}");
+    assert!(rec.headers_repaired >= 1, "{rec}");
+    assert_eq!(log.head(), head);
+    check_all(&mut log, &model);
+
+    // Both copies of a sealed segment's header: rebuilt from the segment's bytes.
+    let mut region = log.into_region();
+    faults.wild_write_at(&mut region, ha.start, ha.len()).unwrap();
+    faults.wild_write_at(&mut region, hb.start, hb.len()).unwrap();
+    let (mut log, rec) = NvLog::open(region).unwrap();
+    assert_eq!(rec.headers_rebuilt, 1, "{rec}");
+    check_all(&mut log, &model);
+
+    // A header copy damaged while running: the cheap scrub pass rewrites it.
+    let [a2, _] = log.header_ranges(sealed);
+    faults.wild_write_at(log.region_mut(), a2.start + 30, 4).unwrap();
+    let report = log.scrub_cheap().unwrap();
+    assert_eq!(report.count(Cause::SegmentHeader), 1, "{report}");
+
+    // Both superblock copies: not a log any more, said clearly.
+    let mut region = log.into_region();
+    faults.wild_write_at(&mut region, 0, 128).unwrap();
+    faults.wild_write_at(&mut region, 4096, 128).unwrap();
+    assert!(matches!(NvLog::open(region), Err(LogError::NotALog { .. })));
+}
+
+#[test]
+fn a_lost_head_slot_resets_the_head_to_the_oldest_segment() {
+    let cfg = small(1);
+    let mut log = NvLog::format(RamRegion::new(region_len(cfg)), cfg).unwrap();
+    let mut model = Model::default();
+    workload(&mut log, &mut model, 8, 0, 200, 60, 30).unwrap();
+    let head = log.head();
+    let mut region = log.into_region();
+    let mut faults = RegionFaults::new(2);
+    faults.wild_write_at(&mut region, 8192, 128).unwrap();
+    let (mut log, rec) = NvLog::open(region).unwrap();
+    assert!(!rec.head_from_slot, "{rec}");
+    assert!(log.head() <= head, "the head may only move back: records are never lost");
+    check_all(&mut log, &model);
+}
