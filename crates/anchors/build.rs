@@ -1,6 +1,7 @@
-//! Links ISA-L when its development files are installed (Debian: libisal-dev) and sets
-//! `cfg(has_isal)`; without it the shims report "not installed" and tests skip the cross-check
-//! unless BITMEND_REQUIRE_ANCHORS is set.
+//! Links ISA-L (Debian: libisal-dev) and PMDK's libpmemobj (libpmemobj-dev) when their
+//! development files are installed, and sets `cfg(has_isal)` / `cfg(has_pmemobj)`; without
+//! them the shims report "not installed" and tests skip the cross-checks unless
+//! BITMEND_REQUIRE_ANCHORS is set.
 
 use std::path::Path;
 
@@ -16,5 +17,12 @@ fn main() {
         println!("cargo::rustc-link-search=native={dir}");
         println!("cargo::rustc-link-lib=dylib=isal");
         println!("cargo::rustc-cfg=has_isal");
+    }
+    println!("cargo::rustc-check-cfg=cfg(has_pmemobj)");
+    let lib = dirs.iter().find(|d| Path::new(d).join("libpmemobj.so").exists());
+    if let (Some(dir), true) = (lib, Path::new("/usr/include/libpmemobj.h").exists()) {
+        println!("cargo::rustc-link-search=native={dir}");
+        println!("cargo::rustc-link-lib=dylib=pmemobj");
+        println!("cargo::rustc-cfg=has_pmemobj");
     }
 }

@@ -72,6 +72,12 @@ impl Row {
         }
     }
 
+    /// The same row, filed under another `bitmend bench` suite.
+    pub fn in_bench(mut self, bench: &'static str) -> Row {
+        self.bench = bench;
+        self
+    }
+
     /// > 1 always means bitmend is better.
     pub fn ratio(&self) -> Option<f64> {
         let a = self.anchor_value?;

@@ -6,5 +6,6 @@
 
 pub mod code;
 pub mod harness;
+pub mod nvlog;
 
 pub use harness::{Options, Row};

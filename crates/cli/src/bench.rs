@@ -25,6 +25,9 @@ pub struct BenchArgs {
 enum Suite {
     /// GF(2^8) engines, Reed-Solomon, signatures and CRC-32C beside ISA-L.
     Code,
+    /// The PRIMS log's small writes beside mprotect, PMDK transactions and bare persists
+    /// (the paper's Figure 2), ns per write.
+    Nvlog,
 }
 
 pub fn run(args: BenchArgs) -> Result<(), String> {
@@ -57,6 +60,18 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
                 );
             }
             bitmend_bench::code::run(&opts, &mut emit);
+        }
+        Suite::Nvlog => {
+            if !json {
+                eprintln!(
+                    "bench nvlog: {} writes per run, medians of {} runs; PMDK {}; persist by {}",
+                    if args.quick { "20,000" } else { "1,000,000 (200,000 per fixed size)" },
+                    if args.quick { 1 } else { 3 },
+                    if bitmend_anchors::pmdk::available() { "linked" } else { "NOT linked (no anchor)" },
+                    bitmend_media::pmem::flush_instruction()
+                );
+            }
+            bitmend_bench::nvlog::run(&opts, &mut emit);
         }
     }
     if !json {

@@ -15,6 +15,8 @@ use crate::{LogError, RecordId};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Tail {
     pub seg: u64,
+    /// The physical segment holding `seg` (kept: a division per append shows in profiles).
+    pub p: usize,
     pub chunk: usize,
     pub off: usize,
 }
@@ -60,6 +62,12 @@ pub struct NvLog<R: Region> {
     pub(crate) stats: LogStats,
     pub(crate) repairs: Vec<Repair>,
     scratch: Vec<u8>,
+    window: Vec<u8>,
+    /// The live segment's parity chunks, as the append path last wrote them.
+    pub(crate) shadow: Vec<u8>,
+    pub(crate) shadow_seg: Option<u64>,
+    /// Column `i` of the parity rows (the m coefficients of data chunk i), chunk by chunk.
+    columns: Vec<u8>,
 }
 
 impl<R: Region> std::fmt::Debug for NvLog<R> {
@@ -75,6 +83,8 @@ impl<R: Region> std::fmt::Debug for NvLog<R> {
 impl<R: Region> NvLog<R> {
     pub(crate) fn assemble(region: R, cfg: LogConfig, log_id: u64) -> Result<NvLog<R>, LogError> {
         let codec = Codec::new(cfg.k, cfg.m).map_err(|e| LogError::Config { why: e.to_string() })?;
+        let columns =
+            (0..cfg.k).flat_map(|i| (0..cfg.m).map(|j| codec.parity_row(j)[i]).collect::<Vec<_>>()).collect();
         Ok(NvLog {
             region,
             layout: Layout::new(cfg),
@@ -89,6 +99,10 @@ impl<R: Region> NvLog<R> {
             stats: LogStats::default(),
             repairs: Vec::new(),
             scratch: Vec::new(),
+            window: Vec::new(),
+            shadow: Vec::new(),
+            shadow_seg: None,
+            columns,
         })
     }
 
@@ -265,7 +279,7 @@ impl<R: Region> NvLog<R> {
             }
             break t;
         };
-        let p = self.layout.physical(t.seg);
+        let p = t.p;
         let id = self.id_at(t.seg, t.chunk, t.off);
         let mut rec = std::mem::take(&mut self.scratch);
         record::encode(id, tag, data, &mut rec);
@@ -279,22 +293,63 @@ impl<R: Region> NvLog<R> {
 
     /// The record's bytes into the live chunk, the parity delta into each parity chunk
     /// (the bytes there were zero, so the delta is the record itself), one fence.
+    ///
+    /// The parity of the live segment is updated in a DRAM copy (`shadow`) and the changed
+    /// window is streamed to the medium with the record: non-temporal stores need no flush
+    /// and no read of lines that the previous append's write-back just evicted. The window is
+    /// rounded out to 32 bytes (zeros around the record add nothing) so the engine runs whole
+    /// vectors; the record is padded with the zeros that follow it to whole 8-byte words.
     fn store_record(&mut self, p: usize, t: Tail, rec: &[u8]) -> Result<(), LogError> {
-        let k = self.layout.cfg.k;
+        let (k, m, cs) = (self.layout.cfg.k, self.layout.cfg.m, self.layout.cfg.chunk_size);
+        if self.shadow_seg != Some(t.seg) {
+            self.load_shadow(t.seg);
+        }
         let at = self.layout.chunk(p, t.chunk) + t.off;
-        self.region.write(at, rec)?;
+        let lo = t.off & !31;
+        let hi = (t.off + rec.len()).next_multiple_of(32).min(cs);
+        let mut window = std::mem::take(&mut self.window);
+        window.clear();
+        window.resize(hi - lo, 0);
+        window[t.off - lo..t.off - lo + rec.len()].copy_from_slice(rec);
+        let padded = rec.len().next_multiple_of(8).min(cs - t.off);
+        let mut result = self.region.write_streaming(at, &window[t.off - lo..t.off - lo + padded]);
+        // One pass over the delta for up to 8 parity chunks at a time (the engine splits
+        // each source vector once and applies every coefficient to it); no allocation.
+        let column = &self.columns[t.chunk * m..(t.chunk + 1) * m];
         let engine = self.codec.engine();
-        for j in 0..self.layout.cfg.m {
-            let coef = self.codec.parity_row(j)[t.chunk];
-            let pat = self.layout.chunk(p, k + j) + t.off;
-            self.region.update(pat, rec.len(), &mut |dst| engine.mul_acc(coef, rec, dst))?;
+        let mut rest: &mut [u8] = &mut self.shadow;
+        for g in (0..m).step_by(8) {
+            let n = (m - g).min(8);
+            let mut outs: [&mut [u8]; 8] = Default::default();
+            for slot in outs.iter_mut().take(n) {
+                // Split rather than `chunks_mut`: that divides by the chunk size each call.
+                let (chunk, after) = std::mem::take(&mut rest).split_at_mut(cs);
+                *slot = &mut chunk[lo..hi];
+                rest = after;
+            }
+            engine.dot_prod(&column[g..g + n], &[&window], &mut outs[..n], true);
         }
-        self.region.flush(at, rec.len())?;
-        for j in 0..self.layout.cfg.m {
-            self.region.flush(self.layout.chunk(p, k + j) + t.off, rec.len())?;
+        for j in 0..m {
+            if result.is_err() {
+                break;
+            }
+            let at = self.layout.chunk(p, k + j) + lo;
+            result = self.region.write_streaming(at, &self.shadow[j * cs + lo..j * cs + hi]);
         }
+        self.window = window;
+        result?;
         self.region.fence()?;
         Ok(())
+    }
+
+    /// Reads the live segment's parity chunks into the DRAM copy the append path updates.
+    pub(crate) fn load_shadow(&mut self, seg: u64) {
+        let p = self.layout.physical(seg);
+        let (k, m, cs) = (self.layout.cfg.k, self.layout.cfg.m, self.layout.cfg.chunk_size);
+        let at = self.layout.chunk(p, k);
+        self.shadow.clear();
+        self.shadow.extend_from_slice(&self.region.bytes()[at..at + m * cs]);
+        self.shadow_seg = Some(seg);
     }
 
     /// Starts logical segment `seg`: zeroes its chunks (so zero parity is right), then writes
@@ -314,7 +369,11 @@ impl<R: Region> NvLog<R> {
         if seg >= s {
             self.lost.retain(|&(g, _)| g != seg - s);
         }
-        self.tail = Some(Tail { seg, chunk: 0, off: 0 });
+        let parity = self.layout.cfg.m * self.layout.cfg.chunk_size;
+        self.shadow.clear();
+        self.shadow.resize(parity, 0);
+        self.shadow_seg = Some(seg);
+        self.tail = Some(Tail { seg, p, chunk: 0, off: 0 });
         Ok(())
     }
 
@@ -327,15 +386,21 @@ impl<R: Region> NvLog<R> {
         h.sigs[t.chunk] = sig;
         h.closed = t.chunk + 1;
         self.write_header(p)?;
-        self.tail = Some(Tail { seg: t.seg, chunk: t.chunk + 1, off: 0 });
+        self.tail = Some(Tail { chunk: t.chunk + 1, off: 0, ..t });
         Ok(())
     }
 
-    /// Seals a full segment: verifies every chunk (repairing what it can), then records the
-    /// parity chunks' signatures. Sealed segments are never written again except to repair.
+    /// Seals a full segment: records the parity chunks' signatures, after checking them
+    /// against the data chunks' (checked as each closed); on a mismatch the whole segment is
+    /// checked and repaired first. Sealed segments are never written again except to repair.
     fn seal(&mut self, seg: u64) -> Result<(), LogError> {
+        let (k, m) = (self.layout.cfg.k, self.layout.cfg.m);
         let p = self.layout.physical(seg);
-        let sigs = self.check_segment(seg)?;
+        let data: Vec<Sig64> = self.headers[p].as_ref().expect("live header").sigs[..k].to_vec();
+        let parity: Vec<Sig64> = (0..m).map(|j| Sig64::combine(self.codec.parity_row(j), &data)).collect();
+        let consistent = (0..m).all(|j| self.signer.sign(self.chunk_bytes(p, k + j)) == parity[j]);
+        let sigs =
+            if consistent { data.into_iter().chain(parity).collect() } else { self.check_segment(seg)? };
         let h = self.headers[p].as_mut().expect("live header");
         h.sigs = sigs;
         h.sealed = true;

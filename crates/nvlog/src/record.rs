@@ -1,10 +1,12 @@
 //! Records inside a data chunk: a 12-byte header, then the payload.
 //!
-//! The header's CRC-32C covers the record's id, its header fields and its payload, so a
-//! record copied to another place, torn by a crash, or damaged in the medium never passes.
+//! The header's CRC-32C covers its header fields and its payload, and is XORed with the
+//! record's id folded to 32 bits, so a record copied to another place, torn by a crash, or
+//! damaged in the medium never passes. (One CRC pass over contiguous bytes: the append path
+//! is measured in nanoseconds.)
 //! A zero header ends the records of a chunk; the rest of the chunk is zero.
 
-use bitmend_code::crc::{crc32c, crc32c_append};
+use bitmend_code::crc::crc32c;
 
 /// Header bytes before the payload.
 pub const HEADER: usize = 12;
@@ -25,19 +27,23 @@ impl Found {
     }
 }
 
-fn crc(id: u64, head: &[u8], payload: &[u8]) -> u32 {
-    crc32c_append(crc32c_append(crc32c(&id.to_le_bytes()), head), payload)
+/// The check of a record: CRC-32C of `fields_and_payload` (header bytes 4..12, then the
+/// payload, contiguous) XOR the id folded to 32 bits.
+fn check(id: u64, fields_and_payload: &[u8]) -> u32 {
+    crc32c(fields_and_payload) ^ (id as u32) ^ ((id >> 32) as u32)
 }
 
-/// Writes the header and payload of the record `id` into `out` (cleared first).
+/// Writes the header and payload of the record `id` into `out` (cleared first). Header:
+/// check u32, length | 1 << 31 u32, tag u16, zero u16.
 pub(crate) fn encode(id: u64, tag: u16, payload: &[u8], out: &mut Vec<u8>) {
     out.clear();
+    out.extend_from_slice(&[0; 4]);
     out.extend_from_slice(&(payload.len() as u32 | PRESENT).to_le_bytes());
     out.extend_from_slice(&tag.to_le_bytes());
     out.extend_from_slice(&[0, 0]);
-    let c = crc(id, &out[..8], payload);
-    out.extend_from_slice(&c.to_le_bytes());
     out.extend_from_slice(payload);
+    let c = check(id, &out[4..]);
+    out[..4].copy_from_slice(&c.to_le_bytes());
 }
 
 /// What is at offset `off` of a chunk whose first byte has id `chunk_id`.
@@ -58,16 +64,16 @@ pub(crate) fn at(chunk: &[u8], chunk_id: u64, off: usize) -> At {
     if h.iter().all(|&b| b == 0) {
         return At::End;
     }
-    let word = u32::from_le_bytes(h[0..4].try_into().unwrap());
+    let word = u32::from_le_bytes(h[4..8].try_into().unwrap());
     let len = (word & !PRESENT) as usize;
-    if word & PRESENT == 0 || h[6..8] != [0, 0] || off + HEADER + len > chunk.len() {
+    if word & PRESENT == 0 || h[10..12] != [0, 0] || off + HEADER + len > chunk.len() {
         return At::Invalid;
     }
-    let stored = u32::from_le_bytes(h[8..12].try_into().unwrap());
-    if stored != crc(chunk_id + off as u64, &h[..8], &chunk[off + HEADER..off + HEADER + len]) {
+    let stored = u32::from_le_bytes(h[0..4].try_into().unwrap());
+    if stored != check(chunk_id + off as u64, &chunk[off + 4..off + HEADER + len]) {
         return At::Invalid;
     }
-    At::Record(Found { off, tag: u16::from_le_bytes(h[4..6].try_into().unwrap()), len })
+    At::Record(Found { off, tag: u16::from_le_bytes(h[8..10].try_into().unwrap()), len })
 }
 
 /// `n` rounded up to a multiple of `block` (a power of two).

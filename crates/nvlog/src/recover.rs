@@ -246,11 +246,11 @@ impl<R: Region> NvLog<R> {
         let p = self.layout.physical(seg);
         let h = self.headers[p].clone().expect("live header");
         if h.sealed || h.closed == k {
-            self.tail = Some(Tail { seg, chunk: k, off: 0 });
+            self.tail = Some(Tail { seg, p, chunk: k, off: 0 });
             return Ok(());
         }
         let c = h.closed;
-        self.tail = Some(Tail { seg, chunk: c, off: 0 });
+        self.tail = Some(Tail { seg, p, chunk: c, off: 0 });
         // Chunks after the live one hold zeros.
         for i in c + 1..k {
             let at = self.layout.chunk(p, i);
@@ -291,7 +291,7 @@ impl<R: Region> NvLog<R> {
             // The closed chunks alone, with the live chunk cut at its own chain's end.
             let cut = chain_a.end;
             self.zero_range(self.layout.chunk(p, c) + cut, cs - cut)?;
-            self.tail = Some(Tail { seg, chunk: c, off: cut });
+            self.tail = Some(Tail { seg, p, chunk: c, off: cut });
             exp[c] = Expect::Chain { end: cut };
             match self.try_decode(seg, &bad, &exp) {
                 Some(rebuilt) => best = Some(rebuilt),
@@ -333,7 +333,7 @@ impl<R: Region> NvLog<R> {
             self.region.write(at, &live)?;
             self.region.flush(at, cs)?;
         }
-        self.tail = Some(Tail { seg, chunk: c, off: best_end });
+        self.tail = Some(Tail { seg, p, chunk: c, off: best_end });
         if !lost_closed {
             report.parity_chunks_rewritten += self.rewrite_parity(seg)?;
         }
@@ -345,6 +345,7 @@ impl<R: Region> NvLog<R> {
         let cfg = self.layout.cfg;
         let (k, m, cs) = (cfg.k, cfg.m, cfg.chunk_size);
         let p = self.layout.physical(seg);
+        self.shadow_seg = None;
         let mut parity = vec![0u8; m * cs];
         {
             let data: Vec<&[u8]> = (0..k).map(|i| self.chunk_bytes(p, i)).collect();

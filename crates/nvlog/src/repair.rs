@@ -149,6 +149,10 @@ impl<R: Region> NvLog<R> {
         let (k, m, cs) = (cfg.k, cfg.m, cfg.chunk_size);
         let p = self.layout.physical(seg);
         let exp: Vec<Expect> = (0..k).map(|i| self.expect(seg, i)).collect();
+        // Parity may be rewritten below: the append path's copy is reloaded when next used.
+        if self.shadow_seg == Some(seg) {
+            self.shadow_seg = None;
+        }
 
         // Zeros where zeros belong: no decoding needed, the parity already holds zeros there.
         for (i, e) in exp.iter().enumerate() {

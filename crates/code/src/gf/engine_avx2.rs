@@ -37,7 +37,9 @@ impl Engine for Avx2 {
                     _ => dot_cols::<4>(rows, srcs, outs, accumulate, body),
                 }
             }
-            dot_prod_range(rows, srcs, outs, accumulate, body..len);
+            if body < len {
+                dot_prod_range(rows, srcs, outs, accumulate, body..len);
+            }
         }
     }
 

@@ -161,6 +161,33 @@ impl Region for MmapRegion {
         Ok(())
     }
 
+    fn write_streaming(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
+        check_range(offset, data.len(), self.len)?;
+        if self.persistence != Persistence::CacheLineFlush || !cfg!(target_arch = "x86_64") {
+            self.write(offset, data)?;
+            return self.flush(offset, data.len());
+        }
+        // Unaligned head and tail bytes: ordinary stores, flushed; the 8-byte-aligned body:
+        // non-temporal stores, which need no flush.
+        let start = self.ptr as usize + offset;
+        let head = (start.next_multiple_of(8) - start).min(data.len());
+        let body = (data.len() - head) & !7;
+        let (h, rest) = data.split_at(head);
+        let (b, t) = rest.split_at(body);
+        if !h.is_empty() {
+            self.slice_mut()[offset..offset + head].copy_from_slice(h);
+            self.flush(offset, head)?;
+        }
+        flush::stream(self.ptr, offset + head, b);
+        if !t.is_empty() {
+            let at = offset + head + body;
+            self.slice_mut()[at..at + t.len()].copy_from_slice(t);
+            self.flush(at, t.len())?;
+        }
+        self.counters.touch(offset, data.len());
+        Ok(())
+    }
+
     fn flush(&mut self, offset: usize, len: usize) -> Result<(), RegionError> {
         check_range(offset, len, self.len)?;
         if len == 0 {
@@ -266,13 +293,30 @@ mod flush {
             // SAFETY: SFENCE has no preconditions on x86_64 (SSE is baseline).
             unsafe { std::arch::x86_64::_mm_sfence() }
         }
+
+        /// Non-temporal 8-byte stores of `words` (a multiple of 8 bytes) at `base + offset`,
+        /// which must be 8-byte aligned.
+        pub fn stream(base: *mut u8, offset: usize, words: &[u8]) {
+            for (i, w) in words.chunks_exact(8).enumerate() {
+                let v = i64::from_le_bytes(w.try_into().expect("8 bytes"));
+                // SAFETY: the caller checked that offset + words.len() lies within the
+                // mapping at `base` and that base + offset is 8-byte aligned; MOVNTI is SSE2,
+                // baseline on x86_64.
+                unsafe { std::arch::x86_64::_mm_stream_si64(base.add(offset + 8 * i).cast(), v) };
+            }
+        }
     }
 
     #[cfg(target_arch = "x86_64")]
-    pub use x86::{fence, insn, line};
+    pub use x86::{fence, insn, line, stream};
 
     #[cfg(not(target_arch = "x86_64"))]
     pub fn line(_p: *const u8) {}
+
+    #[cfg(not(target_arch = "x86_64"))]
+    pub fn stream(_base: *mut u8, _offset: usize, _words: &[u8]) {
+        unreachable!("streaming stores are used on x86_64 only")
+    }
 
     #[cfg(not(target_arch = "x86_64"))]
     pub fn fence() {

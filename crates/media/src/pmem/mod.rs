@@ -118,6 +118,15 @@ pub trait Region: Send {
         self.fence()
     }
 
+    /// A store that bypasses the cache on its way to the medium (non-temporal): it needs no
+    /// flush, and is durable at the next [`fence`](Region::fence). Worth it for bytes the
+    /// CPU will not read back soon, whose lines a write-back would otherwise evict or whose
+    /// read-for-ownership would miss. The default is a store plus a flush.
+    fn write_streaming(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
+        self.write(offset, data)?;
+        self.flush(offset, data.len())
+    }
+
     /// Stores then persists.
     fn write_persist(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
         self.write(offset, data)?;
@@ -140,6 +149,9 @@ impl<R: Region + ?Sized> Region for Box<R> {
     }
     fn flush(&mut self, offset: usize, len: usize) -> Result<(), RegionError> {
         (**self).flush(offset, len)
+    }
+    fn write_streaming(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
+        (**self).write_streaming(offset, data)
     }
     fn fence(&mut self) -> Result<(), RegionError> {
         (**self).fence()
