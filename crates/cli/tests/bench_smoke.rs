@@ -58,3 +58,25 @@ fn bad_arguments_fail_clearly() {
     let out = Command::new(env!("CARGO_BIN_EXE_bitmend")).args(["bench", "nothing"]).output().unwrap();
     assert!(!out.status.success());
 }
+
+#[test]
+fn bench_nvlog_quick_json_has_every_contender() {
+    let out = Command::new(env!("CARGO_BIN_EXE_bitmend"))
+        .args(["bench", "nvlog", "--quick", "--json"])
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 5 * 3 * 3, "5 workloads x m=1,2,4 x 3 anchors");
+    for l in &lines {
+        assert_eq!(field(l, "bench"), "\"nvlog\"");
+        assert_eq!(field(l, "unit"), "\"ns\"");
+        let ours: f64 = field(l, "ours").parse().unwrap();
+        assert!(ours > 0.0, "{l}");
+    }
+    for anchor in ["mprotect pair", "pmdk tx", "store+clwb+sfence"] {
+        assert!(lines.iter().any(|l| l.contains(anchor)), "no {anchor} row");
+    }
+    assert!(lines.iter().any(|l| l.contains("append m=4 10..100B vs mprotect")));
+}
