@@ -120,6 +120,10 @@ fn the_cpu_features_give_the_engines() {
     #[cfg(target_arch = "x86_64")]
     {
         assert_eq!(names.contains(&"avx2"), is_x86_feature_detected!("avx2"));
+        assert_eq!(
+            names.contains(&"avx512"),
+            is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw")
+        );
         assert_eq!(names.contains(&"ssse3"), is_x86_feature_detected!("ssse3"));
         assert_eq!(
             names.contains(&"gfni"),

@@ -1,11 +1,13 @@
 //! GF(2^8) arithmetic and the engines that run it over buffers.
 //!
 //! Every engine implements [`Engine`]; [`engine()`] picks the fastest one the CPU supports,
-//! once, unless `BITMEND_ENGINE` names one (`scalar`, `ssse3`, `avx2`, `gfni`). Every SIMD
+//! once, unless `BITMEND_ENGINE` names one (`scalar`, `ssse3`, `avx2`, `avx512`, `gfni`). Every SIMD
 //! engine is checked byte for byte against the scalar one (tests/engines.rs).
 
 #[cfg(target_arch = "x86_64")]
 mod engine_avx2;
+#[cfg(target_arch = "x86_64")]
+mod engine_avx512;
 #[cfg(target_arch = "x86_64")]
 mod engine_gfni;
 mod engine_scalar;
@@ -17,6 +19,8 @@ use std::sync::OnceLock;
 
 #[cfg(target_arch = "x86_64")]
 pub use engine_avx2::Avx2;
+#[cfg(target_arch = "x86_64")]
+pub use engine_avx512::Avx512;
 #[cfg(target_arch = "x86_64")]
 pub use engine_gfni::Gfni;
 pub use engine_scalar::Scalar;
@@ -80,6 +84,9 @@ pub fn available() -> Vec<&'static dyn Engine> {
             v.push(leak(e));
         }
         if let Some(e) = Avx2::new() {
+            v.push(leak(e));
+        }
+        if let Some(e) = Avx512::new() {
             v.push(leak(e));
         }
         if let Some(e) = Gfni::new() {

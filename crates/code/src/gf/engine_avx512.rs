@@ -1,0 +1,239 @@
+//! The AVX-512BW engine: split-nibble shuffles (as the AVX2 engine) on 64-byte vectors, for
+//! CPUs with AVX-512 but no GFNI (Skylake-SP, Cascade Lake). Tails use masked loads and
+//! stores, so there is no scalar remainder.
+
+use std::arch::x86_64::*;
+
+use super::tables::{mul, NIBBLES};
+use super::{check_dot_prod, check_sig, Engine, Lanes, WordMul};
+
+/// AVX-512BW engine; construct with [`Avx512::new`], which checks the CPU.
+#[derive(Clone, Copy, Debug)]
+pub struct Avx512(());
+
+impl Avx512 {
+    /// `Some` when this CPU has AVX-512F and AVX-512BW.
+    pub fn new() -> Option<Self> {
+        (is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw")).then_some(Avx512(()))
+    }
+}
+
+impl Engine for Avx512 {
+    fn name(&self) -> &'static str {
+        "avx512"
+    }
+
+    fn dot_prod(&self, coeffs: &[u8], srcs: &[&[u8]], outs: &mut [&mut [u8]], accumulate: bool) {
+        let len = check_dot_prod(coeffs, srcs, outs);
+        let k = srcs.len();
+        for (g, outs) in outs.chunks_mut(4).enumerate() {
+            let rows = &coeffs[g * 4 * k..(g * 4 + outs.len()) * k];
+            // SAFETY: `new` checked the features; the shapes were checked above.
+            unsafe {
+                match outs.len() {
+                    1 => dot_cols::<1>(rows, srcs, outs, accumulate, len),
+                    2 => dot_cols::<2>(rows, srcs, outs, accumulate, len),
+                    3 => dot_cols::<3>(rows, srcs, outs, accumulate, len),
+                    _ => dot_cols::<4>(rows, srcs, outs, accumulate, len),
+                }
+            }
+        }
+    }
+
+    fn sig_horner(&self, data: &[u8], steps: &[WordMul], accs: &mut [Lanes]) {
+        check_sig(data, steps, accs);
+        for (steps, accs) in steps.chunks(2).zip(accs.chunks_mut(2)) {
+            // SAFETY: `new` checked the features; `data` is whole 64-byte groups (checked).
+            unsafe {
+                match steps.len() {
+                    1 => horner::<1>(data, steps, accs),
+                    _ => horner::<2>(data, steps, accs),
+                }
+            }
+        }
+    }
+}
+
+/// The low- and high-nibble product tables of `c`, in every 128-bit lane.
+#[inline(always)]
+unsafe fn tables(c: u8) -> (__m512i, __m512i) {
+    let t = NIBBLES[c as usize].as_ptr();
+    // SAFETY: a NIBBLES row is 32 bytes: two 16-byte loads stay inside it.
+    unsafe {
+        (
+            _mm512_broadcast_i32x4(_mm_loadu_si128(t.cast())),
+            _mm512_broadcast_i32x4(_mm_loadu_si128(t.add(16).cast())),
+        )
+    }
+}
+
+/// Tables for `a` in the lower 256 bits and `b` in the upper (a step acts on the low halves
+/// of the words with one constant and on the high halves with another).
+#[inline(always)]
+unsafe fn half_tables(a: u8, b: u8) -> (__m512i, __m512i) {
+    // SAFETY: as in `tables`.
+    unsafe {
+        let (alo, ahi) = tables(a);
+        let (blo, bhi) = tables(b);
+        (
+            _mm512_inserti64x4::<1>(alo, _mm512_castsi512_si256(blo)),
+            _mm512_inserti64x4::<1>(ahi, _mm512_castsi512_si256(bhi)),
+        )
+    }
+}
+
+/// c * x, for x split into nibbles (lo, hi).
+#[inline(always)]
+unsafe fn mul_split(t: (__m512i, __m512i), lo: __m512i, hi: __m512i) -> __m512i {
+    _mm512_xor_si512(_mm512_shuffle_epi8(t.0, lo), _mm512_shuffle_epi8(t.1, hi))
+}
+
+#[inline(always)]
+unsafe fn split(x: __m512i) -> (__m512i, __m512i) {
+    let mask = _mm512_set1_epi8(0x0f);
+    (_mm512_and_si512(x, mask), _mm512_and_si512(_mm512_srli_epi16::<4>(x), mask))
+}
+
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn dot_cols<const G: usize>(
+    rows: &[u8],
+    srcs: &[&[u8]],
+    outs: &mut [&mut [u8]],
+    accumulate: bool,
+    len: usize,
+) {
+    let mut off = 0;
+    while off + 64 <= len {
+        // SAFETY: off + 64 <= len of every buffer.
+        unsafe { dot_col::<G, false>(rows, srcs, outs, accumulate, off, !0) };
+        off += 64;
+    }
+    if off < len {
+        let mask: __mmask64 = (1u64 << (len - off)) - 1;
+        // SAFETY: the mask covers bytes off..len, all inside every buffer.
+        unsafe { dot_col::<G, true>(rows, srcs, outs, accumulate, off, mask) };
+    }
+}
+
+/// One 64-byte column of `G` outputs; `MASKED` for the tail, with plain loads elsewhere.
+///
+/// # Safety
+/// Bytes off..off+64 (or those in `mask` when `MASKED`) lie inside every buffer.
+#[inline(always)]
+unsafe fn dot_col<const G: usize, const MASKED: bool>(
+    rows: &[u8],
+    srcs: &[&[u8]],
+    outs: &mut [&mut [u8]],
+    accumulate: bool,
+    off: usize,
+    mask: __mmask64,
+) {
+    let k = srcs.len();
+    // SAFETY: the caller's contract.
+    let load = |p: *const u8| unsafe {
+        if MASKED {
+            _mm512_maskz_loadu_epi8(mask, p.cast())
+        } else {
+            _mm512_loadu_si512(p.cast())
+        }
+    };
+    let mut acc = [_mm512_setzero_si512(); G];
+    for j in 0..G {
+        if accumulate {
+            acc[j] = load(unsafe { outs[j].as_ptr().add(off) });
+        }
+    }
+    for (i, src) in srcs.iter().enumerate() {
+        let (lo, hi) = unsafe { split(load(src.as_ptr().add(off))) };
+        for j in 0..G {
+            let t = unsafe { tables(rows[j * k + i]) };
+            acc[j] = _mm512_ternarylogic_epi64::<0x96>(
+                acc[j],
+                _mm512_shuffle_epi8(t.0, lo),
+                _mm512_shuffle_epi8(t.1, hi),
+            );
+        }
+    }
+    for j in 0..G {
+        let p = unsafe { outs[j].as_mut_ptr().add(off) };
+        // SAFETY: the caller's contract.
+        unsafe {
+            if MASKED {
+                _mm512_mask_storeu_epi8(p.cast(), mask, acc[j]);
+            } else {
+                _mm512_storeu_si512(p.cast(), acc[j]);
+            }
+        }
+    }
+}
+
+/// The square of a step: two groups further along.
+fn square(m: &WordMul) -> WordMul {
+    let [a, b, c, d] = *m;
+    [mul(a, a) ^ mul(b, c), mul(a, b) ^ mul(b, d), mul(c, a) ^ mul(d, c), mul(c, b) ^ mul(d, d)]
+}
+
+type StepTables = ((__m512i, __m512i), (__m512i, __m512i));
+
+/// The diagonal (m00 on low halves, m11 on high) and cross (m01, m10) tables of a step.
+#[target_feature(enable = "avx512f,avx512bw")]
+fn step_tables(m: &WordMul) -> StepTables {
+    let [m00, m01, m10, m11] = *m;
+    // SAFETY: the target features are enabled on this function.
+    unsafe { (half_tables(m00, m11), half_tables(m01, m10)) }
+}
+
+/// acc * step ^ g, the whole 64-byte group in one register (low halves in the lower 256 bits,
+/// high halves in the upper): diag * acc ^ cross * swap(acc) ^ g.
+#[inline(always)]
+unsafe fn step(acc: __m512i, (diag, cross): StepTables, g: __m512i) -> __m512i {
+    let swapped = _mm512_shuffle_i64x2::<0x4E>(acc, acc);
+    // SAFETY: called from functions with the target features enabled.
+    unsafe {
+        let (lo, hi) = split(acc);
+        let (slo, shi) = split(swapped);
+        _mm512_ternarylogic_epi64::<0x96>(mul_split(diag, lo, hi), mul_split(cross, slo, shi), g)
+    }
+}
+
+/// Horner over the groups, last to first, each component in two chains (even and odd
+/// groups, stepping by step^2) so that the shuffles of one hide the latency of the other;
+/// they merge as even ^ odd * step.
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn horner<const N: usize>(data: &[u8], steps: &[WordMul], accs: &mut [Lanes]) {
+    let zero = _mm512_setzero_si512();
+    let z = ((zero, zero), (zero, zero));
+    let mut one = [z; N];
+    let mut two = [z; N];
+    let mut even = [zero; N];
+    let mut odd = [zero; N];
+    for c in 0..N {
+        one[c] = step_tables(&steps[c]);
+        two[c] = step_tables(&square(&steps[c]));
+        // SAFETY: a Lanes is 64 bytes.
+        even[c] = unsafe { _mm512_loadu_si512(accs[c].as_ptr().cast()) };
+    }
+    // SAFETY (loads below): every pointer is the start of a 64-byte group inside `data`.
+    let load = |g: &[u8]| unsafe { _mm512_loadu_si512(g.as_ptr().cast()) };
+    let mut rest = data;
+    if (data.len() / 64) % 2 == 1 {
+        let (head, last) = data.split_at(data.len() - 64);
+        let g = load(last);
+        for c in 0..N {
+            even[c] = unsafe { step(even[c], one[c], g) };
+        }
+        rest = head;
+    }
+    for pair in rest.chunks_exact(128).rev() {
+        let (ge, go) = (load(&pair[..64]), load(&pair[64..]));
+        for c in 0..N {
+            even[c] = unsafe { step(even[c], two[c], ge) };
+            odd[c] = unsafe { step(odd[c], two[c], go) };
+        }
+    }
+    for c in 0..N {
+        let acc = unsafe { step(odd[c], one[c], even[c]) };
+        // SAFETY: a Lanes is 64 bytes.
+        unsafe { _mm512_storeu_si512(accs[c].as_mut_ptr().cast(), acc) };
+    }
+}
