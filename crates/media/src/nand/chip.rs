@@ -15,6 +15,7 @@ pub(crate) trait Cells: Send {
 }
 
 /// A chip: geometry, timing, cells and per-block state, with the rules enforced.
+#[derive(Clone)]
 pub(crate) struct Chip<C> {
     pub geometry: Geometry,
     pub timing: Timing,

@@ -3,6 +3,7 @@
 use super::chip::{chip_backend, Cells, Chip};
 use super::{BlockState, Geometry, NandError, Timing};
 
+#[derive(Clone)]
 pub(crate) struct RamCells {
     bytes: Vec<u8>,
 }
@@ -30,7 +31,9 @@ impl Cells for RamCells {
     }
 }
 
-/// A NAND chip held in RAM, erased (all ones) when created.
+/// A NAND chip held in RAM, erased (all ones) when created. Cloning copies the chip (a
+/// crash campaign starts every run from the same state).
+#[derive(Clone)]
 pub struct RamNand {
     pub(crate) chip: Chip<RamCells>,
 }

@@ -1,0 +1,25 @@
+//! The file system's errors.
+
+use bitmend_media::nand::NandError;
+
+/// Errors of the flash file system. The chip's failures arrive as [`FsError::Nand`]; damage
+/// beyond the configured redundancy is [`FsError::Unrecoverable`], never wrong bytes.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    #[error(transparent)]
+    Nand(#[from] NandError),
+    #[error("invalid file-system configuration: {why}")]
+    Config { why: String },
+    #[error("not a bitmend file system: {why}")]
+    NotAFs { why: String },
+    #[error("file-system format version {found}; this build reads version {supported}")]
+    Version { found: u32, supported: u32 },
+    #[error("no free segment left")]
+    NoSpace,
+    /// A page damaged beyond its block's and its segment's parity.
+    #[error("page {page} is damaged beyond the configured redundancy")]
+    Unrecoverable { page: u32 },
+    #[error("page {page} holds no data written by the file system")]
+    NotWritten { page: u32 },
+}

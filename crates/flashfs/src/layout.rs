@@ -1,0 +1,276 @@
+//! Where things live on the chip, and the byte forms of the superblock and of every page's
+//! spare area (docs/FORMAT.md, "flash file system").
+
+use bitmend_code::crc::crc32c;
+use bitmend_code::sig::Sig64;
+use bitmend_media::nand::Geometry;
+
+use crate::FsError;
+
+/// The on-media version of the flash layout this build reads and writes.
+pub const FS_VERSION: u32 = 1;
+
+const MAGIC: [u8; 8] = *b"BMFLASH\0";
+/// Erase blocks 0 and 1 hold the superblock (page 0 of each).
+pub(crate) const RESERVED_BLOCKS: u32 = 2;
+/// Spare bytes the file system needs per page.
+pub const MIN_SPARE: u32 = 40;
+
+/// The redundancy and shape chosen at mkfs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FsConfig {
+    /// Parity pages per group inside an erase block: a group survives any `parity_pages`
+    /// damaged pages.
+    pub parity_pages: u32,
+    /// Parity erase blocks per segment: a stripe (page i of every block of the segment)
+    /// survives any `parity_blocks` damaged pages.
+    pub parity_blocks: u32,
+    /// Erase blocks per segment (RCFFS: 16 x 128 KiB = 2 MiB).
+    pub blocks_per_segment: u32,
+}
+
+impl Default for FsConfig {
+    fn default() -> Self {
+        FsConfig { parity_pages: 1, parity_blocks: 1, blocks_per_segment: 16 }
+    }
+}
+
+/// Derived offsets, from the geometry and the configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Layout {
+    pub g: Geometry,
+    pub cfg: FsConfig,
+    /// Segments on the chip.
+    pub segments: u32,
+}
+
+impl Layout {
+    pub fn new(g: Geometry, cfg: FsConfig) -> Result<Layout, FsError> {
+        let bad = |why: String| Err(FsError::Config { why });
+        if g.spare_size < MIN_SPARE {
+            return bad(format!("{} spare bytes per page; the file system needs {MIN_SPARE}", g.spare_size));
+        }
+        if cfg.parity_pages == 0 || cfg.parity_pages + 1 >= g.pages_per_block || g.pages_per_block > 255 {
+            return bad(format!(
+                "{} parity pages in blocks of {} pages: need 1 <= p < pages per block - 1, and at most 255 pages",
+                cfg.parity_pages, g.pages_per_block
+            ));
+        }
+        if cfg.blocks_per_segment < 2
+            || cfg.parity_blocks >= cfg.blocks_per_segment
+            || cfg.blocks_per_segment > 255
+        {
+            return bad(format!(
+                "{} parity blocks in segments of {} blocks: need s < blocks per segment <= 255",
+                cfg.parity_blocks, cfg.blocks_per_segment
+            ));
+        }
+        let segments = g.blocks.saturating_sub(RESERVED_BLOCKS) / cfg.blocks_per_segment;
+        if segments < 2 {
+            return bad(format!(
+                "{} erase blocks hold fewer than two segments of {}",
+                g.blocks, cfg.blocks_per_segment
+            ));
+        }
+        Ok(Layout { g, cfg, segments })
+    }
+
+    /// Data (non-parity) blocks per segment.
+    pub fn data_blocks(&self) -> u32 {
+        self.cfg.blocks_per_segment - self.cfg.parity_blocks
+    }
+
+    /// Data pages a group can hold at most (the rest of a block is its parity).
+    pub fn max_group(&self) -> u32 {
+        self.g.pages_per_block - self.cfg.parity_pages
+    }
+
+    /// The erase block `b` (0..blocks_per_segment; data blocks first) of physical segment `seg`.
+    pub fn block(&self, seg: u32, b: u32) -> u32 {
+        RESERVED_BLOCKS + seg * self.cfg.blocks_per_segment + b
+    }
+
+    /// The page `i` of block `b` of physical segment `seg`.
+    pub fn page(&self, seg: u32, b: u32, i: u32) -> u32 {
+        self.g.first_page(self.block(seg, b)) + i
+    }
+
+    /// (physical segment, block within it, page within the block) of a chip page in a segment.
+    pub fn locate(&self, page: u32) -> Option<(u32, u32, u32)> {
+        let block = self.g.block_of(page);
+        if block < RESERVED_BLOCKS {
+            return None;
+        }
+        let rel = block - RESERVED_BLOCKS;
+        let seg = rel / self.cfg.blocks_per_segment;
+        (seg < self.segments).then(|| (seg, rel % self.cfg.blocks_per_segment, self.g.index_in_block(page)))
+    }
+}
+
+/// What a page holds, as its spare area says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// File-system data (nodes packed by the layers above).
+    Data = 1,
+    /// Parity page `index` of a group in the same block.
+    GroupParity = 2,
+    /// A page of segment parity block `index`.
+    SegmentParity = 3,
+    /// Filler after the last group of a block that had no room for another.
+    Pad = 4,
+    /// The superblock.
+    Superblock = 5,
+}
+
+impl Kind {
+    fn from_u8(v: u8) -> Option<Kind> {
+        Some(match v {
+            1 => Kind::Data,
+            2 => Kind::GroupParity,
+            3 => Kind::SegmentParity,
+            4 => Kind::Pad,
+            5 => Kind::Superblock,
+            _ => return None,
+        })
+    }
+}
+
+/// A page's spare area: what the page is, where its group is, its place in the write order,
+/// and the algebraic signature of its data. The file system never relies on the chip's ECC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spare {
+    pub kind: Kind,
+    /// Parity index (group or segment parity), else 0.
+    pub index: u8,
+    /// First data page (index within the block) of the page's group.
+    pub group_first: u8,
+    /// Data pages in the group (parity pages only; 0 on data pages, whose group is open when
+    /// they are written).
+    pub group_len: u8,
+    /// Pages written before this one, file-system wide.
+    pub seq: u64,
+    /// The logical segment (how many segments were opened before this one).
+    pub segment: u64,
+    pub sig: Sig64,
+}
+
+impl Spare {
+    pub fn encode(&self, out: &mut [u8]) {
+        out.fill(0);
+        out[0] = self.kind as u8;
+        out[1] = self.index;
+        out[2] = self.group_first;
+        out[3] = self.group_len;
+        out[8..16].copy_from_slice(&self.seq.to_le_bytes());
+        out[16..24].copy_from_slice(&self.segment.to_le_bytes());
+        out[24..32].copy_from_slice(&self.sig.to_u64().to_le_bytes());
+        let n = out.len();
+        let crc = crc32c(&out[..n - 4]);
+        out[n - 4..].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    /// `None` for an erased spare, a torn one or garbage.
+    pub fn decode(b: &[u8]) -> Option<Spare> {
+        let n = b.len();
+        if u32::from_le_bytes(b[n - 4..].try_into().unwrap()) != crc32c(&b[..n - 4]) {
+            return None;
+        }
+        Some(Spare {
+            kind: Kind::from_u8(b[0])?,
+            index: b[1],
+            group_first: b[2],
+            group_len: b[3],
+            seq: u64::from_le_bytes(b[8..16].try_into().unwrap()),
+            segment: u64::from_le_bytes(b[16..24].try_into().unwrap()),
+            sig: Sig64::from_u64(u64::from_le_bytes(b[24..32].try_into().unwrap())),
+        })
+    }
+}
+
+/// The superblock: geometry, configuration, identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Superblock {
+    pub g: Geometry,
+    pub cfg: FsConfig,
+    pub fs_id: u64,
+}
+
+impl Superblock {
+    pub fn encode(&self, page: &mut [u8]) {
+        page.fill(0);
+        page[0..8].copy_from_slice(&MAGIC);
+        let put = |p: &mut [u8], off: usize, v: u32| p[off..off + 4].copy_from_slice(&v.to_le_bytes());
+        put(page, 8, FS_VERSION);
+        put(page, 12, self.g.page_size);
+        put(page, 16, self.g.spare_size);
+        put(page, 20, self.g.pages_per_block);
+        put(page, 24, self.g.blocks);
+        put(page, 28, self.cfg.parity_pages);
+        put(page, 32, self.cfg.parity_blocks);
+        put(page, 36, self.cfg.blocks_per_segment);
+        page[40..48].copy_from_slice(&self.fs_id.to_le_bytes());
+        let crc = crc32c(&page[..60]);
+        put(page, 60, crc);
+    }
+
+    pub fn decode(page: &[u8]) -> Result<Superblock, FsError> {
+        let not = |why: &str| FsError::NotAFs { why: why.to_string() };
+        if page[0..8] != MAGIC {
+            return Err(not("no file-system magic in the superblock page"));
+        }
+        let get = |off: usize| u32::from_le_bytes(page[off..off + 4].try_into().unwrap());
+        if get(60) != crc32c(&page[..60]) {
+            return Err(not("superblock checksum mismatch"));
+        }
+        if get(8) != FS_VERSION {
+            return Err(FsError::Version { found: get(8), supported: FS_VERSION });
+        }
+        Ok(Superblock {
+            g: Geometry {
+                page_size: get(12),
+                spare_size: get(16),
+                pages_per_block: get(20),
+                blocks: get(24),
+            },
+            cfg: FsConfig { parity_pages: get(28), parity_blocks: get(32), blocks_per_segment: get(36) },
+            fs_id: u64::from_le_bytes(page[40..48].try_into().unwrap()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spare_round_trips_and_rejects_erased_and_damaged() {
+        let s = Spare {
+            kind: Kind::GroupParity,
+            index: 1,
+            group_first: 4,
+            group_len: 9,
+            seq: 123_456,
+            segment: 7,
+            sig: Sig64::from_u64(0xDEAD_BEEF_0123),
+        };
+        let mut b = [0u8; 64];
+        s.encode(&mut b);
+        assert_eq!(Spare::decode(&b), Some(s));
+        b[10] ^= 1;
+        assert_eq!(Spare::decode(&b), None);
+        assert_eq!(Spare::decode(&[0xFF; 64]), None, "an erased spare is no spare");
+    }
+
+    #[test]
+    fn layout_of_the_rcffs_chip() {
+        let l = Layout::new(Geometry::RCFFS, FsConfig::default()).unwrap();
+        assert_eq!(l.segments, (1024 - 2) / 16);
+        assert_eq!(l.data_blocks(), 15);
+        assert_eq!(l.max_group(), 63);
+        let p = l.page(3, 2, 5);
+        assert_eq!(l.locate(p), Some((3, 2, 5)));
+        assert_eq!(l.locate(0), None);
+        assert!(Layout::new(Geometry::RCFFS, FsConfig { parity_pages: 0, ..FsConfig::default() }).is_err());
+        assert!(Layout::new(Geometry::RCFFS, FsConfig { parity_blocks: 16, ..FsConfig::default() }).is_err());
+    }
+}

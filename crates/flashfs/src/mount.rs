@@ -1,0 +1,228 @@
+//! Opening a page store: the superblock, the newest segment, and the write position in it.
+//!
+//! Pages carry their segment and a file-system-wide sequence number in their spare, so the
+//! newest segment is found from the first page of each segment, and the write position from
+//! the spares of that one segment: a bounded number of spare reads, whatever happened before.
+//! A torn page (a program cut by power loss) has a spare that does not decode; it is skipped,
+//! never reprogrammed. Data pages of a group whose parity was never written are read back,
+//! and if they verify, the group is closed with its parity at mount: they are then as
+//! correctable as synced pages.
+
+use bitmend_media::nand::Nand;
+
+use crate::layout::{Kind, Layout, Spare, Superblock, RESERVED_BLOCKS};
+use crate::store::PageStore;
+use crate::FsError;
+
+/// What mounting found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Mount {
+    /// Segments holding pages.
+    pub segments_in_use: u32,
+    /// The newest segment (logical number), if any page was ever written.
+    pub live_segment: Option<u64>,
+    /// Spare areas read to mount.
+    pub spares_read: u64,
+    /// Pages whose program was cut (spare unreadable), skipped.
+    pub torn_pages: u32,
+    /// Unsynced data pages found intact and given their group parity at mount.
+    pub pages_protected_at_mount: u32,
+    /// The newest segment was full but its parity blocks incomplete: written at mount.
+    pub resealed: bool,
+}
+
+fn erased(b: &[u8]) -> bool {
+    b.iter().all(|&x| x == 0xFF)
+}
+
+impl<N: Nand> PageStore<N> {
+    /// Mounts the store on `nand`.
+    pub fn open(mut nand: N) -> Result<(PageStore<N>, Mount), FsError> {
+        let g = nand.geometry();
+        let mut page = vec![0u8; g.page_size as usize];
+        let mut spare = vec![0u8; g.spare_size as usize];
+        let mut sb = None;
+        let mut why = FsError::NotAFs { why: "no readable superblock".into() };
+        for b in 0..RESERVED_BLOCKS.min(g.blocks) {
+            if nand.is_bad(b)? {
+                continue;
+            }
+            nand.read_page(g.first_page(b), &mut page, &mut spare)?;
+            match Superblock::decode(&page) {
+                Ok(s) if s.g == g => {
+                    sb = Some(s);
+                    break;
+                }
+                Ok(_) => why = FsError::NotAFs { why: "superblock geometry differs from the chip's".into() },
+                Err(e) => why = e,
+            }
+        }
+        let sb = sb.ok_or(why)?;
+        let layout = Layout::new(g, sb.cfg)?;
+        let mut store = PageStore::assemble(nand, layout, sb.fs_id)?;
+        let mut report = Mount::default();
+        // The first written page of each segment names its logical number.
+        let mut found: Vec<(u64, u32)> = Vec::new();
+        for phys in 0..layout.segments {
+            for b in 0..layout.data_blocks() {
+                let block = layout.block(phys, b);
+                if store.nand.is_bad(block)? {
+                    continue;
+                }
+                store.nand.read_spare(g.first_page(block), &mut spare)?;
+                report.spares_read += 1;
+                if let Some(s) = Spare::decode(&spare) {
+                    found.push((s.segment, phys));
+                }
+                break;
+            }
+        }
+        report.segments_in_use = found.len() as u32;
+        let Some(&(live, live_phys)) = found.iter().max() else {
+            return Ok((store, report));
+        };
+        report.live_segment = Some(live);
+        let used: std::collections::HashSet<u32> = found.iter().map(|f| f.1).collect();
+        store.w.free = (1..=layout.segments)
+            .map(|d| (live_phys + d) % layout.segments)
+            .filter(|p| !used.contains(p))
+            .collect();
+        store.w.seg = Some((live_phys, live));
+        store.w.seg_parity_valid = false;
+        store.find_position(live_phys, &mut report)?;
+        Ok((store, report))
+    }
+
+    /// Scans the live segment for the write position and the open group.
+    fn find_position(&mut self, phys: u32, report: &mut Mount) -> Result<(), FsError> {
+        let layout = self.layout;
+        let ppb = layout.g.pages_per_block;
+        let mut spare = vec![0u8; layout.g.spare_size as usize];
+        let mut max_seq = 0u64;
+        for b in 0..layout.data_blocks() {
+            let block = layout.block(phys, b);
+            if self.nand.is_bad(block)? {
+                continue;
+            }
+            let mut spares: Vec<Option<Spare>> = Vec::new();
+            let mut next = ppb;
+            for i in 0..ppb {
+                self.nand.read_spare(layout.g.first_page(block) + i, &mut spare)?;
+                report.spares_read += 1;
+                if erased(&spare) {
+                    next = i;
+                    break;
+                }
+                let s = Spare::decode(&spare);
+                if s.is_none() {
+                    report.torn_pages += 1;
+                }
+                if let Some(s) = s {
+                    max_seq = max_seq.max(s.seq);
+                }
+                spares.push(s);
+            }
+            if next == ppb {
+                continue;
+            }
+            // The write position is in this block.
+            self.w.seq = max_seq + 1;
+            self.w.block = b;
+            self.w.next = next;
+            if next == 0 {
+                // Nothing programmed yet, but the erase itself may have been cut: erase again.
+                return self.start_block();
+            }
+            return self.reopen_group(block, &spares, report);
+        }
+        // Every data block is full: the segment is sealed, or its sealing was cut.
+        self.w.seq = max_seq + 1;
+        self.w.block = layout.data_blocks();
+        self.w.next = 0;
+        if layout.cfg.parity_blocks > 0 && !self.segment_sealed(phys)? {
+            report.resealed = true;
+            self.reseal()?;
+        } else {
+            self.w.sealed = true;
+        }
+        Ok(())
+    }
+
+    /// Whether every page of the segment's parity blocks is written and readable.
+    fn segment_sealed(&mut self, phys: u32) -> Result<bool, FsError> {
+        let layout = self.layout;
+        let mut spare = vec![0u8; layout.g.spare_size as usize];
+        for t in 0..layout.cfg.parity_blocks {
+            let block = layout.block(phys, layout.data_blocks() + t);
+            if self.nand.is_bad(block)? {
+                continue;
+            }
+            let last = layout.g.first_page(block) + layout.g.pages_per_block - 1;
+            self.nand.read_spare(last, &mut spare)?;
+            if Spare::decode(&spare).is_none_or(|s| s.kind != Kind::SegmentParity) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Reads back the data pages after the block's last group and closes them into a group.
+    fn reopen_group(
+        &mut self,
+        block: u32,
+        spares: &[Option<Spare>],
+        report: &mut Mount,
+    ) -> Result<(), FsError> {
+        let ps = self.layout.g.page_size as usize;
+        let p = self.layout.cfg.parity_pages;
+        let ppb = self.layout.g.pages_per_block;
+        let closed_until = spares
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.is_some_and(|s| s.kind != Kind::Data))
+            .map(|(i, _)| i + 1)
+            .max()
+            .unwrap_or(0);
+        let mut buf = vec![0u8; ps];
+        let mut group: Vec<Vec<u8>> = Vec::new();
+        let mut first = None;
+        // The open group: consecutive data pages from the end of the last closed group, the
+        // first of which starts the group, all naming it, all matching their signatures.
+        for (i, s) in spares.iter().enumerate().skip(closed_until) {
+            let Some(s) = s.filter(|s| s.kind == Kind::Data) else { break };
+            if s.group_first as usize != closed_until {
+                break;
+            }
+            self.nand.read_data(self.layout.g.first_page(block) + i as u32, &mut buf)?;
+            if self.signer.sign(&buf) != s.sig {
+                break;
+            }
+            first = Some(closed_until as u32);
+            group.push(buf.clone());
+        }
+        self.w.group_len = 0;
+        self.w.group_parity.fill(0);
+        if let Some(first) = first {
+            self.w.group_first = first;
+            let engine = self.group_code.engine();
+            for (col, page) in group.iter().enumerate() {
+                for j in 0..p as usize {
+                    let coef = self.group_code.parity_row(j)[col];
+                    engine.mul_acc(coef, page, &mut self.w.group_parity[j * ps..(j + 1) * ps]);
+                }
+            }
+            self.w.group_len = group.len() as u32;
+            if self.w.next + p <= ppb {
+                report.pages_protected_at_mount = group.len() as u32;
+                self.close_group()?;
+            } else {
+                // No room for the parity: the segment parity will cover these pages.
+                self.w.group_len = 0;
+            }
+        }
+        if self.w.next + 1 + p > ppb {
+            self.finish_block()?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,191 @@
+//! Verified reads: every page against its signature; a bad page rebuilt from its group's
+//! parity pages, else from its segment's parity blocks; nothing wrong ever returned.
+
+use bitmend_code::sig::Sig64;
+use bitmend_media::nand::Nand;
+
+use crate::layout::{Kind, Spare};
+use crate::store::{PageAddr, PageStore, Repaired};
+use crate::FsError;
+
+impl<N: Nand> PageStore<N> {
+    /// Reads a page and its spare; the spare only if it decodes.
+    fn read_raw(&mut self, page: u32, data: &mut [u8]) -> Result<Option<Spare>, FsError> {
+        let mut spare = vec![0u8; self.layout.g.spare_size as usize];
+        self.nand.read_page(page, data, &mut spare)?;
+        Ok(Spare::decode(&spare))
+    }
+
+    /// A page whose bytes match the signature in its spare.
+    fn read_verified(&mut self, page: u32, data: &mut [u8]) -> Result<Option<Spare>, FsError> {
+        Ok(self.read_raw(page, data)?.filter(|s| self.signer.sign(data) == s.sig))
+    }
+
+    /// Reads page `addr` into `out`, checked against its signature and repaired if needed.
+    pub fn read(&mut self, addr: PageAddr, out: &mut [u8]) -> Result<Repaired, FsError> {
+        if out.len() != self.layout.g.page_size as usize {
+            return Err(FsError::Config { why: format!("a page is {} bytes", self.layout.g.page_size) });
+        }
+        if let Some(s) = self.read_verified(addr.0, out)? {
+            return match s.kind {
+                Kind::Data => Ok(Repaired::No),
+                _ => Err(FsError::NotWritten { page: addr.0 }),
+            };
+        }
+        self.repair(addr.0, out)
+    }
+
+    fn repair(&mut self, page: u32, out: &mut [u8]) -> Result<Repaired, FsError> {
+        let Some((seg, b, i)) = self.layout.locate(page) else {
+            self.stats.unrecoverable += 1;
+            return Err(FsError::Unrecoverable { page });
+        };
+        // The page's own spare, if it survived, says what the rebuilt bytes must sign to.
+        let own = self.read_raw(page, out)?;
+        if let Some(rebuilt) = self.rebuild_from_group(seg, b, i, own)? {
+            out.copy_from_slice(&rebuilt);
+            self.stats.repaired_by_group += 1;
+            return Ok(Repaired::ByGroup);
+        }
+        if let Some(rebuilt) = self.rebuild_from_segment(seg, b, i, own)? {
+            out.copy_from_slice(&rebuilt);
+            self.stats.repaired_by_segment += 1;
+            return Ok(Repaired::BySegment);
+        }
+        self.stats.unrecoverable += 1;
+        Err(FsError::Unrecoverable { page })
+    }
+
+    fn check_rebuilt(&self, data: &[u8], own: Option<Spare>) -> bool {
+        own.is_none_or(|s| self.signer.sign(data) == s.sig)
+    }
+
+    /// Rebuilds page `i` of block `b` of segment `seg` from its group, if the group's parity
+    /// pages are written and at most p of its pages are bad.
+    fn rebuild_from_group(
+        &mut self,
+        seg: u32,
+        b: u32,
+        i: u32,
+        own: Option<Spare>,
+    ) -> Result<Option<Vec<u8>>, FsError> {
+        let ps = self.layout.g.page_size as usize;
+        let ppb = self.layout.g.pages_per_block;
+        let p = self.layout.cfg.parity_pages as usize;
+        let kmax = self.layout.max_group() as usize;
+        // Find the group's parity pages from the spares of the block.
+        let first_page = self.layout.page(seg, b, 0);
+        let mut spare = vec![0u8; self.layout.g.spare_size as usize];
+        let mut parity_at: Vec<Option<u32>> = vec![None; p];
+        let mut group: Option<(u32, u32)> = None;
+        for j in 0..ppb {
+            self.nand.read_spare(first_page + j, &mut spare)?;
+            let Some(s) = Spare::decode(&spare) else { continue };
+            if s.kind != Kind::GroupParity || (s.index as usize) >= p {
+                continue;
+            }
+            let (first, len) = (s.group_first as u32, s.group_len as u32);
+            if (first..first + len).contains(&i) && own.is_none_or(|o| o.group_first as u32 == first) {
+                group = Some((first, len));
+                parity_at[s.index as usize] = Some(j);
+            }
+        }
+        let Some((first, len)) = group else { return Ok(None) };
+        if len as usize > kmax {
+            return Ok(None);
+        }
+        // Chunks: data 0..kmax (the group's len pages, zeros after), parity 0..p.
+        let mut chunks = vec![0u8; (kmax + p) * ps];
+        let mut bad: Vec<usize> = Vec::new();
+        let mut buf = vec![0u8; ps];
+        for d in 0..len as usize {
+            let pg = first_page + first + d as u32;
+            let good = pg != first_page + i
+                && self.read_verified(pg, &mut buf)?.is_some_and(|s| s.kind == Kind::Data);
+            if good {
+                chunks[d * ps..(d + 1) * ps].copy_from_slice(&buf);
+            } else {
+                bad.push(d);
+            }
+        }
+        for (j, at) in parity_at.iter().enumerate() {
+            let good = match at {
+                Some(j_page) => self.read_verified(first_page + j_page, &mut buf)?.is_some(),
+                None => false,
+            };
+            if good {
+                chunks[(kmax + j) * ps..(kmax + j + 1) * ps].copy_from_slice(&buf);
+            } else {
+                bad.push(kmax + j);
+            }
+        }
+        if bad.len() > p {
+            return Ok(None);
+        }
+        let mut slices: Vec<&mut [u8]> = chunks.chunks_mut(ps).collect();
+        if self.group_code.reconstruct(&mut slices, &bad).is_err() {
+            return Ok(None);
+        }
+        let d = (i - first) as usize;
+        let rebuilt = chunks[d * ps..(d + 1) * ps].to_vec();
+        Ok(self.check_rebuilt(&rebuilt, own).then_some(rebuilt))
+    }
+
+    /// Rebuilds page `i` of block `b` from the stripe across the segment's blocks, if the
+    /// segment is sealed (its parity blocks written) and at most s pages of the stripe are bad.
+    fn rebuild_from_segment(
+        &mut self,
+        seg: u32,
+        b: u32,
+        i: u32,
+        own: Option<Spare>,
+    ) -> Result<Option<Vec<u8>>, FsError> {
+        let s = self.layout.cfg.parity_blocks as usize;
+        if s == 0 {
+            return Ok(None);
+        }
+        let ps = self.layout.g.page_size as usize;
+        let k = self.layout.data_blocks() as usize;
+        let mut chunks = vec![0u8; (k + s) * ps];
+        let mut bad = Vec::new();
+        let mut buf = vec![0u8; ps];
+        let mut sealed = false;
+        for c in 0..k + s {
+            let block = self.layout.block(seg, c as u32);
+            if self.nand.is_bad(block)? {
+                // A block skipped when the segment was written holds nothing: zero in the
+                // code (a parity block that went bad is an erasure).
+                if c >= k {
+                    bad.push(c);
+                }
+                continue;
+            }
+            let pg = self.layout.g.first_page(block) + i;
+            if c == b as usize {
+                bad.push(c);
+                continue;
+            }
+            match self.read_verified(pg, &mut buf)? {
+                Some(sp) => {
+                    sealed |= sp.kind == Kind::SegmentParity;
+                    chunks[c * ps..(c + 1) * ps].copy_from_slice(&buf);
+                }
+                None => bad.push(c),
+            }
+        }
+        if !sealed || bad.len() > s {
+            return Ok(None);
+        }
+        let mut slices: Vec<&mut [u8]> = chunks.chunks_mut(ps).collect();
+        if self.seg_code.reconstruct(&mut slices, &bad).is_err() {
+            return Ok(None);
+        }
+        let rebuilt = chunks[b as usize * ps..(b as usize + 1) * ps].to_vec();
+        Ok(self.check_rebuilt(&rebuilt, own).then_some(rebuilt))
+    }
+
+    /// The signature of `data` (for tests and tools that build expectations).
+    pub fn sign(&self, data: &[u8]) -> Sig64 {
+        self.signer.sign(data)
+    }
+}

@@ -1,0 +1,436 @@
+//! The page store: RCFFS's segments of erase blocks, written as a log of pages, each page
+//! signed in its spare area, each group of pages in a block followed by its parity pages,
+//! each sealed segment followed by its parity blocks. Reads verify every page against its
+//! signature and rebuild a bad one from its group's parity, else from its segment's.
+//!
+//! A group is normally a whole block: `max_group` data pages then p parity pages. `sync`
+//! closes the open group early (interim parity): synced pages are correctable at once, at the
+//! cost of p pages per sync. Group parity uses the code of the largest group, shortened (the
+//! missing data pages count as zero), so the parity of a group can be accumulated page by page
+//! before its length is known; segment parity likewise treats bad blocks as zero.
+
+use bitmend_code::rs::Codec;
+use bitmend_code::sig::Signer;
+use bitmend_media::nand::{Nand, NandError};
+
+use crate::layout::{FsConfig, Kind, Layout, Spare, Superblock, RESERVED_BLOCKS};
+use crate::FsError;
+
+/// A page on the chip, as the store hands it out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PageAddr(pub u32);
+
+/// How a read got its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Repaired {
+    /// The page matched its signature.
+    No,
+    /// Rebuilt from its group's parity pages.
+    ByGroup,
+    /// Rebuilt from its segment's parity blocks.
+    BySegment,
+}
+
+/// Counters since the store was opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    pub data_pages: u64,
+    pub group_parity_pages: u64,
+    pub segment_parity_pages: u64,
+    pub pad_pages: u64,
+    pub syncs: u64,
+    pub repaired_by_group: u64,
+    pub repaired_by_segment: u64,
+    pub unrecoverable: u64,
+    pub program_failures: u64,
+    pub erase_failures: u64,
+}
+
+/// Where the next page goes, and the parity being accumulated for it.
+pub(crate) struct Writer {
+    /// Physical and logical number of the segment being written; `None` before the first.
+    pub(crate) seg: Option<(u32, u64)>,
+    /// Block within the segment (data blocks only).
+    pub(crate) block: u32,
+    /// Next page index within the block.
+    pub(crate) next: u32,
+    pub(crate) group_first: u32,
+    pub(crate) group_len: u32,
+    /// p parity pages of the open group.
+    pub(crate) group_parity: Vec<u8>,
+    /// s parity blocks of the segment: [t][page index][byte].
+    pub(crate) seg_parity: Vec<u8>,
+    /// False when the segment parity must be recomputed from the chip before sealing.
+    pub(crate) seg_parity_valid: bool,
+    pub(crate) seq: u64,
+    /// Physical segments free for writing, in order of use.
+    pub(crate) free: std::collections::VecDeque<u32>,
+    /// The segment's parity blocks are written: the next page opens a new segment.
+    pub(crate) sealed: bool,
+}
+
+/// The page store on a NAND chip.
+pub struct PageStore<N: Nand> {
+    pub(crate) nand: N,
+    pub(crate) layout: Layout,
+    pub(crate) fs_id: u64,
+    pub(crate) signer: Signer<4>,
+    pub(crate) group_code: Codec,
+    pub(crate) seg_code: Codec,
+    pub(crate) w: Writer,
+    pub(crate) stats: StoreStats,
+}
+
+impl<N: Nand> std::fmt::Debug for PageStore<N> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageStore")
+            .field("layout", &self.layout)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<N: Nand> PageStore<N> {
+    pub(crate) fn assemble(nand: N, layout: Layout, fs_id: u64) -> Result<PageStore<N>, FsError> {
+        let ps = layout.g.page_size as usize;
+        let code = |k: u32, m: u32| {
+            Codec::new(k as usize, m as usize).map_err(|e| FsError::Config { why: e.to_string() })
+        };
+        Ok(PageStore {
+            group_code: code(layout.max_group(), layout.cfg.parity_pages)?,
+            seg_code: code(layout.data_blocks(), layout.cfg.parity_blocks)?,
+            w: Writer {
+                seg: None,
+                block: 0,
+                next: 0,
+                group_first: 0,
+                group_len: 0,
+                group_parity: vec![0; layout.cfg.parity_pages as usize * ps],
+                seg_parity: vec![0; (layout.cfg.parity_blocks * layout.g.pages_per_block) as usize * ps],
+                seg_parity_valid: true,
+                seq: 0,
+                free: (0..layout.segments).collect(),
+                sealed: false,
+            },
+            nand,
+            layout,
+            fs_id,
+            signer: Signer::new(),
+            stats: StoreStats::default(),
+        })
+    }
+
+    /// Formats the chip: erases every good block and writes the superblock twice.
+    pub fn format(mut nand: N, cfg: FsConfig) -> Result<PageStore<N>, FsError> {
+        let g = nand.geometry();
+        let layout = Layout::new(g, cfg)?;
+        let fs_id = {
+            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            bitmend_media::rng::Rng::new(t.as_nanos() as u64).next_u64()
+        };
+        for b in 0..g.blocks {
+            if !nand.is_bad(b)? {
+                match nand.erase(b) {
+                    Ok(()) | Err(NandError::EraseFailed { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        let mut page = vec![0u8; g.page_size as usize];
+        Superblock { g, cfg, fs_id }.encode(&mut page);
+        let mut store = PageStore::assemble(nand, layout, fs_id)?;
+        let mut written = 0;
+        for b in 0..RESERVED_BLOCKS {
+            if store.nand.is_bad(b)? {
+                continue;
+            }
+            let spare = store.spare_for(Kind::Superblock, 0, 0, 0, &page);
+            if store.nand.program(g.first_page(b), &page, &spare).is_ok() {
+                written += 1;
+            }
+        }
+        if written == 0 {
+            return Err(FsError::Config { why: "both superblock blocks are bad".into() });
+        }
+        store.nand.sync()?;
+        Ok(store)
+    }
+
+    /// The identity written at format (segment summaries of later layers carry it).
+    pub fn fs_id(&self) -> u64 {
+        self.fs_id
+    }
+
+    pub fn layout_config(&self) -> FsConfig {
+        self.layout.cfg
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        self.stats
+    }
+
+    pub fn nand(&self) -> &N {
+        &self.nand
+    }
+
+    pub fn nand_mut(&mut self) -> &mut N {
+        &mut self.nand
+    }
+
+    pub fn into_nand(self) -> N {
+        self.nand
+    }
+
+    fn ps(&self) -> usize {
+        self.layout.g.page_size as usize
+    }
+
+    fn spare_for(&mut self, kind: Kind, index: u8, group_first: u32, group_len: u32, data: &[u8]) -> Vec<u8> {
+        let segment = self.w.seg.map_or(0, |s| s.1);
+        let spare = Spare {
+            kind,
+            index,
+            group_first: group_first as u8,
+            group_len: group_len as u8,
+            seq: self.w.seq,
+            segment,
+            sig: self.signer.sign(data),
+        };
+        let mut b = vec![0u8; self.layout.g.spare_size as usize];
+        spare.encode(&mut b);
+        b
+    }
+
+    /// Opens the next free segment (erasing its first usable block happens as blocks start).
+    fn open_segment(&mut self) -> Result<(), FsError> {
+        let phys = self.w.free.pop_front().ok_or(FsError::NoSpace)?;
+        let logical = self.w.seg.map_or(0, |s| s.1 + 1);
+        self.w.seg = Some((phys, logical));
+        self.w.block = 0;
+        self.w.next = 0;
+        self.w.group_first = 0;
+        self.w.group_len = 0;
+        self.w.group_parity.fill(0);
+        self.w.seg_parity.fill(0);
+        self.w.seg_parity_valid = true;
+        self.w.sealed = false;
+        self.start_block()
+    }
+
+    /// Erases the current block before its first page; skips blocks that are or turn bad.
+    pub(crate) fn start_block(&mut self) -> Result<(), FsError> {
+        loop {
+            let (phys, _) = self.w.seg.expect("segment open");
+            if self.w.block == self.layout.data_blocks() {
+                if !self.w.sealed {
+                    self.reseal()?;
+                }
+                return self.open_segment();
+            }
+            let block = self.layout.block(phys, self.w.block);
+            if !self.nand.is_bad(block)? {
+                match self.nand.erase(block) {
+                    Ok(()) => return Ok(()),
+                    Err(NandError::EraseFailed { .. }) => self.stats.erase_failures += 1,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            self.w.block += 1;
+        }
+    }
+
+    /// Programs one page at the write position; returns the bytes the chip now holds there
+    /// (what was asked, or what a failed program left).
+    fn program_here(&mut self, data: &[u8], spare: &[u8]) -> Result<(u32, bool), FsError> {
+        let (phys, _) = self.w.seg.expect("segment open");
+        let page = self.layout.page(phys, self.w.block, self.w.next);
+        let ok = match self.nand.program(page, data, spare) {
+            Ok(()) => true,
+            Err(NandError::ProgramFailed { .. }) => {
+                self.stats.program_failures += 1;
+                false
+            }
+            Err(e) => return Err(e.into()),
+        };
+        self.w.seq += 1;
+        // The segment parity covers what the chip holds, whatever that is.
+        let stripe_index = self.w.next as usize;
+        let block = self.w.block as usize;
+        if self.layout.cfg.parity_blocks > 0 && self.w.seg_parity_valid {
+            let held = if ok {
+                data.to_vec()
+            } else {
+                let mut b = vec![0u8; self.ps()];
+                self.nand.read_data(page, &mut b)?;
+                b
+            };
+            self.accumulate_segment(block, stripe_index, &held);
+        }
+        self.w.next += 1;
+        Ok((page, ok))
+    }
+
+    fn accumulate_segment(&mut self, block: usize, index: usize, data: &[u8]) {
+        let ps = self.ps();
+        let ppb = self.layout.g.pages_per_block as usize;
+        let engine = self.seg_code.engine();
+        for t in 0..self.layout.cfg.parity_blocks as usize {
+            let coef = self.seg_code.parity_row(t)[block];
+            let at = (t * ppb + index) * ps;
+            engine.mul_acc(coef, data, &mut self.w.seg_parity[at..at + ps]);
+        }
+    }
+
+    /// Appends one page of data; returns where it went. Not correctable until the next
+    /// [`sync`](Self::sync) or until its block fills; always detectable.
+    pub fn append(&mut self, data: &[u8]) -> Result<PageAddr, FsError> {
+        let ps = self.ps();
+        if data.len() != ps {
+            return Err(FsError::Config { why: format!("a page is {ps} bytes, got {}", data.len()) });
+        }
+        if self.w.seg.is_none() {
+            self.open_segment()?;
+        } else if self.w.block == self.layout.data_blocks() {
+            // Mounted on a full segment: seal it if needed, open the next.
+            self.start_block()?;
+        }
+        let p = self.layout.cfg.parity_pages;
+        let ppb = self.layout.g.pages_per_block;
+        loop {
+            // Room for this page and the group's parity pages after it?
+            if self.w.next + 1 + p <= ppb {
+                break;
+            }
+            self.close_group()?;
+            self.finish_block()?;
+        }
+        if self.w.group_len == 0 {
+            self.w.group_first = self.w.next;
+        }
+        let spare = self.spare_for(Kind::Data, 0, self.w.group_first, 0, data);
+        let (page, ok) = self.program_here(data, &spare)?;
+        if !ok {
+            // The failed page is not part of any group: close the group before it, retry after.
+            self.close_group()?;
+            return self.append(data);
+        }
+        let col = (self.w.next - 1 - self.w.group_first) as usize;
+        let engine = self.group_code.engine();
+        for j in 0..p as usize {
+            let coef = self.group_code.parity_row(j)[col];
+            engine.mul_acc(coef, data, &mut self.w.group_parity[j * ps..(j + 1) * ps]);
+        }
+        self.w.group_len += 1;
+        self.stats.data_pages += 1;
+        Ok(PageAddr(page))
+    }
+
+    /// Writes the open group's parity pages (if the group has data).
+    pub(crate) fn close_group(&mut self) -> Result<(), FsError> {
+        if self.w.group_len == 0 {
+            return Ok(());
+        }
+        let ps = self.ps();
+        for j in 0..self.layout.cfg.parity_pages {
+            let parity = self.w.group_parity[j as usize * ps..(j as usize + 1) * ps].to_vec();
+            let spare =
+                self.spare_for(Kind::GroupParity, j as u8, self.w.group_first, self.w.group_len, &parity);
+            // A parity page that fails to program leaves the group short of one parity page:
+            // still detectable, and correctable by the rest (and the segment parity).
+            self.program_here(&parity, &spare)?;
+            self.stats.group_parity_pages += 1;
+        }
+        self.w.group_len = 0;
+        self.w.group_parity.fill(0);
+        Ok(())
+    }
+
+    /// Pads the rest of the block and moves to the next one (sealing the segment after its
+    /// last data block).
+    pub(crate) fn finish_block(&mut self) -> Result<(), FsError> {
+        let ppb = self.layout.g.pages_per_block;
+        let pad = vec![0u8; self.ps()];
+        while self.w.next < ppb {
+            let spare = self.spare_for(Kind::Pad, 0, 0, 0, &pad);
+            self.program_here(&pad, &spare)?;
+            self.stats.pad_pages += 1;
+        }
+        self.w.block += 1;
+        self.w.next = 0;
+        self.start_block()
+    }
+
+    /// Closes the open group with its parity pages and makes everything written durable:
+    /// every page appended so far is then correctable, not only detectable.
+    pub fn sync(&mut self) -> Result<(), FsError> {
+        if self.w.seg.is_some() {
+            self.close_group()?;
+            let p = self.layout.cfg.parity_pages;
+            if self.w.next + 1 + p > self.layout.g.pages_per_block {
+                self.finish_block()?;
+            }
+        }
+        self.nand.sync()?;
+        self.stats.syncs += 1;
+        Ok(())
+    }
+
+    /// Writes the full segment's parity blocks.
+    pub(crate) fn reseal(&mut self) -> Result<(), FsError> {
+        let (phys, _) = self.w.seg.expect("segment open");
+        let s = self.layout.cfg.parity_blocks;
+        if s > 0 {
+            if !self.w.seg_parity_valid {
+                self.recompute_segment_parity(phys)?;
+            }
+            let ps = self.ps();
+            let ppb = self.layout.g.pages_per_block;
+            for t in 0..s {
+                let block = self.layout.block(phys, self.layout.data_blocks() + t);
+                if self.nand.is_bad(block)? {
+                    continue;
+                }
+                match self.nand.erase(block) {
+                    Ok(()) => {}
+                    Err(NandError::EraseFailed { .. }) => {
+                        self.stats.erase_failures += 1;
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+                for i in 0..ppb {
+                    let at = ((t * ppb + i) as usize) * ps;
+                    let data = self.w.seg_parity[at..at + ps].to_vec();
+                    let spare = self.spare_for(Kind::SegmentParity, t as u8, 0, 0, &data);
+                    match self.nand.program(self.layout.g.first_page(block) + i, &data, &spare) {
+                        Ok(()) => {}
+                        Err(NandError::ProgramFailed { .. }) => self.stats.program_failures += 1,
+                        Err(e) => return Err(e.into()),
+                    }
+                    self.w.seq += 1;
+                    self.stats.segment_parity_pages += 1;
+                }
+            }
+        }
+        self.w.sealed = true;
+        Ok(())
+    }
+
+    /// Rebuilds the segment parity accumulators from what the chip holds (after a remount).
+    fn recompute_segment_parity(&mut self, phys: u32) -> Result<(), FsError> {
+        self.w.seg_parity.fill(0);
+        self.w.seg_parity_valid = true;
+        let mut buf = vec![0u8; self.ps()];
+        for b in 0..self.layout.data_blocks() {
+            let block = self.layout.block(phys, b);
+            if self.nand.is_bad(block)? {
+                continue;
+            }
+            for i in 0..self.layout.g.pages_per_block {
+                self.nand.read_data(self.layout.g.first_page(block) + i, &mut buf)?;
+                self.accumulate_segment(b as usize, i as usize, &buf.clone());
+            }
+        }
+        Ok(())
+    }
+}
