@@ -153,7 +153,7 @@ fn damage_beyond_both_levels_is_an_error_never_wrong_bytes() {
             Err(e) => panic!("{e}"),
         }
     }
-    assert!(unrecoverable >= 1 && unrecoverable <= 2, "{unrecoverable}");
+    assert!((1..=2).contains(&unrecoverable), "{unrecoverable}");
 }
 
 /// A workload of appends with syncs; returns the addresses of pages covered by a sync that
