@@ -25,6 +25,9 @@ pub struct BenchArgs {
 enum Suite {
     /// GF(2^8) engines, Reed-Solomon, signatures and CRC-32C beside ISA-L.
     Code,
+    /// The flash file system on a modelled RCFFS chip (128 MiB, 2 KiB pages): throughput,
+    /// write amplification, sync cost, repair time and mount time.
+    Flashfs,
     /// The PRIMS log's small writes beside mprotect, PMDK transactions and bare persists
     /// (the paper's Figure 2), ns per write.
     Nvlog,
@@ -60,6 +63,12 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
                 );
             }
             bitmend_bench::code::run(&opts, &mut emit);
+        }
+        Suite::Flashfs => {
+            if !json {
+                eprintln!("bench flashfs: RAM NAND, RCFFS geometry, typical timing (tR 25 us, tPROG 200 us, tBERS 2 ms, 25 ns/B)");
+            }
+            bitmend_bench::flashfs::run(&opts, &mut emit);
         }
         Suite::Nvlog => {
             if !json {

@@ -80,3 +80,29 @@ fn bench_nvlog_quick_json_has_every_contender() {
     }
     assert!(lines.iter().any(|l| l.contains("append m=4 10..100B vs mprotect")));
 }
+
+#[test]
+fn bench_flashfs_quick_json_rows() {
+    let out = Command::new(env!("CARGO_BIN_EXE_bitmend"))
+        .args(["bench", "flashfs", "--quick", "--json"])
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    for case in [
+        "sequential write",
+        "sequential read",
+        "append+sync",
+        "repair one page from group",
+        "repair one page from segment",
+        "mount 128 MiB",
+    ] {
+        assert!(lines.iter().any(|l| l.contains(case)), "no row for {case}");
+    }
+    for l in &lines {
+        assert_eq!(field(l, "bench"), "\"flashfs\"");
+        let ours: f64 = field(l, "ours").parse().unwrap();
+        assert!(ours > 0.0, "{l}");
+    }
+}

@@ -52,7 +52,9 @@ fn golden_store_reads_back() {
 fn write_golden_store() {
     let _ = std::fs::remove_file(golden());
     let nand = FileNand::create(golden(), Geometry::new(512, 48, 16, 12).unwrap()).unwrap();
-    let mut store = PageStore::format(nand, FsConfig { parity_pages: 1, parity_blocks: 1, blocks_per_segment: 4 }).unwrap();
+    let mut store =
+        PageStore::format(nand, FsConfig { parity_pages: 1, parity_blocks: 1, blocks_per_segment: 4 })
+            .unwrap();
     for i in 0..40u32 {
         store.append(&data(i)).unwrap();
         if i % 7 == 6 {

@@ -1,0 +1,234 @@
+//! `bitmend bench flashfs`: the flash file system on a RAM NAND chip with RCFFS's geometry
+//! (128 MiB, 2 KiB pages, 64 B spare, 128 KiB blocks) and a typical chip's timing. Every
+//! figure is modelled device time from the media layer's timing model unless it says CPU.
+//!
+//! So far the page store is measured, against the raw chip's own limit (what programming or
+//! reading the same pages with no file system at all would take); littlefs joins as the
+//! anchor when the file system's upper layers land.
+
+use std::time::Instant;
+
+use bitmend_flashfs::{FsConfig, PageAddr, PageStore};
+use bitmend_media::nand::{Counters, FaultyNand, Geometry, Nand, RamNand, Timing};
+use bitmend_media::rng::Rng;
+
+use crate::harness::{Better, Options, Row};
+
+fn row(case: String, ours: f64, anchor: &str, anchor_value: f64, unit: &'static str, better: Better) -> Row {
+    Row {
+        bench: "flashfs",
+        case,
+        ours,
+        anchor: anchor.into(),
+        anchor_value: Some(anchor_value),
+        unit,
+        better,
+    }
+}
+
+fn mb_per_s(bytes: u64, ns: u64) -> f64 {
+    bytes as f64 * 1e3 / ns.max(1) as f64
+}
+
+/// Runs every case, calling `emit` with each row as soon as it is measured.
+pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
+    let g = Geometry::RCFFS;
+    let t = Timing::TYPICAL;
+    let ps = g.page_size as u64;
+    let pages: u64 = if opts.quick { 1024 } else { 8192 }; // 2 or 16 MiB
+    let cfg = FsConfig::default();
+    let mut rng = Rng::new(1);
+    let mut data = vec![0u8; ps as usize];
+
+    // Sequential write, then read, of `pages` pages.
+    let mut store = PageStore::format(RamNand::new(g).expect("geometry"), cfg).expect("format");
+    let before = store.nand().counters();
+    let cpu = Instant::now();
+    let mut addrs = Vec::with_capacity(pages as usize);
+    for _ in 0..pages {
+        rng.fill(&mut data);
+        addrs.push(store.append(&data).expect("append"));
+    }
+    store.sync().expect("sync");
+    let cpu_ns = cpu.elapsed().as_nanos() as f64;
+    let w = store.nand().counters() - before;
+    // The raw chip: program every page (data + spare transfer) and erase a block per block.
+    let raw_write_ns = t.program_ns as f64
+        + (g.raw_page_size() as f64 * t.transfer_ns_per_byte)
+        + t.erase_ns as f64 / g.pages_per_block as f64;
+    let raw_write = ps as f64 * 1e3 / raw_write_ns;
+    let size = format!("{} MiB", pages * ps >> 20);
+    emit(row(
+        format!("page store sequential write {size} (p=1, s=1)"),
+        mb_per_s(pages * ps, w.device_ns),
+        "raw chip",
+        raw_write,
+        "MB/s",
+        Better::Higher,
+    ));
+    emit(row(
+        format!("page store write amplification {size}"),
+        w.bytes_programmed as f64 / (pages * ps) as f64,
+        "raw chip (data+spare)",
+        g.raw_page_size() as f64 / ps as f64,
+        "x",
+        Better::Lower,
+    ));
+    emit(row(
+        format!("page store write CPU per page {size}"),
+        cpu_ns / pages as f64,
+        "chip program time",
+        t.program_ns as f64,
+        "ns",
+        Better::Lower,
+    ));
+
+    let before = store.nand().counters();
+    let cpu = Instant::now();
+    for a in &addrs {
+        store.read(*a, &mut data).expect("read");
+    }
+    let cpu_ns = cpu.elapsed().as_nanos() as f64;
+    let r = store.nand().counters() - before;
+    let raw_read = ps as f64 * 1e3 / (t.read_ns as f64 + g.raw_page_size() as f64 * t.transfer_ns_per_byte);
+    emit(row(
+        format!("page store sequential read {size} (verified)"),
+        mb_per_s(pages * ps, r.device_ns),
+        "raw chip",
+        raw_read,
+        "MB/s",
+        Better::Higher,
+    ));
+    emit(row(
+        format!("page store read CPU per page {size} (signature check)"),
+        cpu_ns / pages as f64,
+        "chip read time",
+        t.read_ns as f64,
+        "ns",
+        Better::Lower,
+    ));
+
+    // Sync cost: pages written per sync when syncing after every page.
+    let mut store = PageStore::format(RamNand::new(g).expect("geometry"), cfg).expect("format");
+    let before = store.nand().counters();
+    let n = 512;
+    for _ in 0..n {
+        store.append(&data).expect("append");
+        store.sync().expect("sync");
+    }
+    let c = store.nand().counters() - before;
+    emit(row(
+        "page store append+sync, device time per synced page".into(),
+        c.device_ns as f64 / n as f64 / 1e3,
+        "raw chip program",
+        raw_write_ns / 1e3,
+        "us",
+        Better::Lower,
+    ));
+
+    repair(opts, emit);
+    mount(opts, emit);
+}
+
+/// Time to rebuild one page from its group and from its segment (CPU, and modelled device
+/// time of the reads the repair needs). The seed: 24.7 ms and 57 ms.
+fn repair(opts: &Options, emit: &mut dyn FnMut(Row)) {
+    let g = Geometry::RCFFS;
+    let nand = FaultyNand::new(RamNand::new(g).expect("geometry"), 7);
+    let mut store = PageStore::format(nand, FsConfig::default()).expect("format");
+    let mut data = vec![0u8; g.page_size as usize];
+    let mut rng = Rng::new(2);
+    // Two sealed segments' worth of pages.
+    let n = 2 * 15 * 63;
+    let addrs: Vec<PageAddr> = (0..n)
+        .map(|_| {
+            rng.fill(&mut data);
+            store.append(&data).expect("append")
+        })
+        .collect();
+    store.sync().expect("sync");
+    let samples = if opts.quick { 3 } else { 9 };
+    for (how, per_case) in [("group", 1usize), ("segment", 2usize)] {
+        let mut cpu = Vec::new();
+        let mut dev = Vec::new();
+        for s in 0..samples {
+            // A distinct block and page index each sample (a read repairs without rewriting, so
+            // damage must not pile up in one group or one stripe); the group case in the first
+            // segment, the segment case in the second.
+            let segment = if how == "group" { 0 } else { 15 * 63 };
+            let base = segment + s * 63 * 2 + 2 * s;
+            for d in 0..per_case {
+                store.nand_mut().lose_page(addrs[base + d].0).expect("inject");
+            }
+            let before: Counters = store.nand().counters();
+            let t = Instant::now();
+            store.read(addrs[base], &mut data).expect("repair");
+            cpu.push(t.elapsed().as_nanos() as f64 / 1e6);
+            dev.push((store.nand().counters() - before).device_ns as f64 / 1e6);
+        }
+        cpu.sort_by(|a, b| a.total_cmp(b));
+        dev.sort_by(|a, b| a.total_cmp(b));
+        let seed = if how == "group" { 24.7 } else { 57.0 };
+        emit(row(
+            format!("repair one page from {how} parity, CPU"),
+            cpu[cpu.len() / 2],
+            "RCFFS paper",
+            seed,
+            "ms",
+            Better::Lower,
+        ));
+        emit(row(
+            format!("repair one page from {how} parity, device reads"),
+            dev[dev.len() / 2],
+            "RCFFS paper",
+            seed,
+            "ms",
+            Better::Lower,
+        ));
+    }
+}
+
+/// Mount time (modelled device time of the spare reads, plus CPU) at 128 MiB and 1 GiB after
+/// writing 16 MiB, clean and after a power cut. The seed: under 40 ms.
+fn mount(opts: &Options, emit: &mut dyn FnMut(Row)) {
+    let sizes: &[(u32, &str)] =
+        if opts.quick { &[(1024, "128 MiB")] } else { &[(1024, "128 MiB"), (8192, "1 GiB")] };
+    for &(blocks, name) in sizes {
+        let g = Geometry::new(2048, 64, 64, blocks).expect("geometry");
+        let mut store =
+            PageStore::format(FaultyNand::new(RamNand::new(g).expect("geometry"), 3), FsConfig::default())
+                .expect("format");
+        let data = vec![0x5Au8; 2048];
+        for _ in 0..(if opts.quick { 1024 } else { 8192 }) {
+            store.append(&data).expect("append");
+        }
+        store.sync().expect("sync");
+        for crashed in [false, true] {
+            let mut nand = store.into_nand();
+            if crashed {
+                // Cut power in the middle of the next program.
+                let ops = nand.ops();
+                nand.cut_power_at(ops + 1);
+                let mut s = PageStore::open(nand).expect("mount").0;
+                let _ = s.append(&data).and_then(|_| s.append(&data));
+                nand = s.into_nand();
+                nand.power_on();
+            }
+            let before = nand.counters();
+            let t = Instant::now();
+            let (s, _) = PageStore::open(nand).expect("mount");
+            let cpu = t.elapsed().as_nanos() as f64 / 1e6;
+            let dev = (s.nand().counters() - before).device_ns as f64 / 1e6;
+            let state = if crashed { "after a power cut" } else { "clean" };
+            emit(row(
+                format!("mount {name} {state}, device + CPU"),
+                dev + cpu,
+                "RCFFS paper",
+                40.0,
+                "ms",
+                Better::Lower,
+            ));
+            store = s;
+        }
+    }
+}
