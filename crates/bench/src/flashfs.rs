@@ -57,7 +57,7 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
         + (g.raw_page_size() as f64 * t.transfer_ns_per_byte)
         + t.erase_ns as f64 / g.pages_per_block as f64;
     let raw_write = ps as f64 * 1e3 / raw_write_ns;
-    let size = format!("{} MiB", pages * ps >> 20);
+    let size = format!("{} MiB", (pages * ps) >> 20);
     emit(row(
         format!("page store sequential write {size} (p=1, s=1)"),
         mb_per_s(pages * ps, w.device_ns),
