@@ -78,6 +78,8 @@ impl<N: Nand> PageStore<N> {
             }
         }
         report.segments_in_use = found.len() as u32;
+        found.sort();
+        store.w.used = found.clone();
         let Some(&(live, live_phys)) = found.iter().max() else {
             return Ok((store, report));
         };
@@ -224,5 +226,48 @@ impl<N: Nand> PageStore<N> {
             self.finish_block()?;
         }
         Ok(())
+    }
+}
+
+impl<N: Nand> PageStore<N> {
+    /// Every data page written, in write order (the file system replays its nodes from them).
+    pub fn log_pages(&mut self) -> Result<Vec<crate::PageAddr>, FsError> {
+        let layout = self.layout;
+        let mut spare = vec![0u8; layout.g.spare_size as usize];
+        let mut out = Vec::new();
+        for &(_, phys) in &self.w.used.clone() {
+            for b in 0..layout.data_blocks() {
+                let block = layout.block(phys, b);
+                if self.nand.is_bad(block)? {
+                    continue;
+                }
+                for i in 0..layout.g.pages_per_block {
+                    let page = layout.g.first_page(block) + i;
+                    self.nand.read_spare(page, &mut spare)?;
+                    if erased(&spare) {
+                        break;
+                    }
+                    // A data page with a damaged spare is found by what its neighbours say:
+                    // any page not otherwise accounted for is offered to the reader, which
+                    // repairs it or reports it.
+                    match Spare::decode(&spare) {
+                        Some(s) if s.kind == Kind::Data => out.push((s.seq, crate::PageAddr(page))),
+                        Some(_) => {}
+                        None => out.push((u64::MAX, crate::PageAddr(page))),
+                    }
+                }
+            }
+        }
+        // Pages with unreadable spares sort by position among their neighbours.
+        let mut last = 0;
+        for e in out.iter_mut() {
+            if e.0 == u64::MAX {
+                e.0 = last;
+            } else {
+                last = e.0;
+            }
+        }
+        out.sort_by_key(|e| e.0);
+        Ok(out.into_iter().map(|e| e.1).collect())
     }
 }

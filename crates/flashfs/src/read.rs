@@ -41,7 +41,15 @@ impl<N: Nand> PageStore<N> {
             return Err(FsError::Unrecoverable { page });
         };
         // The page's own spare, if it survived, says what the rebuilt bytes must sign to.
+        // Without it, the page must be inside a closed group's data pages (so the bytes
+        // rebuilt are known to be file-system data, not parity, padding or a torn program).
         let own = self.read_raw(page, out)?;
+        if own.is_some_and(|s| s.kind != Kind::Data)
+            || (own.is_none() && self.find_group(seg, b, i, None)?.is_none())
+        {
+            self.stats.unrecoverable += 1;
+            return Err(FsError::Unrecoverable { page });
+        }
         if let Some(rebuilt) = self.rebuild_from_group(seg, b, i, own)? {
             out.copy_from_slice(&rebuilt);
             self.stats.repaired_by_group += 1;
@@ -60,20 +68,17 @@ impl<N: Nand> PageStore<N> {
         own.is_none_or(|s| self.signer.sign(data) == s.sig)
     }
 
-    /// Rebuilds page `i` of block `b` of segment `seg` from its group, if the group's parity
-    /// pages are written and at most p of its pages are bad.
-    fn rebuild_from_group(
+    /// The group whose data pages include page `i` of block `b`, from the spares of the
+    /// block's parity pages: (first, len, where each parity page is).
+    fn find_group(
         &mut self,
         seg: u32,
         b: u32,
         i: u32,
         own: Option<Spare>,
-    ) -> Result<Option<Vec<u8>>, FsError> {
-        let ps = self.layout.g.page_size as usize;
+    ) -> Result<Option<(u32, u32, Vec<Option<u32>>)>, FsError> {
         let ppb = self.layout.g.pages_per_block;
         let p = self.layout.cfg.parity_pages as usize;
-        let kmax = self.layout.max_group() as usize;
-        // Find the group's parity pages from the spares of the block.
         let first_page = self.layout.page(seg, b, 0);
         let mut spare = vec![0u8; self.layout.g.spare_size as usize];
         let mut parity_at: Vec<Option<u32>> = vec![None; p];
@@ -90,6 +95,27 @@ impl<N: Nand> PageStore<N> {
                 parity_at[s.index as usize] = Some(j);
             }
         }
+        Ok(group.map(|(f, l)| (f, l, parity_at)))
+    }
+
+    /// Rebuilds page `i` of block `b` of segment `seg` from its group, if the group's parity
+    /// pages are written and at most p of its pages are bad.
+    fn rebuild_from_group(
+        &mut self,
+        seg: u32,
+        b: u32,
+        i: u32,
+        own: Option<Spare>,
+    ) -> Result<Option<Vec<u8>>, FsError> {
+        let ps = self.layout.g.page_size as usize;
+        let p = self.layout.cfg.parity_pages as usize;
+        let kmax = self.layout.max_group() as usize;
+        let first_page = self.layout.page(seg, b, 0);
+        let group = self.find_group(seg, b, i, own)?.map(|(f, l, at)| ((f, l), at));
+        let (group, parity_at) = match group {
+            Some((g, at)) => (Some(g), at),
+            None => (None, vec![]),
+        };
         let Some((first, len)) = group else { return Ok(None) };
         if len as usize > kmax {
             return Ok(None);

@@ -67,6 +67,8 @@ pub(crate) struct Writer {
     pub(crate) free: std::collections::VecDeque<u32>,
     /// The segment's parity blocks are written: the next page opens a new segment.
     pub(crate) sealed: bool,
+    /// Segments holding pages, as (logical, physical), oldest first.
+    pub(crate) used: Vec<(u64, u32)>,
 }
 
 /// The page store on a NAND chip.
@@ -111,6 +113,7 @@ impl<N: Nand> PageStore<N> {
                 seq: 0,
                 free: (0..layout.segments).collect(),
                 sealed: false,
+                used: Vec::new(),
             },
             nand,
             layout,
@@ -206,6 +209,7 @@ impl<N: Nand> PageStore<N> {
         let phys = self.w.free.pop_front().ok_or(FsError::NoSpace)?;
         let logical = self.w.seg.map_or(0, |s| s.1 + 1);
         self.w.seg = Some((phys, logical));
+        self.w.used.push((logical, phys));
         self.w.block = 0;
         self.w.next = 0;
         self.w.group_first = 0;

@@ -1,0 +1,239 @@
+//! Nodes: what the file system writes into the page store's data pages.
+//!
+//! A data page holds fragments back to back; a fragment is a 32-byte header and up to the
+//! rest of the page of payload; a node larger than the room left in a page continues in a
+//! fragment at the start of the next data page. A zero kind byte ends a page's fragments. A
+//! node is applied at mount only if all its fragments are found, so a node cut by a crash
+//! never half-applies. Every page is signed by the page store; the node's header adds the
+//! CRC-32C of its uncompressed payload, checked end to end on every read.
+
+use bitmend_code::crc::crc32c;
+
+/// Fragment header bytes.
+pub(crate) const FRAG_HEADER: usize = 32;
+
+/// What a node describes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NodeKind {
+    /// An inode's attributes (key: ino).
+    Inode = 1,
+    /// A directory entry (key: parent ino; payload: child ino, name). A child of 0 removes it.
+    Dirent = 2,
+    /// A logical page of a file (key: ino, page index; payload: the page, maybe compressed).
+    Data = 3,
+    /// Marks an operation's nodes complete (a page of metadata is applied whole or not).
+    Commit = 4,
+}
+
+impl NodeKind {
+    fn from_u8(v: u8) -> Option<NodeKind> {
+        Some(match v {
+            1 => NodeKind::Inode,
+            2 => NodeKind::Dirent,
+            3 => NodeKind::Data,
+            4 => NodeKind::Commit,
+            _ => return None,
+        })
+    }
+}
+
+/// Flags of a fragment.
+pub(crate) const FLAG_LZ4: u8 = 1;
+pub(crate) const FLAG_LAST: u8 = 2;
+
+/// A fragment's header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Frag {
+    pub kind: NodeKind,
+    pub flags: u8,
+    /// Payload bytes in this fragment.
+    pub len: u16,
+    /// Payload bytes of the whole node (as stored: compressed if FLAG_LZ4).
+    pub total: u32,
+    pub key: u64,
+    pub key2: u64,
+    /// The node's version: larger wins at mount.
+    pub version: u64,
+}
+
+impl Frag {
+    pub fn encode(&self, out: &mut [u8]) {
+        out[0] = self.kind as u8;
+        out[1] = self.flags;
+        out[2..4].copy_from_slice(&self.len.to_le_bytes());
+        out[4..8].copy_from_slice(&self.total.to_le_bytes());
+        out[8..16].copy_from_slice(&self.key.to_le_bytes());
+        out[16..24].copy_from_slice(&self.key2.to_le_bytes());
+        out[24..32].copy_from_slice(&self.version.to_le_bytes());
+    }
+
+    /// `Ok(None)` at the end of a page's fragments; `Err` for bytes that are not a fragment.
+    pub fn decode(b: &[u8]) -> Result<Option<Frag>, ()> {
+        if b.len() < FRAG_HEADER || b[0] == 0 {
+            return Ok(None);
+        }
+        let kind = NodeKind::from_u8(b[0]).ok_or(())?;
+        let f = Frag {
+            kind,
+            flags: b[1],
+            len: u16::from_le_bytes([b[2], b[3]]),
+            total: u32::from_le_bytes(b[4..8].try_into().unwrap()),
+            key: u64::from_le_bytes(b[8..16].try_into().unwrap()),
+            key2: u64::from_le_bytes(b[16..24].try_into().unwrap()),
+            version: u64::from_le_bytes(b[24..32].try_into().unwrap()),
+        };
+        if FRAG_HEADER + f.len as usize > b.len() || f.len as u32 > f.total {
+            return Err(());
+        }
+        Ok(Some(f))
+    }
+}
+
+/// File types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FileType {
+    File = 1,
+    Dir = 2,
+    Symlink = 3,
+}
+
+/// An inode's attributes, as stored in an inode node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: u64,
+    pub kind: FileType,
+    /// Permission bits (and setuid/setgid/sticky), without the type.
+    pub perm: u16,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub nlink: u32,
+    /// Seconds and nanoseconds since the epoch.
+    pub atime: (i64, u32),
+    pub mtime: (i64, u32),
+    pub ctime: (i64, u32),
+}
+
+/// Inode payload: the attributes, then (symlinks) the target.
+pub(crate) fn encode_inode(a: &Attr, target: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(64 + target.len());
+    v.push(a.kind as u8);
+    v.push(0);
+    v.extend_from_slice(&a.perm.to_le_bytes());
+    v.extend_from_slice(&a.uid.to_le_bytes());
+    v.extend_from_slice(&a.gid.to_le_bytes());
+    v.extend_from_slice(&a.nlink.to_le_bytes());
+    v.extend_from_slice(&a.size.to_le_bytes());
+    for (s, ns) in [a.atime, a.mtime, a.ctime] {
+        v.extend_from_slice(&s.to_le_bytes());
+        v.extend_from_slice(&ns.to_le_bytes());
+    }
+    v.extend_from_slice(target);
+    v
+}
+
+pub(crate) fn decode_inode(ino: u64, b: &[u8]) -> Option<(Attr, Vec<u8>)> {
+    if b.len() < 60 {
+        return None;
+    }
+    let kind = match b[0] {
+        1 => FileType::File,
+        2 => FileType::Dir,
+        3 => FileType::Symlink,
+        _ => return None,
+    };
+    let u32at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+    let t = |o: usize| (i64::from_le_bytes(b[o..o + 8].try_into().unwrap()), u32at(o + 8));
+    Some((
+        Attr {
+            ino,
+            kind,
+            perm: u16::from_le_bytes([b[2], b[3]]),
+            uid: u32at(4),
+            gid: u32at(8),
+            nlink: u32at(12),
+            size: u64::from_le_bytes(b[16..24].try_into().unwrap()),
+            atime: t(24),
+            mtime: t(36),
+            ctime: t(48),
+        },
+        b[60..].to_vec(),
+    ))
+}
+
+/// Dirent payload: the child's ino (0: the name is removed), then the name.
+pub(crate) fn encode_dirent(child: u64, name: &[u8]) -> Vec<u8> {
+    let mut v = child.to_le_bytes().to_vec();
+    v.extend_from_slice(name);
+    v
+}
+
+pub(crate) fn decode_dirent(b: &[u8]) -> Option<(u64, Vec<u8>)> {
+    (b.len() >= 8).then(|| (u64::from_le_bytes(b[..8].try_into().unwrap()), b[8..].to_vec()))
+}
+
+/// Data payload: the CRC-32C of the uncompressed logical page, then the page (compressed
+/// when that saves space). The CRC is the end-to-end check the page cache reuses.
+pub(crate) fn encode_data(page: &[u8], compress: bool) -> (Vec<u8>, bool, u32) {
+    let crc = crc32c(page);
+    let mut v = crc.to_le_bytes().to_vec();
+    if compress {
+        let c = lz4_flex::block::compress(page);
+        if c.len() < page.len() {
+            v.extend_from_slice(&c);
+            return (v, true, crc);
+        }
+    }
+    v.extend_from_slice(page);
+    (v, false, crc)
+}
+
+/// Decodes a data payload into a logical page of `page_len` bytes; `None` if the bytes do
+/// not decompress or do not match their CRC.
+pub(crate) fn decode_data(b: &[u8], lz4: bool, page_len: usize) -> Option<Vec<u8>> {
+    if b.len() < 4 {
+        return None;
+    }
+    let crc = u32::from_le_bytes(b[..4].try_into().unwrap());
+    let page = if lz4 { lz4_flex::block::decompress(&b[4..], page_len).ok()? } else { b[4..].to_vec() };
+    (page.len() == page_len && crc32c(&page) == crc).then_some(page)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forms_round_trip() {
+        let f = Frag { kind: NodeKind::Data, flags: FLAG_LZ4 | FLAG_LAST, len: 100, total: 300, key: 7, key2: 9, version: 42 };
+        let mut b = [0u8; 200];
+        f.encode(&mut b);
+        assert_eq!(Frag::decode(&b), Ok(Some(f)));
+        assert_eq!(Frag::decode(&[0u8; 40]), Ok(None));
+        b[0] = 77;
+        assert!(Frag::decode(&b).is_err());
+
+        let a = Attr {
+            ino: 5,
+            kind: FileType::Symlink,
+            perm: 0o755,
+            uid: 1000,
+            gid: 100,
+            size: 12,
+            nlink: 1,
+            atime: (1, 2),
+            mtime: (3, 4),
+            ctime: (-5, 6),
+        };
+        assert_eq!(decode_inode(5, &encode_inode(&a, b"target")), Some((a, b"target".to_vec())));
+        assert_eq!(decode_dirent(&encode_dirent(9, b"name")), Some((9, b"name".to_vec())));
+
+        let page: Vec<u8> = (0..4096).map(|i| (i / 100) as u8).collect();
+        let (enc, lz4, _) = encode_data(&page, true);
+        assert!(lz4 && enc.len() < 1000);
+        assert_eq!(decode_data(&enc, true, 4096), Some(page.clone()));
+        let mut bad = enc.clone();
+        bad[10] ^= 1;
+        assert_ne!(decode_data(&bad, true, 4096), Some(page));
+    }
+}
