@@ -8,6 +8,9 @@ use crate::layout::{Kind, Spare};
 use crate::store::{PageAddr, PageStore, Repaired};
 use crate::FsError;
 
+/// A group inside a block: first data page, data pages, and where each parity page is.
+type GroupAt = (u32, u32, Vec<Option<u32>>);
+
 impl<N: Nand> PageStore<N> {
     /// Reads a page and its spare; the spare only if it decodes.
     fn read_raw(&mut self, page: u32, data: &mut [u8]) -> Result<Option<Spare>, FsError> {
@@ -76,7 +79,7 @@ impl<N: Nand> PageStore<N> {
         b: u32,
         i: u32,
         own: Option<Spare>,
-    ) -> Result<Option<(u32, u32, Vec<Option<u32>>)>, FsError> {
+    ) -> Result<Option<GroupAt>, FsError> {
         let ppb = self.layout.g.pages_per_block;
         let p = self.layout.cfg.parity_pages as usize;
         let first_page = self.layout.page(seg, b, 0);
