@@ -22,4 +22,18 @@ pub enum FsError {
     Unrecoverable { page: u32 },
     #[error("page {page} holds no data written by the file system")]
     NotWritten { page: u32 },
+    #[error("no such file or directory")]
+    NotFound,
+    #[error("file exists")]
+    Exists,
+    #[error("not a directory")]
+    NotDir,
+    #[error("is a directory")]
+    IsDir,
+    #[error("directory not empty")]
+    NotEmpty,
+    #[error("name longer than 255 bytes")]
+    NameTooLong,
+    #[error("invalid argument: {why}")]
+    Invalid { why: String },
 }

@@ -5,16 +5,28 @@
 //! parity pages in its erase block and parity blocks in its segment, so that it corrects what
 //! the chip's ECC cannot: many flipped bits, lost pages, torn writes.
 //!
-//! This crate grows in layers. The first is here: the [`PageStore`], which writes pages as a
-//! log of segments, signs them, adds the parity, mounts from a bounded number of spare reads,
-//! and verifies and repairs every read. The file system (nodes, index, compression, cleaner)
-//! builds on it.
+//! Two layers so far:
+//! - the [`PageStore`] writes pages as a log of segments, signs them, adds the parity, mounts
+//!   from a bounded number of spare reads, and verifies and repairs every read;
+//! - the file system [`Fs`] writes inodes, directory entries and (lz4-compressed) file data
+//!   as nodes into that log, keeps a RAM index of where every node lives (with the CRC-32C of
+//!   every logical page, checked end to end), and offers the POSIX-like operations.
+//!
+//! Still to come (see the issue): the on-flash index and checkpoint for fast mount, the
+//! segment summary and cleaner, zstd.
 
 mod error;
+mod fs;
 mod layout;
 mod mount;
+mod node;
 mod read;
 mod store;
+
+pub use fs::{
+    Check, Compression, DirEntry, Fs, FsOptions, FsStats, MountReport, SetAttr, LOGICAL_PAGE, NAME_MAX, ROOT,
+};
+pub use node::{Attr, FileType};
 
 pub use error::FsError;
 pub use layout::{FsConfig, Kind, Spare, FS_VERSION, MIN_SPARE};

@@ -205,7 +205,15 @@ mod tests {
 
     #[test]
     fn forms_round_trip() {
-        let f = Frag { kind: NodeKind::Data, flags: FLAG_LZ4 | FLAG_LAST, len: 100, total: 300, key: 7, key2: 9, version: 42 };
+        let f = Frag {
+            kind: NodeKind::Data,
+            flags: FLAG_LZ4 | FLAG_LAST,
+            len: 100,
+            total: 300,
+            key: 7,
+            key2: 9,
+            version: 42,
+        };
         let mut b = [0u8; 200];
         f.encode(&mut b);
         assert_eq!(Frag::decode(&b), Ok(Some(f)));

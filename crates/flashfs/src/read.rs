@@ -47,11 +47,14 @@ impl<N: Nand> PageStore<N> {
         // Without it, the page must be inside a closed group's data pages (so the bytes
         // rebuilt are known to be file-system data, not parity, padding or a torn program).
         let own = self.read_raw(page, out)?;
-        if own.is_some_and(|s| s.kind != Kind::Data)
-            || (own.is_none() && self.find_group(seg, b, i, None)?.is_none())
-        {
+        if own.is_some_and(|s| s.kind != Kind::Data) {
             self.stats.unrecoverable += 1;
             return Err(FsError::Unrecoverable { page });
+        }
+        if own.is_none() && self.find_group(seg, b, i, None)?.is_none() {
+            // Not known to hold data: a torn program, or a page of an open group whose spare
+            // is gone (which no parity covers yet).
+            return Err(FsError::NotWritten { page });
         }
         if let Some(rebuilt) = self.rebuild_from_group(seg, b, i, own)? {
             out.copy_from_slice(&rebuilt);

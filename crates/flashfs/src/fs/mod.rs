@@ -1,0 +1,219 @@
+//! The file system: inodes, directories and file data as nodes in the page store's log, a
+//! RAM index of where every node lives, write-back of file data with a bound, and the
+//! POSIX-like operations the FUSE adapter and the command line call.
+//!
+//! Consistency: the nodes of one metadata operation (a rename's two entries and the inodes it
+//! touches, say) are written into one page, and a page is valid whole or not at all (its
+//! signature), so an operation survives a crash whole or not at all. File data is written
+//! before the inode that gives it its size, so a crash never leaves a size pointing past data.
+//! What `fsync` or `sync` returned for is durable and correctable.
+
+mod check;
+mod ops;
+mod replay;
+mod write;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use bitmend_media::nand::Nand;
+
+pub use check::Check;
+pub use replay::MountReport;
+
+use crate::node::Attr;
+use crate::store::PageStore;
+use crate::{FsConfig, FsError};
+
+/// The root directory's inode number.
+pub const ROOT: u64 = 1;
+/// Bytes per logical page of a file (the unit of compression, of the index and of the CRC
+/// the page cache reuses).
+pub const LOGICAL_PAGE: usize = 4096;
+/// Longest name in a directory.
+pub const NAME_MAX: usize = 255;
+/// Longest symlink target.
+pub const SYMLINK_MAX: usize = 1024;
+/// Smallest flash page the file system runs on (one metadata operation fits in a page).
+pub const MIN_PAGE: u32 = 2048;
+
+/// How file data is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compression {
+    None,
+    Lz4,
+}
+
+/// Choices that are not on the medium.
+#[derive(Clone, Copy, Debug)]
+pub struct FsOptions {
+    pub compression: Compression,
+    /// Dirty file data kept in RAM before it is written out.
+    pub dirty_limit: usize,
+}
+
+impl Default for FsOptions {
+    fn default() -> Self {
+        FsOptions { compression: Compression::Lz4, dirty_limit: 1 << 20 }
+    }
+}
+
+/// A directory entry as `readdir` returns it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: Vec<u8>,
+    pub ino: u64,
+    pub kind: crate::FileType,
+}
+
+/// Attribute changes; `None` leaves a field as it is.
+#[derive(Clone, Debug, Default)]
+pub struct SetAttr {
+    pub perm: Option<u16>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<(i64, u32)>,
+    pub mtime: Option<(i64, u32)>,
+}
+
+/// Counters since mount.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FsStats {
+    /// Logical bytes of file data written out (after write-back).
+    pub data_bytes: u64,
+    /// Bytes those took in nodes (compressed, with their CRCs).
+    pub data_stored: u64,
+    /// Logical pages rewritten because a read had to repair a flash page under them.
+    pub relocated: u64,
+    /// Reads that failed because a flash page was beyond repair.
+    pub unreadable: u64,
+}
+
+/// Where a file's logical page lives: its node's fragments, as (flash page, offset, length).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Loc {
+    pub frags: Vec<(u32, u16, u16)>,
+    pub lz4: bool,
+    pub version: u64,
+}
+
+/// A fragment that sits in the page being filled, not yet on flash.
+pub(crate) const PENDING: u32 = u32::MAX;
+
+#[derive(Clone, Debug)]
+pub(crate) struct Inode {
+    pub attr: Attr,
+    pub target: Vec<u8>,
+    pub version: u64,
+}
+
+/// The file system on a NAND chip.
+pub struct Fs<N: Nand> {
+    pub(crate) store: PageStore<N>,
+    pub(crate) opts: FsOptions,
+    pub(crate) inodes: HashMap<u64, Inode>,
+    pub(crate) dirs: HashMap<u64, BTreeMap<Vec<u8>, u64>>,
+    pub(crate) data: HashMap<(u64, u64), Loc>,
+    pub(crate) dirty: BTreeMap<(u64, u64), Vec<u8>>,
+    pub(crate) dirty_inodes: BTreeSet<u64>,
+    pub(crate) next_ino: u64,
+    pub(crate) version: u64,
+    /// The flash page being filled with nodes, and how far.
+    pub(crate) buf: Vec<u8>,
+    pub(crate) fill: usize,
+    /// Logical pages with fragments in `buf`.
+    pub(crate) buf_keys: Vec<(u64, u64)>,
+    pub(crate) stats: FsStats,
+}
+
+impl<N: Nand> std::fmt::Debug for Fs<N> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fs")
+            .field("inodes", &self.inodes.len())
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn now() -> (i64, u32) {
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    (d.as_secs() as i64, d.subsec_nanos())
+}
+
+impl<N: Nand> Fs<N> {
+    fn with_store(store: PageStore<N>, opts: FsOptions) -> Result<Fs<N>, FsError> {
+        let page = store.layout.g.page_size;
+        if page < MIN_PAGE {
+            return Err(FsError::Config {
+                why: format!("{page}-byte pages: the file system needs {MIN_PAGE} or more"),
+            });
+        }
+        Ok(Fs {
+            buf: vec![0; page as usize],
+            store,
+            opts,
+            inodes: HashMap::new(),
+            dirs: HashMap::new(),
+            data: HashMap::new(),
+            dirty: BTreeMap::new(),
+            dirty_inodes: BTreeSet::new(),
+            next_ino: ROOT + 1,
+            version: 1,
+            fill: 0,
+            buf_keys: Vec::new(),
+            stats: FsStats::default(),
+        })
+    }
+
+    /// Makes a file system on `nand`: formats the page store and writes the root directory.
+    pub fn format(nand: N, cfg: FsConfig, opts: FsOptions) -> Result<Fs<N>, FsError> {
+        let mut fs = Fs::with_store(PageStore::format(nand, cfg)?, opts)?;
+        let t = now();
+        let root = Attr {
+            ino: ROOT,
+            kind: crate::FileType::Dir,
+            perm: 0o755,
+            uid: 0,
+            gid: 0,
+            size: 0,
+            nlink: 2,
+            atime: t,
+            mtime: t,
+            ctime: t,
+        };
+        fs.inodes.insert(ROOT, Inode { attr: root, target: vec![], version: 0 });
+        fs.dirs.insert(ROOT, BTreeMap::new());
+        fs.commit(vec![fs.inode_node(ROOT)])?;
+        fs.sync()?;
+        Ok(fs)
+    }
+
+    /// The page store underneath (for statistics, fault injection in tests, tools).
+    pub fn store(&self) -> &PageStore<N> {
+        &self.store
+    }
+
+    pub fn store_mut(&mut self) -> &mut PageStore<N> {
+        &mut self.store
+    }
+
+    /// Writes everything out and returns the chip.
+    pub fn unmount(mut self) -> Result<N, FsError> {
+        self.sync()?;
+        Ok(self.store.into_nand())
+    }
+
+    /// Returns the chip without writing anything (what a crash does).
+    pub fn into_nand(self) -> N {
+        self.store.into_nand()
+    }
+
+    pub fn stats(&self) -> FsStats {
+        self.stats
+    }
+
+    /// Files, directories and symlinks.
+    pub fn inode_count(&self) -> usize {
+        self.inodes.len()
+    }
+}

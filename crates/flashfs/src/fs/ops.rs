@@ -1,0 +1,464 @@
+//! The POSIX-like operations.
+
+use std::collections::BTreeMap;
+
+use bitmend_media::nand::Nand;
+
+use super::{now, DirEntry, Fs, Inode, SetAttr, LOGICAL_PAGE, NAME_MAX, PENDING, ROOT, SYMLINK_MAX};
+use crate::node::{self, Attr, FileType};
+use crate::store::{PageAddr, Repaired};
+use crate::FsError;
+
+fn check_name(name: &[u8]) -> Result<(), FsError> {
+    if name.len() > NAME_MAX {
+        return Err(FsError::NameTooLong);
+    }
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
+        return Err(FsError::Invalid { why: "not a valid file name".into() });
+    }
+    Ok(())
+}
+
+impl<N: Nand> Fs<N> {
+    fn inode(&self, ino: u64) -> Result<&Inode, FsError> {
+        self.inodes.get(&ino).ok_or(FsError::NotFound)
+    }
+
+    fn dir(&self, ino: u64) -> Result<&BTreeMap<Vec<u8>, u64>, FsError> {
+        match self.inode(ino)?.attr.kind {
+            FileType::Dir => Ok(self.dirs.get(&ino).expect("every directory has entries")),
+            _ => Err(FsError::NotDir),
+        }
+    }
+
+    /// The attributes of `ino`.
+    pub fn getattr(&self, ino: u64) -> Result<Attr, FsError> {
+        Ok(self.inode(ino)?.attr.clone())
+    }
+
+    /// The entry `name` in directory `parent`.
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr, FsError> {
+        let child = *self.dir(parent)?.get(name).ok_or(FsError::NotFound)?;
+        self.getattr(child)
+    }
+
+    /// The entries of directory `ino` (without "." and "..").
+    pub fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>, FsError> {
+        Ok(self
+            .dir(ino)?
+            .iter()
+            .map(|(name, &child)| DirEntry {
+                name: name.clone(),
+                ino: child,
+                kind: self.inodes[&child].attr.kind,
+            })
+            .collect())
+    }
+
+    fn touch(&mut self, ino: u64) {
+        let t = now();
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            i.attr.mtime = t;
+            i.attr.ctime = t;
+        }
+    }
+
+    fn make(
+        &mut self,
+        parent: u64,
+        name: &[u8],
+        kind: FileType,
+        perm: u16,
+        (uid, gid): (u32, u32),
+        target: &[u8],
+    ) -> Result<Attr, FsError> {
+        check_name(name)?;
+        if self.dir(parent)?.contains_key(name) {
+            return Err(FsError::Exists);
+        }
+        let ino = self.next_ino;
+        self.next_ino += 1;
+        let t = now();
+        let attr = Attr {
+            ino,
+            kind,
+            perm: perm & 0o7777,
+            uid,
+            gid,
+            size: if kind == FileType::Symlink { target.len() as u64 } else { 0 },
+            nlink: if kind == FileType::Dir { 2 } else { 1 },
+            atime: t,
+            mtime: t,
+            ctime: t,
+        };
+        self.inodes.insert(ino, Inode { attr: attr.clone(), target: target.to_vec(), version: 0 });
+        if kind == FileType::Dir {
+            self.dirs.insert(ino, BTreeMap::new());
+            self.inodes.get_mut(&parent).expect("parent").attr.nlink += 1;
+        }
+        self.dirs.get_mut(&parent).expect("parent").insert(name.to_vec(), ino);
+        self.touch(parent);
+        let nodes =
+            vec![self.inode_node(ino), Fs::<N>::dirent_node(parent, name, ino), self.inode_node(parent)];
+        self.commit(nodes)?;
+        Ok(attr)
+    }
+
+    /// Creates an empty regular file.
+    pub fn create(
+        &mut self,
+        parent: u64,
+        name: &[u8],
+        perm: u16,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr, FsError> {
+        self.make(parent, name, FileType::File, perm, (uid, gid), b"")
+    }
+
+    pub fn mkdir(
+        &mut self,
+        parent: u64,
+        name: &[u8],
+        perm: u16,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr, FsError> {
+        self.make(parent, name, FileType::Dir, perm, (uid, gid), b"")
+    }
+
+    pub fn symlink(
+        &mut self,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr, FsError> {
+        if target.is_empty() || target.len() > SYMLINK_MAX {
+            return Err(FsError::Invalid { why: format!("symlink targets are 1 to {SYMLINK_MAX} bytes") });
+        }
+        self.make(parent, name, FileType::Symlink, 0o777, (uid, gid), target)
+    }
+
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>, FsError> {
+        let i = self.inode(ino)?;
+        match i.attr.kind {
+            FileType::Symlink => Ok(i.target.clone()),
+            _ => Err(FsError::Invalid { why: "not a symlink".into() }),
+        }
+    }
+
+    /// A new name `name` in `parent` for the file `ino`.
+    pub fn link(&mut self, ino: u64, parent: u64, name: &[u8]) -> Result<Attr, FsError> {
+        check_name(name)?;
+        if self.inode(ino)?.attr.kind == FileType::Dir {
+            return Err(FsError::IsDir);
+        }
+        if self.dir(parent)?.contains_key(name) {
+            return Err(FsError::Exists);
+        }
+        self.dirs.get_mut(&parent).expect("parent").insert(name.to_vec(), ino);
+        let i = self.inodes.get_mut(&ino).expect("checked");
+        i.attr.nlink += 1;
+        i.attr.ctime = now();
+        self.touch(parent);
+        let nodes =
+            vec![self.inode_node(ino), Fs::<N>::dirent_node(parent, name, ino), self.inode_node(parent)];
+        self.commit(nodes)?;
+        self.getattr(ino)
+    }
+
+    /// Drops one link to `ino`; the inode and its data go with the last.
+    fn drop_link(&mut self, ino: u64) -> node::Attr {
+        let i = self.inodes.get_mut(&ino).expect("linked inode");
+        i.attr.nlink = i.attr.nlink.saturating_sub(if i.attr.kind == FileType::Dir { 2 } else { 1 });
+        i.attr.ctime = now();
+        i.attr.clone()
+    }
+
+    fn forget_if_unlinked(&mut self, ino: u64) {
+        if self.inodes.get(&ino).is_some_and(|i| i.attr.nlink == 0) {
+            self.inodes.remove(&ino);
+            self.dirs.remove(&ino);
+            self.data.retain(|k, _| k.0 != ino);
+            self.dirty.retain(|k, _| k.0 != ino);
+            self.dirty_inodes.remove(&ino);
+        }
+    }
+
+    pub fn unlink(&mut self, parent: u64, name: &[u8]) -> Result<(), FsError> {
+        let ino = *self.dir(parent)?.get(name).ok_or(FsError::NotFound)?;
+        if self.inodes[&ino].attr.kind == FileType::Dir {
+            return Err(FsError::IsDir);
+        }
+        self.dirs.get_mut(&parent).expect("parent").remove(name);
+        self.drop_link(ino);
+        self.touch(parent);
+        let nodes =
+            vec![Fs::<N>::dirent_node(parent, name, 0), self.inode_node(ino), self.inode_node(parent)];
+        self.commit(nodes)?;
+        self.forget_if_unlinked(ino);
+        Ok(())
+    }
+
+    pub fn rmdir(&mut self, parent: u64, name: &[u8]) -> Result<(), FsError> {
+        let ino = *self.dir(parent)?.get(name).ok_or(FsError::NotFound)?;
+        if !self.dir(ino)?.is_empty() {
+            return Err(FsError::NotEmpty);
+        }
+        self.dirs.get_mut(&parent).expect("parent").remove(name);
+        self.drop_link(ino);
+        self.inodes.get_mut(&parent).expect("parent").attr.nlink -= 1;
+        self.touch(parent);
+        let nodes =
+            vec![Fs::<N>::dirent_node(parent, name, 0), self.inode_node(ino), self.inode_node(parent)];
+        self.commit(nodes)?;
+        self.forget_if_unlinked(ino);
+        Ok(())
+    }
+
+    /// Whether `dir` is `ino` or lies under it.
+    fn is_under(&self, dir: u64, ino: u64) -> bool {
+        let mut d = dir;
+        loop {
+            if d == ino {
+                return true;
+            }
+            if d == ROOT {
+                return false;
+            }
+            // The parent of a directory: the directory listing it (one, for directories).
+            match self.dirs.iter().find(|(_, e)| e.values().any(|&c| c == d)) {
+                Some((&p, _)) => d = p,
+                None => return false,
+            }
+        }
+    }
+
+    /// Renames atomically, replacing an existing target (a file by a file, an empty directory
+    /// by a directory), as rename(2) does.
+    pub fn rename(
+        &mut self,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+    ) -> Result<(), FsError> {
+        check_name(newname)?;
+        let ino = *self.dir(parent)?.get(name).ok_or(FsError::NotFound)?;
+        self.dir(newparent)?;
+        let is_dir = self.inodes[&ino].attr.kind == FileType::Dir;
+        if is_dir && self.is_under(newparent, ino) {
+            return Err(FsError::Invalid { why: "a directory cannot move under itself".into() });
+        }
+        let replaced = self.dirs[&newparent].get(newname).copied();
+        if replaced == Some(ino) {
+            return Ok(());
+        }
+        if let Some(old) = replaced {
+            match (is_dir, self.inodes[&old].attr.kind == FileType::Dir) {
+                (true, false) => return Err(FsError::NotDir),
+                (false, true) => return Err(FsError::IsDir),
+                (true, true) if !self.dirs[&old].is_empty() => return Err(FsError::NotEmpty),
+                _ => {}
+            }
+        }
+        self.dirs.get_mut(&parent).expect("parent").remove(name);
+        self.dirs.get_mut(&newparent).expect("new parent").insert(newname.to_vec(), ino);
+        let mut nodes = vec![Fs::<N>::dirent_node(newparent, newname, ino)];
+        if parent != newparent || name != newname {
+            nodes.push(Fs::<N>::dirent_node(parent, name, 0));
+        }
+        if let Some(old) = replaced {
+            self.drop_link(old);
+            if is_dir {
+                self.inodes.get_mut(&newparent).expect("new parent").attr.nlink -= 1;
+            }
+            nodes.push(self.inode_node(old));
+        }
+        if is_dir && parent != newparent {
+            self.inodes.get_mut(&parent).expect("parent").attr.nlink -= 1;
+            self.inodes.get_mut(&newparent).expect("new parent").attr.nlink += 1;
+        }
+        self.inodes.get_mut(&ino).expect("renamed").attr.ctime = now();
+        self.touch(parent);
+        self.touch(newparent);
+        nodes.push(self.inode_node(ino));
+        nodes.push(self.inode_node(parent));
+        if newparent != parent {
+            nodes.push(self.inode_node(newparent));
+        }
+        self.commit(nodes)?;
+        if let Some(old) = replaced {
+            self.forget_if_unlinked(old);
+        }
+        Ok(())
+    }
+
+    /// Changes attributes; a size change truncates or extends with zeros.
+    pub fn setattr(&mut self, ino: u64, set: SetAttr) -> Result<Attr, FsError> {
+        let kind = self.inode(ino)?.attr.kind;
+        if let Some(size) = set.size {
+            if kind != FileType::File {
+                return Err(if kind == FileType::Dir {
+                    FsError::IsDir
+                } else {
+                    FsError::Invalid { why: "not a file".into() }
+                });
+            }
+            self.truncate(ino, size)?;
+        }
+        let i = self.inodes.get_mut(&ino).expect("checked");
+        if let Some(p) = set.perm {
+            i.attr.perm = p & 0o7777;
+        }
+        if let Some(u) = set.uid {
+            i.attr.uid = u;
+        }
+        if let Some(g) = set.gid {
+            i.attr.gid = g;
+        }
+        if let Some(t) = set.atime {
+            i.attr.atime = t;
+        }
+        if let Some(t) = set.mtime {
+            i.attr.mtime = t;
+        }
+        i.attr.ctime = now();
+        let n = self.inode_node(ino);
+        self.commit(vec![n])?;
+        self.getattr(ino)
+    }
+
+    fn truncate(&mut self, ino: u64, size: u64) -> Result<(), FsError> {
+        let old = self.inodes[&ino].attr.size;
+        if size < old {
+            let keep = size.div_ceil(LOGICAL_PAGE as u64);
+            // The bytes after the new end of the last page must read as zero if the file grows
+            // again: rewrite that page cut.
+            let tail = (size % LOGICAL_PAGE as u64) as usize;
+            if tail != 0 {
+                let mut page = self.page(ino, keep - 1)?;
+                page[tail..].fill(0);
+                self.dirty.insert((ino, keep - 1), page);
+            }
+            self.data.retain(|k, _| k.0 != ino || k.1 < keep);
+            self.dirty.retain(|k, _| k.0 != ino || k.1 < keep);
+            self.inodes.get_mut(&ino).expect("checked").attr.size = size;
+            // The shrink reaches the flash after the cut page and before any later data, so
+            // older pages past the end never come back at mount.
+            self.flush_data()?;
+        } else {
+            self.inodes.get_mut(&ino).expect("checked").attr.size = size;
+        }
+        self.touch(ino);
+        Ok(())
+    }
+
+    /// Logical page `index` of file `ino`: dirty copy, else from the flash (verified, CRC
+    /// checked, repaired pages rewritten), else zeros (a hole).
+    pub(crate) fn page(&mut self, ino: u64, index: u64) -> Result<Vec<u8>, FsError> {
+        if let Some(p) = self.dirty.get(&(ino, index)) {
+            return Ok(p.clone());
+        }
+        let Some(loc) = self.data.get(&(ino, index)).cloned() else { return Ok(vec![0; LOGICAL_PAGE]) };
+        let ps = self.buf.len();
+        let mut payload = Vec::new();
+        let mut flash = vec![0u8; ps];
+        let mut repaired = false;
+        for &(page, off, len) in &loc.frags {
+            let (off, len) = (off as usize, len as usize);
+            if page == PENDING {
+                payload.extend_from_slice(&self.buf[off..off + len]);
+                continue;
+            }
+            match self.store.read(PageAddr(page), &mut flash) {
+                Ok(how) => repaired |= how != Repaired::No,
+                Err(e) => {
+                    self.stats.unreadable += 1;
+                    return Err(e);
+                }
+            }
+            payload.extend_from_slice(&flash[off..off + len]);
+        }
+        let Some(page) = node::decode_data(&payload, loc.lz4, LOGICAL_PAGE) else {
+            self.stats.unreadable += 1;
+            return Err(FsError::Unrecoverable { page: loc.frags.first().map_or(0, |f| f.0) });
+        };
+        if repaired {
+            // Rewrite the logical page elsewhere, away from the damaged flash page.
+            self.stats.relocated += 1;
+            self.dirty.insert((ino, index), page.clone());
+        }
+        Ok(page)
+    }
+
+    /// Reads up to `len` bytes at `off` (fewer at the end of the file).
+    pub fn read(&mut self, ino: u64, off: u64, len: usize) -> Result<Vec<u8>, FsError> {
+        let i = self.inode(ino)?;
+        match i.attr.kind {
+            FileType::File => {}
+            FileType::Dir => return Err(FsError::IsDir),
+            FileType::Symlink => {
+                return Err(FsError::Invalid { why: "a symlink has no data to read".into() })
+            }
+        }
+        let size = i.attr.size;
+        if off >= size {
+            return Ok(Vec::new());
+        }
+        let end = size.min(off + len as u64);
+        let mut out = Vec::with_capacity((end - off) as usize);
+        let mut pos = off;
+        while pos < end {
+            let index = pos / LOGICAL_PAGE as u64;
+            let within = (pos % LOGICAL_PAGE as u64) as usize;
+            let n = (LOGICAL_PAGE - within).min((end - pos) as usize);
+            let page = self.page(ino, index)?;
+            out.extend_from_slice(&page[within..within + n]);
+            pos += n as u64;
+        }
+        Ok(out)
+    }
+
+    /// Writes `data` at `off`, extending the file (with a hole if `off` is past its end).
+    pub fn write(&mut self, ino: u64, off: u64, data: &[u8]) -> Result<usize, FsError> {
+        match self.inode(ino)?.attr.kind {
+            FileType::File => {}
+            FileType::Dir => return Err(FsError::IsDir),
+            FileType::Symlink => return Err(FsError::Invalid { why: "not a regular file".into() }),
+        }
+        let mut pos = off;
+        let end = off + data.len() as u64;
+        while pos < end {
+            let index = pos / LOGICAL_PAGE as u64;
+            let within = (pos % LOGICAL_PAGE as u64) as usize;
+            let n = (LOGICAL_PAGE - within).min((end - pos) as usize);
+            let mut page = if n == LOGICAL_PAGE { vec![0; LOGICAL_PAGE] } else { self.page(ino, index)? };
+            let from = (pos - off) as usize;
+            page[within..within + n].copy_from_slice(&data[from..from + n]);
+            self.dirty.insert((ino, index), page);
+            pos += n as u64;
+        }
+        let i = self.inodes.get_mut(&ino).expect("checked");
+        i.attr.size = i.attr.size.max(end);
+        let t = now();
+        i.attr.mtime = t;
+        i.attr.ctime = t;
+        self.dirty_inodes.insert(ino);
+        if self.dirty_bytes() > self.opts.dirty_limit {
+            self.flush_data()?;
+        }
+        Ok(data.len())
+    }
+
+    /// Space, in logical bytes: (total, free) as the page store's segments allow.
+    pub fn statfs(&self) -> (u64, u64) {
+        let l = &self.store.layout;
+        let per_segment = (l.data_blocks() * l.max_group()) as u64 * l.g.page_size as u64;
+        let total = l.segments as u64 * per_segment;
+        let free = self.store.w.free.len() as u64 * per_segment;
+        (total, free)
+    }
+}

@@ -1,0 +1,181 @@
+//! Mounting: the page store's log replayed node by node, in write order.
+//!
+//! (A full replay reads every data page written. The on-flash index with its checkpoint in
+//! the segment summary will bound this; until then mount time grows with the data.)
+
+use std::collections::HashMap;
+
+use bitmend_media::nand::Nand;
+
+use super::{Fs, FsOptions, Inode, Loc, ROOT};
+use crate::node::{self, Frag, NodeKind, FLAG_LAST, FLAG_LZ4, FRAG_HEADER};
+use crate::store::{PageStore, Repaired};
+use crate::{FsError, Mount};
+
+/// What mounting found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MountReport {
+    pub store: Mount,
+    /// Data pages replayed.
+    pub pages: u64,
+    /// Nodes applied.
+    pub nodes: u64,
+    /// Pages repaired on the way (their nodes were still read).
+    pub pages_repaired: u64,
+    /// Pages beyond repair: their nodes are lost (and any node spanning them).
+    pub pages_lost: u64,
+    /// Pages with an unreadable spare outside any closed group: torn programs, skipped.
+    pub pages_skipped: u64,
+    /// Nodes whose fragments were not all found (cut by a crash, or on a lost page).
+    pub partial_nodes: u64,
+}
+
+/// A node being reassembled from its fragments.
+struct Partial {
+    head: Frag,
+    payload: Vec<u8>,
+    frags: Vec<(u32, u16, u16)>,
+}
+
+impl<N: Nand> Fs<N> {
+    /// Mounts the file system on `nand`, replaying its log.
+    pub fn open(nand: N, opts: FsOptions) -> Result<(Fs<N>, MountReport), FsError> {
+        let (store, m) = PageStore::open(nand)?;
+        let mut fs = Fs::with_store(store, opts)?;
+        let mut report = MountReport { store: m, ..MountReport::default() };
+        let pages = fs.store.log_pages()?;
+        let mut dirent_versions: HashMap<(u64, Vec<u8>), u64> = HashMap::new();
+        let mut partial: Option<Partial> = None;
+        let mut flash = vec![0u8; fs.buf.len()];
+        for addr in pages {
+            match fs.store.read(addr, &mut flash) {
+                Ok(how) => report.pages_repaired += (how != Repaired::No) as u64,
+                Err(e @ (FsError::Unrecoverable { .. } | FsError::NotWritten { .. })) => {
+                    if matches!(e, FsError::NotWritten { .. }) {
+                        report.pages_skipped += 1;
+                    } else {
+                        report.pages_lost += 1;
+                    }
+                    if partial.take().is_some() {
+                        report.partial_nodes += 1;
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            report.pages += 1;
+            let mut off = 0;
+            while off + FRAG_HEADER <= flash.len() {
+                let f = match Frag::decode(&flash[off..]) {
+                    Ok(Some(f)) => f,
+                    Ok(None) | Err(()) => break,
+                };
+                let body = &flash[off + FRAG_HEADER..off + FRAG_HEADER + f.len as usize];
+                let loc = (addr.0, (off + FRAG_HEADER) as u16, f.len);
+                off += FRAG_HEADER + f.len as usize;
+                // Continue the node in progress, or start one (dropping a node cut short).
+                let continues = partial.as_ref().is_some_and(|p| {
+                    (p.head.kind, p.head.key, p.head.key2, p.head.version)
+                        == (f.kind, f.key, f.key2, f.version)
+                });
+                if !continues {
+                    if partial.take().is_some() {
+                        report.partial_nodes += 1;
+                    }
+                    partial = Some(Partial { head: f, payload: Vec::new(), frags: Vec::new() });
+                }
+                let p = partial.as_mut().expect("set above");
+                p.payload.extend_from_slice(body);
+                p.frags.push(loc);
+                if f.flags & FLAG_LAST != 0 {
+                    let done = partial.take().expect("in progress");
+                    if done.payload.len() == done.head.total as usize {
+                        fs.apply(done, &mut dirent_versions);
+                        report.nodes += 1;
+                    } else {
+                        report.partial_nodes += 1;
+                    }
+                }
+            }
+        }
+        if !fs.inodes.contains_key(&ROOT) {
+            return Err(FsError::NotAFs { why: "no root directory in the log".into() });
+        }
+        fs.rebuild_dirs();
+        fs.next_ino = fs.inodes.keys().max().copied().unwrap_or(ROOT) + 1;
+        Ok((fs, report))
+    }
+
+    fn apply(&mut self, n: Partial, dirent_versions: &mut HashMap<(u64, Vec<u8>), u64>) {
+        let v = n.head.version;
+        self.version = self.version.max(v);
+        match n.head.kind {
+            NodeKind::Inode => {
+                let Some((attr, target)) = node::decode_inode(n.head.key, &n.payload) else { return };
+                if self.inodes.get(&attr.ino).is_some_and(|i| i.version > v) {
+                    return;
+                }
+                let ino = attr.ino;
+                let shrink_to = self
+                    .inodes
+                    .get(&ino)
+                    .map(|i| i.attr.size)
+                    .filter(|&old| attr.size < old)
+                    .map(|_| attr.size);
+                if attr.nlink == 0 {
+                    self.inodes.remove(&ino);
+                    self.data.retain(|k, _| k.0 != ino);
+                    return;
+                }
+                if let Some(size) = shrink_to {
+                    // Pages past a shrink are gone, whatever comes after in the log.
+                    let keep = size.div_ceil(super::LOGICAL_PAGE as u64);
+                    self.data.retain(|k, l| k.0 != ino || k.1 < keep || l.version > v);
+                }
+                self.inodes.insert(ino, Inode { attr, target, version: v });
+            }
+            NodeKind::Dirent => {
+                let Some((child, name)) = node::decode_dirent(&n.payload) else { return };
+                let key = (n.head.key, name);
+                if dirent_versions.get(&key).is_some_and(|&old| old > v) {
+                    return;
+                }
+                let name = key.1.clone();
+                dirent_versions.insert(key, v);
+                let entries = self.dirs.entry(n.head.key).or_default();
+                if child == 0 {
+                    entries.remove(&name);
+                } else {
+                    entries.insert(name, child);
+                }
+            }
+            NodeKind::Data => {
+                let key = (n.head.key, n.head.key2);
+                if self.data.get(&key).is_some_and(|l| l.version > v) {
+                    return;
+                }
+                self.data.insert(key, Loc { frags: n.frags, lz4: n.head.flags & FLAG_LZ4 != 0, version: v });
+            }
+            NodeKind::Commit => {}
+        }
+    }
+
+    /// Drops entries of directories and names of inodes that no longer exist; gives every
+    /// directory its (possibly empty) entry table.
+    fn rebuild_dirs(&mut self) {
+        let inodes = &self.inodes;
+        self.dirs.retain(|d, _| inodes.get(d).is_some_and(|i| i.attr.kind == crate::FileType::Dir));
+        for entries in self.dirs.values_mut() {
+            entries.retain(|_, c| inodes.contains_key(c));
+        }
+        for (ino, i) in inodes {
+            if i.attr.kind == crate::FileType::Dir {
+                self.dirs.entry(*ino).or_default();
+            }
+        }
+        let inodes = &self.inodes;
+        self.data.retain(|k, _| {
+            inodes.get(&k.0).is_some_and(|i| k.1 * (super::LOGICAL_PAGE as u64) < i.attr.size)
+        });
+    }
+}

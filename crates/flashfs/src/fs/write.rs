@@ -1,0 +1,161 @@
+//! Writing nodes: metadata operations whole in one page, file data fragmented across pages,
+//! data before the inodes that refer to it.
+
+use bitmend_media::nand::Nand;
+
+use super::{Compression, Fs, Loc, PENDING};
+use crate::node::{self, Frag, NodeKind, FLAG_LAST, FLAG_LZ4, FRAG_HEADER};
+use crate::store::PageAddr;
+use crate::FsError;
+
+/// A node about to be written.
+pub(crate) struct Out {
+    pub kind: NodeKind,
+    pub key: u64,
+    pub key2: u64,
+    pub payload: Vec<u8>,
+}
+
+impl<N: Nand> Fs<N> {
+    pub(crate) fn inode_node(&self, ino: u64) -> Out {
+        let i = &self.inodes[&ino];
+        Out { kind: NodeKind::Inode, key: ino, key2: 0, payload: node::encode_inode(&i.attr, &i.target) }
+    }
+
+    pub(crate) fn dirent_node(parent: u64, name: &[u8], child: u64) -> Out {
+        Out { kind: NodeKind::Dirent, key: parent, key2: 0, payload: node::encode_dirent(child, name) }
+    }
+
+    /// Appends the page being filled to the store (zeros after the last fragment) and points
+    /// the fragments that were pending in it at their flash page.
+    pub(crate) fn seal_page(&mut self) -> Result<PageAddr, FsError> {
+        self.buf[self.fill..].fill(0);
+        let addr = self.store.append(&self.buf)?;
+        for key in std::mem::take(&mut self.buf_keys) {
+            if let Some(loc) = self.data.get_mut(&key) {
+                for f in loc.frags.iter_mut().filter(|f| f.0 == PENDING) {
+                    f.0 = addr.0;
+                }
+            }
+        }
+        self.fill = 0;
+        Ok(addr)
+    }
+
+    fn put_frag(&mut self, f: &Frag, payload: &[u8]) -> u16 {
+        let at = self.fill;
+        f.encode(&mut self.buf[at..at + FRAG_HEADER]);
+        self.buf[at + FRAG_HEADER..at + FRAG_HEADER + payload.len()].copy_from_slice(payload);
+        self.fill += FRAG_HEADER + payload.len();
+        (at + FRAG_HEADER) as u16
+    }
+
+    /// Writes the nodes of one metadata operation into one page (starting a fresh page if the
+    /// current one has no room for all of them), so that they reach the flash together.
+    pub(crate) fn commit(&mut self, nodes: Vec<Out>) -> Result<(), FsError> {
+        let need: usize = nodes.iter().map(|n| FRAG_HEADER + n.payload.len()).sum();
+        if need > self.buf.len() {
+            return Err(FsError::Invalid {
+                why: format!("an operation of {need} bytes does not fit in a page"),
+            });
+        }
+        if self.fill + need > self.buf.len() {
+            self.seal_page()?;
+        }
+        for n in nodes {
+            self.version += 1;
+            if n.kind == NodeKind::Inode {
+                if let Some(i) = self.inodes.get_mut(&n.key) {
+                    i.version = self.version;
+                }
+            }
+            let f = Frag {
+                kind: n.kind,
+                flags: FLAG_LAST,
+                len: n.payload.len() as u16,
+                total: n.payload.len() as u32,
+                key: n.key,
+                key2: n.key2,
+                version: self.version,
+            };
+            self.put_frag(&f, &n.payload);
+        }
+        Ok(())
+    }
+
+    /// Writes one logical page of file data as a data node, in fragments across as many flash
+    /// pages as it needs; the index entry is in place (with pending fragments) on return.
+    fn write_data_node(&mut self, ino: u64, index: u64, page: &[u8]) -> Result<(), FsError> {
+        let (payload, lz4, _crc) = node::encode_data(page, self.opts.compression == Compression::Lz4);
+        self.stats.data_bytes += page.len() as u64;
+        self.stats.data_stored += payload.len() as u64;
+        self.version += 1;
+        let version = self.version;
+        let key = (ino, index);
+        self.data.insert(key, Loc { frags: Vec::new(), lz4, version });
+        let mut done = 0;
+        while done < payload.len() {
+            // A fragment needs its header and at least a few bytes: otherwise start afresh.
+            if self.fill + FRAG_HEADER + 16 > self.buf.len() {
+                self.seal_page()?;
+            }
+            let room = self.buf.len() - self.fill - FRAG_HEADER;
+            let n = room.min(payload.len() - done);
+            let last = done + n == payload.len();
+            let f = Frag {
+                kind: NodeKind::Data,
+                flags: if lz4 { FLAG_LZ4 } else { 0 } | if last { FLAG_LAST } else { 0 },
+                len: n as u16,
+                total: payload.len() as u32,
+                key: ino,
+                key2: index,
+                version,
+            };
+            let off = self.put_frag(&f, &payload[done..done + n]);
+            self.data.get_mut(&key).expect("inserted above").frags.push((PENDING, off, n as u16));
+            if !self.buf_keys.contains(&key) {
+                self.buf_keys.push(key);
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Writes every dirty logical page, then the inodes whose size or times changed.
+    pub(crate) fn flush_data(&mut self) -> Result<(), FsError> {
+        let dirty = std::mem::take(&mut self.dirty);
+        for ((ino, index), page) in dirty {
+            if self.inodes.contains_key(&ino) {
+                self.write_data_node(ino, index, &page)?;
+            }
+        }
+        for ino in std::mem::take(&mut self.dirty_inodes) {
+            if self.inodes.contains_key(&ino) {
+                let n = self.inode_node(ino);
+                self.commit(vec![n])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes out everything and makes it durable and correctable.
+    pub fn sync(&mut self) -> Result<(), FsError> {
+        self.flush_data()?;
+        if self.fill > 0 {
+            self.seal_page()?;
+        }
+        self.store.sync()
+    }
+
+    /// `fsync`: as `sync` (one log, so one file's durability is everyone's).
+    pub fn fsync(&mut self, ino: u64) -> Result<(), FsError> {
+        if !self.inodes.contains_key(&ino) {
+            return Err(FsError::NotFound);
+        }
+        self.sync()
+    }
+
+    pub(crate) fn dirty_bytes(&self) -> usize {
+        self.dirty.len() * super::LOGICAL_PAGE
+    }
+}
