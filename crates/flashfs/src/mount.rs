@@ -91,6 +91,7 @@ impl<N: Nand> PageStore<N> {
             .collect();
         store.w.seg = Some((live_phys, live));
         store.w.seg_parity_valid = false;
+        store.w.seg_pages = 1;
         store.find_position(live_phys, &mut report)?;
         Ok((store, report))
     }
@@ -230,12 +231,16 @@ impl<N: Nand> PageStore<N> {
 }
 
 impl<N: Nand> PageStore<N> {
-    /// Every data page written, in write order (the file system replays its nodes from them).
-    pub fn log_pages(&mut self) -> Result<Vec<crate::PageAddr>, FsError> {
+    /// Every data page written in segments from logical segment `from` on, in write order
+    /// (the file system replays its nodes from them).
+    pub fn log_pages(&mut self, from: u64) -> Result<Vec<crate::PageAddr>, FsError> {
         let layout = self.layout;
         let mut spare = vec![0u8; layout.g.spare_size as usize];
         let mut out = Vec::new();
-        for &(_, phys) in &self.w.used.clone() {
+        for &(logical, phys) in &self.w.used.clone() {
+            if logical < from {
+                continue;
+            }
             for b in 0..layout.data_blocks() {
                 let block = layout.block(phys, b);
                 if self.nand.is_bad(block)? {

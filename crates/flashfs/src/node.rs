@@ -23,6 +23,10 @@ pub(crate) enum NodeKind {
     Data = 3,
     /// Marks an operation's nodes complete (a page of metadata is applied whole or not).
     Commit = 4,
+    /// The first page of each segment: where the newest checkpoint starts.
+    SegmentInfo = 5,
+    /// The whole file-system state (inodes, entries, index), from which replay starts.
+    Checkpoint = 6,
 }
 
 impl NodeKind {
@@ -32,6 +36,8 @@ impl NodeKind {
             2 => NodeKind::Dirent,
             3 => NodeKind::Data,
             4 => NodeKind::Commit,
+            5 => NodeKind::SegmentInfo,
+            6 => NodeKind::Checkpoint,
             _ => return None,
         })
     }

@@ -69,6 +69,8 @@ pub(crate) struct Writer {
     pub(crate) sealed: bool,
     /// Segments holding pages, as (logical, physical), oldest first.
     pub(crate) used: Vec<(u64, u32)>,
+    /// Pages programmed in the current segment.
+    pub(crate) seg_pages: u32,
 }
 
 /// The page store on a NAND chip.
@@ -114,6 +116,7 @@ impl<N: Nand> PageStore<N> {
                 free: (0..layout.segments).collect(),
                 sealed: false,
                 used: Vec::new(),
+                seg_pages: 0,
             },
             nand,
             layout,
@@ -218,6 +221,7 @@ impl<N: Nand> PageStore<N> {
         self.w.seg_parity.fill(0);
         self.w.seg_parity_valid = true;
         self.w.sealed = false;
+        self.w.seg_pages = 0;
         self.start_block()
     }
 
@@ -257,6 +261,7 @@ impl<N: Nand> PageStore<N> {
             Err(e) => return Err(e.into()),
         };
         self.w.seq += 1;
+        self.w.seg_pages += 1;
         // The segment parity covers what the chip holds, whatever that is.
         let stripe_index = self.w.next as usize;
         let block = self.w.block as usize;
@@ -436,5 +441,140 @@ impl<N: Nand> PageStore<N> {
             }
         }
         Ok(())
+    }
+}
+
+/// What the file system above needs to know and do about segments.
+impl<N: Nand> PageStore<N> {
+    /// Segments erased and ready for writing.
+    pub fn free_segments(&self) -> usize {
+        self.w.free.len()
+    }
+
+    /// Segments on the chip.
+    pub fn segments(&self) -> u32 {
+        self.layout.segments
+    }
+
+    /// Segments holding pages, as (logical, physical), oldest first.
+    pub fn used_segments(&self) -> Vec<(u64, u32)> {
+        self.w.used.clone()
+    }
+
+    /// The segment being written, as (physical, logical).
+    pub fn live_segment(&self) -> Option<(u32, u64)> {
+        self.w.seg
+    }
+
+    /// The physical segment holding `addr`.
+    pub fn segment_of(&self, addr: PageAddr) -> Option<u32> {
+        self.layout.locate(addr.0).map(|l| l.0)
+    }
+
+    /// Whether the next page appended will be the first of a new segment.
+    pub fn next_page_opens_segment(&self) -> bool {
+        let p = self.layout.cfg.parity_pages;
+        match self.w.seg {
+            None => true,
+            Some(_) if self.w.block >= self.layout.data_blocks() || self.w.seg_pages == 0 => true,
+            Some(_) => {
+                self.w.next + 1 + p > self.layout.g.pages_per_block
+                    && self.w.block + 1 >= self.layout.data_blocks()
+            }
+        }
+    }
+
+    /// Closes the open group, pads the current segment out and seals it: the next page
+    /// opens a new segment.
+    pub fn finish_segment(&mut self) -> Result<(), FsError> {
+        let Some((phys, _)) = self.w.seg else { return Ok(()) };
+        self.close_group()?;
+        while self.w.seg.is_some_and(|s| s.0 == phys) && self.w.block < self.layout.data_blocks() {
+            self.finish_block_without_advancing()?;
+        }
+        if !self.w.sealed {
+            self.reseal()?;
+        }
+        Ok(())
+    }
+
+    fn finish_block_without_advancing(&mut self) -> Result<(), FsError> {
+        let ppb = self.layout.g.pages_per_block;
+        let pad = vec![0u8; self.layout.g.page_size as usize];
+        if self.w.next > 0
+            || !self.nand.is_bad(self.layout.block(self.w.seg.expect("open").0, self.w.block))?
+        {
+            while self.w.next < ppb {
+                let spare = self.spare_for(Kind::Pad, 0, 0, 0, &pad);
+                self.program_here(&pad, &spare)?;
+                self.stats.pad_pages += 1;
+            }
+        }
+        self.w.block += 1;
+        self.w.next = 0;
+        if self.w.block < self.layout.data_blocks() {
+            // Erase the next block before padding it (skipping bad ones).
+            let (phys, _) = self.w.seg.expect("open");
+            loop {
+                if self.w.block >= self.layout.data_blocks() {
+                    break;
+                }
+                let block = self.layout.block(phys, self.w.block);
+                if !self.nand.is_bad(block)? {
+                    match self.nand.erase(block) {
+                        Ok(()) => break,
+                        Err(NandError::EraseFailed { .. }) => self.stats.erase_failures += 1,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                self.w.block += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Erases a segment the file system no longer needs and makes it free.
+    pub fn release_segment(&mut self, phys: u32) -> Result<(), FsError> {
+        if self.w.seg.is_some_and(|s| s.0 == phys) {
+            return Err(FsError::Invalid { why: "the segment being written cannot be released".into() });
+        }
+        for b in 0..self.layout.cfg.blocks_per_segment {
+            let block = self.layout.block(phys, b);
+            if self.nand.is_bad(block)? {
+                continue;
+            }
+            match self.nand.erase(block) {
+                Ok(()) => {}
+                Err(NandError::EraseFailed { .. }) => self.stats.erase_failures += 1,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.w.used.retain(|u| u.1 != phys);
+        if !self.w.free.contains(&phys) {
+            self.w.free.push_back(phys);
+        }
+        Ok(())
+    }
+
+    /// The write-order number of the page at `addr`, from its spare (`None` if unreadable).
+    pub fn page_seq(&mut self, addr: PageAddr) -> Result<Option<u64>, FsError> {
+        let mut spare = vec![0u8; self.layout.g.spare_size as usize];
+        self.nand.read_spare(addr.0, &mut spare)?;
+        Ok(Spare::decode(&spare).map(|s| s.seq))
+    }
+
+    /// The first data page of physical segment `phys`, if written.
+    pub fn first_page_of(&mut self, phys: u32) -> Result<Option<PageAddr>, FsError> {
+        let mut spare = vec![0u8; self.layout.g.spare_size as usize];
+        for b in 0..self.layout.data_blocks() {
+            let block = self.layout.block(phys, b);
+            if self.nand.is_bad(block)? {
+                continue;
+            }
+            let page = self.layout.g.first_page(block);
+            self.nand.read_spare(page, &mut spare)?;
+            return Ok(Spare::decode(&spare).filter(|s| s.kind == Kind::Data).map(|_| PageAddr(page)));
+        }
+        Ok(None)
     }
 }

@@ -228,7 +228,7 @@ fn bit_flips_and_lost_pages_under_files_are_repaired_and_relocated() {
     }
     fs.sync().unwrap();
     // Damage: 1, 10, 100, 1000 flipped bits and lost pages, one page per group.
-    let pages = fs.store_mut().log_pages().unwrap();
+    let pages = fs.store_mut().log_pages(0).unwrap();
     let mut injected = 0;
     for (k, p) in pages.iter().enumerate().step_by(9).skip(1) {
         let n = [1u32, 10, 100, 1000][k % 4];
@@ -271,7 +271,7 @@ fn damage_beyond_the_redundancy_is_eio_for_that_range_only() {
     // One page beyond both levels: two bad pages in its group (p = 1) and two in its stripe
     // (s = 1): the page itself, the next page of its group, and the same page index in the
     // next block.
-    let pages = fs.store_mut().log_pages().unwrap();
+    let pages = fs.store_mut().log_pages(0).unwrap();
     let p = pages[6].0;
     for q in [p, p + 1, p + 16] {
         fs.store_mut().nand_mut().lose_page(q).unwrap();
@@ -338,6 +338,7 @@ fn power_cut_at_every_nand_operation_keeps_every_synced_state() {
     }
     let ops = probe.store().nand().ops() - ops0;
     let mut cuts = 0;
+    let mut from_ckpt = 0;
     for cut in 0..ops {
         let (mut fs, _) = Fs::open(FaultyNand::new(base.clone(), cut), opts(Compression::Lz4)).unwrap();
         fs.store_mut().nand_mut().cut_power_at(ops0 + cut);
@@ -353,7 +354,12 @@ fn power_cut_at_every_nand_operation_keeps_every_synced_state() {
         nand.power_on();
         let (mut fs, rep) =
             Fs::open(nand, opts(Compression::Lz4)).unwrap_or_else(|e| panic!("cut {cut}: mount: {e}"));
-        assert_eq!(rep.pages_lost, 0, "cut {cut}");
+        // The only page a cut may leave unreadable is the one it tore (a program cut when its
+        // spare was complete but its data not): unsynced by definition.
+        assert!(rep.pages_lost <= 1, "cut {cut}: {rep:?}");
+        // Past the first segment, replay starts at a checkpoint (unless the cut tore the page
+        // naming it: then it replays all that is left of the log, which is also correct).
+        from_ckpt += rep.from_checkpoint as u32;
         let check = fs.check(true);
         assert!(check.clean(), "cut {cut}: {:?}", check.problems);
         // The state is the last synced one, or the next one for each path the next round
@@ -396,6 +402,93 @@ fn power_cut_at_every_nand_operation_keeps_every_synced_state() {
         // The file system works on after the cut.
         round(&mut fs, 100 + done).ok();
     }
-    eprintln!("power cuts: {cuts} cut points (every program and erase of {rounds} rounds of truncate, write, create, rename, unlink, sync); fsck clean and every synced state intact after each");
+    eprintln!("power cuts: {cuts} cut points (every program and erase of {rounds} rounds of truncate, write, create, rename, unlink, sync); fsck clean and every synced state intact after each; {from_ckpt} mounts replayed from a checkpoint");
     assert!(cuts > 100);
+}
+
+#[test]
+fn the_cleaner_reclaims_space_for_many_times_the_device() {
+    // 8 segments of 45 pages (~720 KiB of pages); write ~10x that in overwrites.
+    let mut fs = Fs::format(chip(34), cfg(), opts(Compression::None)).unwrap();
+    let mut model: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    let mut r = Rng::new(77);
+    let mut inos = Vec::new();
+    for i in 0..4 {
+        inos.push(fs.create(ROOT, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap().ino);
+    }
+    let mut written = 0;
+    let mut cleaned = 0;
+    for step in 0..400u64 {
+        let ino = inos[r.below(4) as usize];
+        let data = content(step, 4096 + r.below(16_000) as usize);
+        fs.setattr(ino, SetAttr { size: Some(0), ..SetAttr::default() }).unwrap();
+        fs.write(ino, 0, &data).unwrap();
+        written += data.len();
+        model.insert(ino, data);
+        if step % 7 == 0 {
+            fs.sync().unwrap();
+        }
+        if step % 100 == 99 {
+            cleaned += fs.stats().segments_cleaned;
+            let nand = fs.unmount().unwrap();
+            fs = Fs::open(nand, opts(Compression::None)).unwrap().0;
+        }
+    }
+    cleaned += fs.stats().segments_cleaned;
+    for (ino, data) in &model {
+        assert_eq!(&fs.read(*ino, 0, 30_000).unwrap(), data);
+    }
+    let c = fs.check(true);
+    assert!(c.clean(), "{:?}", c.problems);
+    eprintln!("cleaner: {written} bytes written through 8 segments of 90 KiB; {cleaned} segments cleaned");
+    assert!(cleaned > 40);
+    assert!(written > 5 * 8 * 45 * 2048);
+}
+
+#[test]
+fn power_cuts_while_the_cleaner_runs() {
+    let mut base = Fs::format(chip(26), cfg(), opts(Compression::None)).unwrap();
+    setup(&mut base);
+    let base = base.unmount().unwrap();
+    let (mut probe, _) = Fs::open(FaultyNand::new(base.clone(), 0), opts(Compression::None)).unwrap();
+    let ops0 = probe.store().nand().ops();
+    let mut snaps = vec![snapshot(&mut probe)];
+    let rounds = 120;
+    for r in 0..rounds {
+        round(&mut probe, r).unwrap();
+        snaps.push(snapshot(&mut probe));
+    }
+    let cleaned = probe.stats().segments_cleaned;
+    assert!(cleaned > 3, "the workload makes the cleaner run: {cleaned}");
+    let ops = probe.store().nand().ops() - ops0;
+    let mut cuts = 0;
+    for cut in (0..ops).step_by(3) {
+        let (mut fs, _) = Fs::open(FaultyNand::new(base.clone(), cut), opts(Compression::None)).unwrap();
+        fs.store_mut().nand_mut().cut_power_at(ops0 + cut);
+        let mut done = 0;
+        while round(&mut fs, done).is_ok() {
+            done += 1;
+        }
+        let mut nand = fs.into_nand();
+        nand.power_on();
+        let (mut fs, rep) =
+            Fs::open(nand, opts(Compression::None)).unwrap_or_else(|e| panic!("cut {cut}: mount: {e}"));
+        assert!(rep.pages_lost <= 1, "cut {cut}: {rep:?}");
+        let check = fs.check(true);
+        assert!(check.clean(), "cut {cut}: {:?}", check.problems);
+        // Files the interrupted round does not touch are exactly as last synced.
+        let got = snapshot(&mut fs);
+        let old = &snaps[done as usize];
+        for (p, v) in &old.files {
+            let touched = *p == format!("/f{}", done % 3) || p.starts_with("/g") || p.starts_with("/d/");
+            if !touched {
+                assert!(
+                    got.files.get(p) == Some(v),
+                    "cut {cut} (after round {done}): {p} differs from its synced state; {rep:?}"
+                );
+            }
+        }
+        cuts += 1;
+    }
+    eprintln!("power cuts with cleaning: {cuts} cut points over {rounds} rounds ({cleaned} segments cleaned in the uncut run); fsck clean after each");
 }

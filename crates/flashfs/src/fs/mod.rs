@@ -9,6 +9,8 @@
 //! What `fsync` or `sync` returned for is durable and correctable.
 
 mod check;
+mod checkpoint;
+mod clean;
 mod ops;
 mod replay;
 mod write;
@@ -87,6 +89,13 @@ pub struct FsStats {
     pub relocated: u64,
     /// Reads that failed because a flash page was beyond repair.
     pub unreadable: u64,
+    pub checkpoints: u64,
+    /// Size of the last checkpoint.
+    pub checkpoint_bytes: u64,
+    /// Segments the cleaner emptied and released.
+    pub segments_cleaned: u64,
+    /// Logical pages the cleaner moved out of them.
+    pub pages_moved: u64,
 }
 
 /// Where a file's logical page lives: its node's fragments, as (flash page, offset, length).
@@ -124,6 +133,12 @@ pub struct Fs<N: Nand> {
     /// Logical pages with fragments in `buf`.
     pub(crate) buf_keys: Vec<(u64, u64)>,
     pub(crate) stats: FsStats,
+    /// The newest checkpoint written.
+    pub(crate) ckpt: Option<checkpoint::CkptAt>,
+    /// The checkpoint a mount would start from now (the one the newest segment names).
+    pub(crate) mount_ckpt: Option<checkpoint::CkptAt>,
+    /// The cleaner is running (its own writes must not start it again).
+    pub(crate) cleaning: bool,
 }
 
 impl<N: Nand> std::fmt::Debug for Fs<N> {
@@ -162,6 +177,9 @@ impl<N: Nand> Fs<N> {
             fill: 0,
             buf_keys: Vec::new(),
             stats: FsStats::default(),
+            ckpt: None,
+            mount_ckpt: None,
+            cleaning: false,
         })
     }
 
@@ -184,7 +202,7 @@ impl<N: Nand> Fs<N> {
         fs.inodes.insert(ROOT, Inode { attr: root, target: vec![], version: 0 });
         fs.dirs.insert(ROOT, BTreeMap::new());
         fs.commit(vec![fs.inode_node(ROOT)])?;
-        fs.sync()?;
+        fs.checkpoint()?;
         Ok(fs)
     }
 
@@ -197,9 +215,9 @@ impl<N: Nand> Fs<N> {
         &mut self.store
     }
 
-    /// Writes everything out and returns the chip.
+    /// Writes everything out, with a checkpoint, and returns the chip.
     pub fn unmount(mut self) -> Result<N, FsError> {
-        self.sync()?;
+        self.checkpoint()?;
         Ok(self.store.into_nand())
     }
 

@@ -28,6 +28,8 @@ pub struct MountReport {
     pub pages_skipped: u64,
     /// Nodes whose fragments were not all found (cut by a crash, or on a lost page).
     pub partial_nodes: u64,
+    /// Replay started at a checkpoint (not at the beginning of the log).
+    pub from_checkpoint: bool,
 }
 
 /// A node being reassembled from its fragments.
@@ -43,7 +45,36 @@ impl<N: Nand> Fs<N> {
         let (store, m) = PageStore::open(nand)?;
         let mut fs = Fs::with_store(store, opts)?;
         let mut report = MountReport { store: m, ..MountReport::default() };
-        let pages = fs.store.log_pages()?;
+        // Start from the checkpoint the newest segment names (or from the beginning).
+        let start = match fs.store.live_segment() {
+            Some((phys, _)) => match fs.store.first_page_of(phys)? {
+                Some(first) => {
+                    let mut page = vec![0u8; fs.buf.len()];
+                    match fs.store.read(first, &mut page) {
+                        Ok(_) => super::checkpoint::segment_info(&page).flatten(),
+                        Err(_) => None,
+                    }
+                }
+                None => None,
+            },
+            None => None,
+        };
+        fs.mount_ckpt = start;
+        fs.ckpt = start;
+        let mut pages = fs.store.log_pages(start.map_or(0, |c| c.segment))?;
+        if let Some(c) = start {
+            match pages.iter().position(|p| p.0 == c.page) {
+                Some(i) => {
+                    pages.drain(..i);
+                }
+                None => {
+                    return Err(FsError::NotAFs {
+                        why: "the checkpoint the newest segment names is missing".into(),
+                    })
+                }
+            }
+            report.from_checkpoint = true;
+        }
         let mut dirent_versions: HashMap<(u64, Vec<u8>), u64> = HashMap::new();
         let mut partial: Option<Partial> = None;
         let mut flash = vec![0u8; fs.buf.len()];
@@ -73,6 +104,11 @@ impl<N: Nand> Fs<N> {
                 let body = &flash[off + FRAG_HEADER..off + FRAG_HEADER + f.len as usize];
                 let loc = (addr.0, (off + FRAG_HEADER) as u16, f.len);
                 off += FRAG_HEADER + f.len as usize;
+                // A segment's first page names the checkpoint; it may fall between two
+                // fragments of a node that crosses into the segment, and does not cut it.
+                if f.kind == NodeKind::SegmentInfo {
+                    continue;
+                }
                 // Continue the node in progress, or start one (dropping a node cut short).
                 let continues = partial.as_ref().is_some_and(|p| {
                     (p.head.kind, p.head.key, p.head.key2, p.head.version)
@@ -102,7 +138,7 @@ impl<N: Nand> Fs<N> {
             return Err(FsError::NotAFs { why: "no root directory in the log".into() });
         }
         fs.rebuild_dirs();
-        fs.next_ino = fs.inodes.keys().max().copied().unwrap_or(ROOT) + 1;
+        fs.next_ino = fs.next_ino.max(fs.inodes.keys().max().copied().unwrap_or(ROOT) + 1);
         Ok((fs, report))
     }
 
@@ -156,7 +192,19 @@ impl<N: Nand> Fs<N> {
                 }
                 self.data.insert(key, Loc { frags: n.frags, lz4: n.head.flags & FLAG_LZ4 != 0, version: v });
             }
-            NodeKind::Commit => {}
+            NodeKind::Checkpoint => {
+                let Some(state) = super::checkpoint::decode(&n.payload) else { return };
+                self.inodes = state.inodes;
+                self.dirs = state.dirs;
+                self.data = state.data;
+                self.next_ino = state.next_ino;
+                dirent_versions.clear();
+                if let Some(&(page, _, _)) = n.frags.first() {
+                    let segment = self.segment_logical(crate::PageAddr(page)).unwrap_or(0);
+                    self.ckpt = Some(super::checkpoint::CkptAt { page, segment });
+                }
+            }
+            NodeKind::Commit | NodeKind::SegmentInfo => {}
         }
     }
 

@@ -27,8 +27,14 @@ impl<N: Nand> Fs<N> {
     }
 
     /// Appends the page being filled to the store (zeros after the last fragment) and points
-    /// the fragments that were pending in it at their flash page.
+    /// the fragments that were pending in it at their flash page. A new segment starts with a
+    /// page naming the newest checkpoint.
     pub(crate) fn seal_page(&mut self) -> Result<PageAddr, FsError> {
+        if self.store.next_page_opens_segment() {
+            let info = self.segment_info_page();
+            self.store.append(&info)?;
+            self.mount_ckpt = self.ckpt;
+        }
         self.buf[self.fill..].fill(0);
         let addr = self.store.append(&self.buf)?;
         for key in std::mem::take(&mut self.buf_keys) {
@@ -80,7 +86,7 @@ impl<N: Nand> Fs<N> {
             };
             self.put_frag(&f, &n.payload);
         }
-        Ok(())
+        self.maybe_clean()
     }
 
     /// Writes one logical page of file data as a data node, in fragments across as many flash
@@ -135,7 +141,7 @@ impl<N: Nand> Fs<N> {
                 self.commit(vec![n])?;
             }
         }
-        Ok(())
+        self.maybe_clean()
     }
 
     /// Writes out everything and makes it durable and correctable.

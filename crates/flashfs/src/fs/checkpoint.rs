@@ -1,0 +1,230 @@
+//! Checkpoints: the whole file-system state written as one node, so that mount replays the
+//! log from the newest checkpoint instead of from the beginning, and so that segments older
+//! than it hold nothing but file data the index points at (which the cleaner moves).
+//!
+//! Where replay starts: the first page of every segment holds a segment-info node naming the
+//! newest checkpoint completed before the segment was opened. Mount reads it from the newest
+//! segment only.
+
+use std::collections::{BTreeMap, HashMap};
+
+use bitmend_media::nand::Nand;
+
+use super::{Fs, Inode, Loc, PENDING};
+use crate::node::{self, Frag, NodeKind, FLAG_LAST, FRAG_HEADER};
+use crate::store::PageAddr;
+use crate::FsError;
+
+const MAGIC: u32 = 0x434B_5054; // "CKPT"
+
+/// Where a checkpoint starts: its first flash page and that page's logical segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CkptAt {
+    pub page: u32,
+    pub segment: u64,
+}
+
+fn put_u64(v: &mut Vec<u8>, x: u64) {
+    v.extend_from_slice(&x.to_le_bytes());
+}
+fn put_u32(v: &mut Vec<u8>, x: u32) {
+    v.extend_from_slice(&x.to_le_bytes());
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Some(a)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn u16(&mut self) -> Option<u16> {
+        Some(u16::from_le_bytes(self.take(2)?.try_into().ok()?))
+    }
+}
+
+/// The state a checkpoint holds.
+pub(crate) struct State {
+    pub inodes: HashMap<u64, Inode>,
+    pub dirs: HashMap<u64, BTreeMap<Vec<u8>, u64>>,
+    pub data: HashMap<(u64, u64), Loc>,
+    pub next_ino: u64,
+}
+
+pub(crate) fn decode(b: &[u8]) -> Option<State> {
+    let mut r = Reader(b);
+    if r.u32()? != MAGIC {
+        return None;
+    }
+    let next_ino = r.u64()?;
+    let mut inodes = HashMap::new();
+    for _ in 0..r.u32()? {
+        let ino = r.u64()?;
+        let version = r.u64()?;
+        let len = r.u32()? as usize;
+        let (attr, target) = node::decode_inode(ino, r.take(len)?)?;
+        inodes.insert(ino, Inode { attr, target, version });
+    }
+    let mut dirs: HashMap<u64, BTreeMap<Vec<u8>, u64>> = HashMap::new();
+    for _ in 0..r.u32()? {
+        let parent = r.u64()?;
+        let child = r.u64()?;
+        let len = r.u16()? as usize;
+        dirs.entry(parent).or_default().insert(r.take(len)?.to_vec(), child);
+    }
+    let mut data = HashMap::new();
+    for _ in 0..r.u32()? {
+        let key = (r.u64()?, r.u64()?);
+        let version = r.u64()?;
+        let lz4 = r.take(1)?[0] == 1;
+        let n = r.u16()? as usize;
+        let mut frags = Vec::with_capacity(n);
+        for _ in 0..n {
+            frags.push((r.u32()?, r.u16()?, r.u16()?));
+        }
+        data.insert(key, Loc { frags, lz4, version });
+    }
+    Some(State { inodes, dirs, data, next_ino })
+}
+
+impl<N: Nand> Fs<N> {
+    fn encode_state(&self) -> Vec<u8> {
+        let mut v = Vec::new();
+        put_u32(&mut v, MAGIC);
+        put_u64(&mut v, self.next_ino);
+        put_u32(&mut v, self.inodes.len() as u32);
+        for (ino, i) in &self.inodes {
+            put_u64(&mut v, *ino);
+            put_u64(&mut v, i.version);
+            let p = node::encode_inode(&i.attr, &i.target);
+            put_u32(&mut v, p.len() as u32);
+            v.extend_from_slice(&p);
+        }
+        let entries: usize = self.dirs.values().map(|d| d.len()).sum();
+        put_u32(&mut v, entries as u32);
+        for (parent, d) in &self.dirs {
+            for (name, child) in d {
+                put_u64(&mut v, *parent);
+                put_u64(&mut v, *child);
+                v.extend_from_slice(&(name.len() as u16).to_le_bytes());
+                v.extend_from_slice(name);
+            }
+        }
+        put_u32(&mut v, self.data.len() as u32);
+        for ((ino, index), loc) in &self.data {
+            put_u64(&mut v, *ino);
+            put_u64(&mut v, *index);
+            put_u64(&mut v, loc.version);
+            v.push(loc.lz4 as u8);
+            v.extend_from_slice(&(loc.frags.len() as u16).to_le_bytes());
+            for &(page, off, len) in &loc.frags {
+                debug_assert_ne!(page, PENDING, "a checkpoint is taken with no page pending");
+                put_u32(&mut v, page);
+                v.extend_from_slice(&off.to_le_bytes());
+                v.extend_from_slice(&len.to_le_bytes());
+            }
+        }
+        v
+    }
+
+    /// Writes everything out, then the state as a checkpoint node, and makes it durable.
+    pub fn checkpoint(&mut self) -> Result<(), FsError> {
+        self.flush_data()?;
+        if self.fill > 0 {
+            self.seal_page()?;
+        }
+        let blob = self.encode_state();
+        self.version += 1;
+        let version = self.version;
+        let mut first: Option<u32> = None;
+        let mut done = 0;
+        let mut waiting_for_first = false;
+        while done < blob.len() || blob.is_empty() {
+            if self.fill + FRAG_HEADER + 16 > self.buf.len() {
+                let addr = self.seal_page()?;
+                if waiting_for_first {
+                    first = Some(addr.0);
+                    waiting_for_first = false;
+                }
+            }
+            let room = self.buf.len() - self.fill - FRAG_HEADER;
+            let n = room.min(blob.len() - done);
+            let f = Frag {
+                kind: NodeKind::Checkpoint,
+                flags: if done + n == blob.len() { FLAG_LAST } else { 0 },
+                len: n as u16,
+                total: blob.len() as u32,
+                key: 0,
+                key2: 0,
+                version,
+            };
+            if first.is_none() && done == 0 {
+                waiting_for_first = true;
+            }
+            let at = self.fill;
+            f.encode(&mut self.buf[at..at + FRAG_HEADER]);
+            self.buf[at + FRAG_HEADER..at + FRAG_HEADER + n].copy_from_slice(&blob[done..done + n]);
+            self.fill += FRAG_HEADER + n;
+            done += n;
+            if blob.is_empty() {
+                break;
+            }
+        }
+        let addr = self.seal_page()?;
+        let first = first.unwrap_or(addr.0);
+        let segment = self.segment_logical(PageAddr(first)).unwrap_or(0);
+        self.ckpt = Some(CkptAt { page: first, segment });
+        self.store.sync()?;
+        self.stats.checkpoints += 1;
+        self.stats.checkpoint_bytes = blob.len() as u64;
+        Ok(())
+    }
+
+    pub(crate) fn segment_logical(&self, addr: PageAddr) -> Option<u64> {
+        let phys = self.store.segment_of(addr)?;
+        self.store.used_segments().iter().find(|u| u.1 == phys).map(|u| u.0)
+    }
+
+    /// The page a new segment starts with: where the newest checkpoint is.
+    pub(crate) fn segment_info_page(&mut self) -> Vec<u8> {
+        let mut page = vec![0u8; self.buf.len()];
+        let (ptr, seg) = self.ckpt.map_or((PENDING, 0), |c| (c.page, c.segment));
+        let mut payload = ptr.to_le_bytes().to_vec();
+        payload.extend_from_slice(&seg.to_le_bytes());
+        self.version += 1;
+        let f = Frag {
+            kind: NodeKind::SegmentInfo,
+            flags: FLAG_LAST,
+            len: payload.len() as u16,
+            total: payload.len() as u32,
+            key: 0,
+            key2: 0,
+            version: self.version,
+        };
+        f.encode(&mut page[..FRAG_HEADER]);
+        page[FRAG_HEADER..FRAG_HEADER + payload.len()].copy_from_slice(&payload);
+        page
+    }
+}
+
+/// Reads a segment-info node's checkpoint pointer from a page.
+pub(crate) fn segment_info(page: &[u8]) -> Option<Option<CkptAt>> {
+    let f = Frag::decode(page).ok()??;
+    if f.kind != NodeKind::SegmentInfo || f.len < 12 {
+        return None;
+    }
+    let b = &page[FRAG_HEADER..];
+    let ptr = u32::from_le_bytes(b[..4].try_into().ok()?);
+    let segment = u64::from_le_bytes(b[4..12].try_into().ok()?);
+    Some((ptr != PENDING).then_some(CkptAt { page: ptr, segment }))
+}

@@ -1,0 +1,139 @@
+//! The cleaner: LFS-style, it empties old segments so they can be erased and written again.
+//!
+//! Segments older than the checkpoint a mount would start from hold no metadata that matters
+//! (the checkpoint has it all) and only the file data the index still points at. The cleaner
+//! picks among them by cost-benefit (Rosenblum and Ousterhout): free space gained times the
+//! segment's age, over the cost of reading it and writing its live data back. It moves the
+//! live data (rewritten as new nodes), makes that durable, and erases the segment. When no
+//! segment is old enough, it writes a checkpoint and starts a new segment, which makes every
+//! older one eligible.
+
+use std::collections::HashMap;
+
+use bitmend_media::nand::Nand;
+
+use super::Fs;
+use crate::store::PageAddr;
+use crate::FsError;
+
+/// Free segments below which the cleaner runs (room to move a segment's data and write a
+/// checkpoint).
+pub(crate) const RESERVE: usize = 3;
+
+impl<N: Nand> Fs<N> {
+    pub(crate) fn maybe_clean(&mut self) -> Result<(), FsError> {
+        if self.cleaning || self.store.free_segments() >= RESERVE {
+            return Ok(());
+        }
+        self.cleaning = true;
+        let r = self.clean_until(RESERVE);
+        self.cleaning = false;
+        r
+    }
+
+    /// Live bytes of file data per physical segment, from the index.
+    fn live_bytes(&self) -> HashMap<u32, u64> {
+        let mut live = HashMap::new();
+        for loc in self.data.values() {
+            for &(page, _, len) in &loc.frags {
+                if let Some(phys) = self.store.segment_of(PageAddr(page)) {
+                    *live.entry(phys).or_insert(0) += len as u64;
+                }
+            }
+        }
+        live
+    }
+
+    /// Segments the cleaner may empty: older than the mount checkpoint's segment, not live.
+    fn candidates(&self) -> Vec<(u64, u32)> {
+        let Some(m) = self.mount_ckpt else { return vec![] };
+        let live = self.store.live_segment().map(|l| l.0);
+        self.store
+            .used_segments()
+            .into_iter()
+            .filter(|&(logical, phys)| logical < m.segment && Some(phys) != live)
+            .collect()
+    }
+
+    /// Cleans until `want` segments are free or nothing more can be cleaned.
+    fn clean_until(&mut self, want: usize) -> Result<(), FsError> {
+        let mut forced = false;
+        while self.store.free_segments() < want {
+            let mut cands = self.candidates();
+            if cands.is_empty() {
+                if forced {
+                    return Ok(());
+                }
+                // Make every finished segment eligible: a checkpoint, then a new segment that
+                // names it.
+                self.checkpoint()?;
+                self.store.finish_segment()?;
+                self.seal_forced_segment_info()?;
+                forced = true;
+                cands = self.candidates();
+                if cands.is_empty() {
+                    return Ok(());
+                }
+            }
+            let live = self.live_bytes();
+            let capacity = self.segment_capacity() as f64;
+            let newest = self.store.used_segments().iter().map(|u| u.0).max().unwrap_or(0);
+            let (_, victim) = cands
+                .iter()
+                .map(|&(logical, phys)| {
+                    let u = (*live.get(&phys).unwrap_or(&0) as f64 / capacity).min(1.0);
+                    let age = (newest - logical + 1) as f64;
+                    ((1.0 - u) * age / (1.0 + u), phys)
+                })
+                .max_by(|a, b| a.0.total_cmp(&b.0))
+                .expect("candidates");
+            self.empty_segment(victim)?;
+        }
+        Ok(())
+    }
+
+    /// A page naming the newest checkpoint at the start of the segment just opened.
+    fn seal_forced_segment_info(&mut self) -> Result<(), FsError> {
+        if self.store.next_page_opens_segment() {
+            let info = self.segment_info_page();
+            self.store.append(&info)?;
+            self.mount_ckpt = self.ckpt;
+        }
+        Ok(())
+    }
+
+    fn segment_capacity(&self) -> u64 {
+        let l = &self.store.layout;
+        (l.data_blocks() * l.max_group()) as u64 * l.g.page_size as u64
+    }
+
+    /// Moves the live data out of `phys`, makes the move durable, releases the segment.
+    fn empty_segment(&mut self, phys: u32) -> Result<(), FsError> {
+        let keys: Vec<(u64, u64)> = self
+            .data
+            .iter()
+            .filter(|(_, loc)| loc.frags.iter().any(|f| self.store.segment_of(PageAddr(f.0)) == Some(phys)))
+            .map(|(k, _)| *k)
+            .collect();
+        for (ino, index) in keys {
+            if self.dirty.contains_key(&(ino, index)) {
+                continue;
+            }
+            // An unreadable page stays unreadable (the read reports it); the rest move.
+            if let Ok(page) = self.page(ino, index) {
+                self.dirty.insert((ino, index), page);
+                self.stats.pages_moved += 1;
+            } else {
+                self.data.remove(&(ino, index));
+            }
+        }
+        self.flush_data()?;
+        if self.fill > 0 {
+            self.seal_page()?;
+        }
+        self.store.sync()?;
+        self.store.release_segment(phys)?;
+        self.stats.segments_cleaned += 1;
+        Ok(())
+    }
+}
