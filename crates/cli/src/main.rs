@@ -1,6 +1,8 @@
 //! The `bitmend` command line.
 
 mod bench;
+mod fscmd;
+mod fuse;
 mod inject;
 mod media;
 mod size;
@@ -10,6 +12,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 /// Self-healing, crash-consistent storage for persistent memory and raw NAND flash.
+///
+/// Exit status: 0 success, 1 error (message on stderr), 2 bad usage, 4 problems found
+/// (fsck, scrub).
 #[derive(Parser, Debug)]
 #[command(name = "bitmend", version, about, long_about = None)]
 struct Cli {
@@ -19,6 +24,22 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Make a flash file system on a new NAND image file.
+    Mkfs(fscmd::MkfsArgs),
+    /// Mount a flash file system image with FUSE.
+    ///
+    /// Without --foreground the mount runs in a background process and this command returns
+    /// once it is mounted; unmount with `fusermount3 -u MOUNTPOINT`. Everything is written
+    /// out (with a checkpoint) at unmount. An image is locked while mounted: a second mount
+    /// is refused.
+    Mount(fscmd::MountArgs),
+    /// Check every structure of an unmounted image and read back every byte of file data.
+    Fsck(fscmd::CheckArgs),
+    /// Read and verify every written page of an unmounted image, repairing what parity
+    /// allows and rewriting repaired data elsewhere.
+    Scrub(fscmd::ScrubArgs),
+    /// Space, compression, bad blocks and erase counts of an unmounted image.
+    Stat(fscmd::StatArgs),
     /// Measure bitmend beside the systems it replaces, in one run, as ratios (> 1 is better).
     Bench(bench::BenchArgs),
     /// Create and describe raw NAND image files.
@@ -32,12 +53,17 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Bench(args) => bench::run(args),
-        Command::Media(args) => media::run(args),
-        Command::Inject(args) => inject::run(args),
+        Command::Mkfs(a) => fscmd::mkfs(&a).map(|()| 0),
+        Command::Mount(a) => fscmd::mount(&a).map(|()| 0),
+        Command::Fsck(a) => fscmd::fsck(&a),
+        Command::Scrub(a) => fscmd::scrub(&a),
+        Command::Stat(a) => fscmd::stat(&a).map(|()| 0),
+        Command::Bench(args) => bench::run(args).map(|()| 0),
+        Command::Media(args) => media::run(args).map(|()| 0),
+        Command::Inject(args) => inject::run(args).map(|()| 0),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("bitmend: {e}");
             ExitCode::FAILURE

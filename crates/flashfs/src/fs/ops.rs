@@ -462,3 +462,12 @@ impl<N: Nand> Fs<N> {
         (total, free)
     }
 }
+
+impl<N: Nand> Fs<N> {
+    /// File data as the index knows it: (logical bytes in pages written, bytes they take
+    /// in nodes). Their ratio is the compression ratio.
+    pub fn data_space(&self) -> (u64, u64) {
+        let stored = self.data.values().map(|l| l.frags.iter().map(|f| f.2 as u64).sum::<u64>()).sum();
+        (self.data.len() as u64 * LOGICAL_PAGE as u64, stored)
+    }
+}

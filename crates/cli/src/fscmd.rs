@@ -1,0 +1,380 @@
+//! `bitmend mkfs`, `mount`, `fsck`, `scrub`, `stat`: the flash file system on a NAND image.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bitmend_bench::harness::json_str;
+use bitmend_flashfs::{Compression, Fs, FsConfig, FsOptions};
+use bitmend_media::nand::{FileNand, Nand};
+use clap::{Args, ValueEnum};
+
+use crate::media::{histogram, survey, GeometryArgs};
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompressArg {
+    Lz4,
+    None,
+}
+
+impl CompressArg {
+    fn options(self) -> FsOptions {
+        FsOptions {
+            compression: match self {
+                CompressArg::Lz4 => Compression::Lz4,
+                CompressArg::None => Compression::None,
+            },
+            ..FsOptions::default()
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct MkfsArgs {
+    /// The NAND image file to create (use --force to replace an existing one).
+    pub image: PathBuf,
+    #[command(flatten)]
+    pub geometry: GeometryArgs,
+    /// Parity pages per group in an erase block (corrects that many bad pages per group).
+    #[arg(long, default_value_t = 1)]
+    pub parity_pages: u32,
+    /// Parity erase blocks per segment (corrects that many bad pages per stripe).
+    #[arg(long, default_value_t = 1)]
+    pub parity_blocks: u32,
+    /// Erase blocks per segment.
+    #[arg(long, default_value_t = 16)]
+    pub segment_blocks: u32,
+    /// Replace an existing image.
+    #[arg(long)]
+    pub force: bool,
+}
+
+impl MkfsArgs {
+    fn config(&self) -> FsConfig {
+        FsConfig {
+            parity_pages: self.parity_pages,
+            parity_blocks: self.parity_blocks,
+            blocks_per_segment: self.segment_blocks,
+        }
+    }
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+pub fn mkfs(a: &MkfsArgs) -> Result<(), String> {
+    let g = a.geometry.geometry()?;
+    if a.force {
+        let _ = std::fs::remove_file(&a.image);
+    }
+    let nand = FileNand::create(&a.image, g).map_err(err)?;
+    let fs = Fs::format(nand, a.config(), FsOptions::default()).map_err(err)?;
+    let (total, _) = fs.statfs();
+    fs.unmount().map_err(err)?;
+    println!(
+        "{}: {g}; {} parity page(s) per group, {} parity block(s) per segment of {} blocks; {} MiB for files",
+        a.image.display(),
+        a.parity_pages,
+        a.parity_blocks,
+        a.segment_blocks,
+        total >> 20
+    );
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+pub struct MountArgs {
+    /// The NAND image file.
+    pub image: PathBuf,
+    /// Where to mount it (created if missing).
+    pub mountpoint: PathBuf,
+    /// Stay in the foreground; Ctrl-C unmounts, writing everything out.
+    #[arg(long)]
+    pub foreground: bool,
+    /// Create the image with the default geometry if it does not exist.
+    #[arg(long)]
+    pub create: bool,
+    /// Let other users see the mount (needs user_allow_other in /etc/fuse.conf for non-root).
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Compression for file data written during this mount.
+    #[arg(long, value_enum, default_value_t = CompressArg::Lz4)]
+    pub compress: CompressArg,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn is_mounted(mountpoint: &Path) -> bool {
+    let Ok(canon) = std::fs::canonicalize(mountpoint) else { return false };
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return false };
+    info.lines().any(|l| l.split_whitespace().nth(4) == Some(&canon.display().to_string()))
+}
+
+pub fn mount(a: &MountArgs) -> Result<(), String> {
+    if a.create && !a.image.exists() {
+        let m = MkfsArgs {
+            image: a.image.clone(),
+            geometry: GeometryArgs { size: 128 << 20, page: 2048, spare: 64, block: 128 << 10 },
+            parity_pages: 1,
+            parity_blocks: 1,
+            segment_blocks: 16,
+            force: false,
+        };
+        mkfs(&m)?;
+    }
+    std::fs::create_dir_all(&a.mountpoint).map_err(|e| format!("{}: {e}", a.mountpoint.display()))?;
+    if !a.foreground {
+        // Run the mount in a child in the foreground, and return once it is mounted.
+        let exe = std::env::current_exe().map_err(err)?;
+        let mut cmd = std::process::Command::new(exe);
+        cmd.arg("mount").arg(&a.image).arg(&a.mountpoint).arg("--foreground");
+        cmd.arg("--compress").arg(format!("{:?}", a.compress).to_lowercase());
+        if a.allow_other {
+            cmd.arg("--allow-other");
+        }
+        // The daemon must not hold our output open (a caller waiting for it would hang): its
+        // messages go to a log file, shown if it fails to mount.
+        let log = std::env::temp_dir().join(format!("bitmend-mount-{}.log", std::process::id()));
+        let log_file = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+        cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(log_file);
+        let mut child = cmd.spawn().map_err(err)?;
+        for _ in 0..200 {
+            if is_mounted(&a.mountpoint) {
+                println!(
+                    "mounted {} at {} (pid {}, log {}); unmount with: fusermount3 -u {}",
+                    a.image.display(),
+                    a.mountpoint.display(),
+                    child.id(),
+                    log.display(),
+                    a.mountpoint.display()
+                );
+                return Ok(());
+            }
+            if let Some(status) = child.try_wait().map_err(err)? {
+                let said = std::fs::read_to_string(&log).unwrap_or_default();
+                let _ = std::fs::remove_file(&log);
+                return Err(format!(
+                    "the mount exited ({status}) before mounting: {}",
+                    said.trim().trim_start_matches("bitmend: ")
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        return Err("the mount did not appear within 10 s".into());
+    }
+    let nand = FileNand::open(&a.image).map_err(err)?;
+    let (fs, rep) = Fs::open(nand, a.compress.options()).map_err(err)?;
+    eprintln!(
+        "bitmend: mounted {} ({} pages replayed{}, {} repaired on the way)",
+        a.image.display(),
+        rep.pages,
+        if rep.from_checkpoint { " from a checkpoint" } else { "" },
+        rep.pages_repaired
+    );
+    let mut options = vec![
+        fuser::MountOption::FSName(format!("bitmend:{}", a.image.display())),
+        fuser::MountOption::DefaultPermissions,
+    ];
+    if a.allow_other {
+        options.push(fuser::MountOption::AllowOther);
+    }
+    // SAFETY: installs an async-signal-safe handler (it only stores to an atomic).
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    let session =
+        fuser::spawn_mount2(crate::fuse::FuseFs { fs: Some(fs) }, &a.mountpoint, &options).map_err(err)?;
+    while !STOP.load(Ordering::SeqCst) && !session.guard.is_finished() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Dropping the session unmounts; the file system is written out in `destroy`.
+    drop(session);
+    eprintln!("bitmend: unmounted {}", a.image.display());
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// The NAND image file (not mounted).
+    pub image: PathBuf,
+    /// Rewrite what reading had to repair, so the image is clean afterwards.
+    #[arg(long)]
+    pub repair: bool,
+    /// One JSON object on stdout instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Exit status for problems found.
+pub const EXIT_PROBLEMS: u8 = 4;
+
+pub fn fsck(a: &CheckArgs) -> Result<u8, String> {
+    let nand = FileNand::open(&a.image).map_err(err)?;
+    let (mut fs, rep) = Fs::open(nand, FsOptions::default()).map_err(err)?;
+    let c = fs.check(true);
+    let st = fs.store().stats();
+    if a.json {
+        let problems: Vec<String> = c.problems.iter().map(|p| json_str(p)).collect();
+        println!(
+            "{{\"image\": {}, \"files\": {}, \"dirs\": {}, \"symlinks\": {}, \"data_pages\": {}, \"unreadable_pages\": {}, \
+             \"repaired_pages\": {}, \"repaired_by_group\": {}, \"repaired_by_segment\": {}, \"pages_lost_at_mount\": {}, \
+             \"problems\": [{}], \"clean\": {}}}",
+            json_str(&a.image.display().to_string()),
+            c.files,
+            c.dirs,
+            c.symlinks,
+            c.data_pages,
+            c.unreadable_pages,
+            c.repaired_pages,
+            st.repaired_by_group,
+            st.repaired_by_segment,
+            rep.pages_lost,
+            problems.join(", "),
+            c.clean()
+        );
+    } else {
+        println!(
+            "{}: {} files, {} directories, {} symlinks, {} data pages read back",
+            a.image.display(),
+            c.files,
+            c.dirs,
+            c.symlinks,
+            c.data_pages
+        );
+        println!(
+            "  flash pages repaired: {} from group parity, {} from segment parity",
+            st.repaired_by_group, st.repaired_by_segment
+        );
+        println!(
+            "  unreadable logical pages: {}; pages lost at mount: {}",
+            c.unreadable_pages, rep.pages_lost
+        );
+        for p in &c.problems {
+            println!("  problem: {p}");
+        }
+        println!("  {}", if c.clean() { "clean" } else { "NOT clean" });
+    }
+    if a.repair {
+        fs.unmount().map_err(err)?;
+    }
+    Ok(if c.clean() { 0 } else { EXIT_PROBLEMS })
+}
+
+#[derive(Args, Debug)]
+pub struct ScrubArgs {
+    /// The NAND image file (not mounted).
+    pub image: PathBuf,
+    /// One JSON object on stdout instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn scrub(a: &ScrubArgs) -> Result<u8, String> {
+    let nand = FileNand::open(&a.image).map_err(err)?;
+    let (mut fs, _) = Fs::open(nand, FsOptions::default()).map_err(err)?;
+    let pages = fs.store_mut().log_pages(0).map_err(err)?;
+    let tty = std::io::stderr().is_terminal() && !a.json;
+    let mut buf = vec![0u8; fs.store().nand().geometry().page_size as usize];
+    let (mut bad, total) = (0u64, pages.len());
+    for (i, p) in pages.iter().enumerate() {
+        // A page offered whose spare is unreadable and which no group claims as data (a
+        // damaged parity page's spare, a torn program) is not file-system data: skipped.
+        if let Err(bitmend_flashfs::FsError::Unrecoverable { .. }) = fs.store_mut().read(*p, &mut buf) {
+            bad += 1;
+        }
+        if tty && (i % 256 == 0 || i + 1 == total) {
+            eprint!("\rscrub: {}/{} pages ({}%)", i + 1, total, (i + 1) * 100 / total.max(1));
+            let _ = std::io::stderr().flush();
+        }
+    }
+    if tty {
+        eprintln!();
+    }
+    // Reading every file rewrites what had to be repaired; then write it all out.
+    let c = fs.check(true);
+    let st = fs.store().stats();
+    fs.unmount().map_err(err)?;
+    if a.json {
+        println!(
+            "{{\"image\": {}, \"pages_checked\": {total}, \"repaired_by_group\": {}, \"repaired_by_segment\": {}, \"unreadable_pages\": {bad}, \"logical_pages_rewritten\": {}}}",
+            json_str(&a.image.display().to_string()),
+            st.repaired_by_group,
+            st.repaired_by_segment,
+            c.repaired_pages
+        );
+    } else {
+        println!(
+            "{}: {total} pages checked; repaired {} from group parity, {} from segment parity; {bad} beyond repair; {} logical pages rewritten",
+            a.image.display(),
+            st.repaired_by_group,
+            st.repaired_by_segment,
+            c.repaired_pages
+        );
+    }
+    Ok(if bad == 0 { 0 } else { EXIT_PROBLEMS })
+}
+
+#[derive(Args, Debug)]
+pub struct StatArgs {
+    /// The NAND image file (not mounted).
+    pub image: PathBuf,
+    /// One JSON object on stdout instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn stat(a: &StatArgs) -> Result<(), String> {
+    let nand = FileNand::open(&a.image).map_err(err)?;
+    let (fs, rep) = Fs::open(nand, FsOptions::default()).map_err(err)?;
+    let (total, free) = fs.statfs();
+    let (logical, stored) = fs.data_space();
+    let ratio = if stored > 0 { logical as f64 / stored as f64 } else { 1.0 };
+    let segs = fs.store().segments();
+    let used = fs.store().used_segments().len();
+    let s = survey(fs.store().nand())?;
+    let hist = histogram(&s.erase_counts, 8);
+    if a.json {
+        let h: Vec<String> =
+            hist.iter().map(|(a, b, n)| format!("{{\"from\": {a}, \"to\": {b}, \"blocks\": {n}}}")).collect();
+        println!(
+            "{{\"image\": {}, \"bytes_total\": {total}, \"bytes_free\": {free}, \"inodes\": {}, \"file_data_bytes\": {logical}, \
+             \"stored_bytes\": {stored}, \"compression_ratio\": {ratio:.3}, \"segments\": {segs}, \"segments_used\": {used}, \
+             \"bad_blocks\": {}, \"repaired_at_mount\": {}, \"erase_histogram\": [{}]}}",
+            json_str(&a.image.display().to_string()),
+            fs.inode_count(),
+            s.bad.len(),
+            rep.pages_repaired,
+            h.join(", ")
+        );
+        return Ok(());
+    }
+    println!("{}: bitmend flash file system", a.image.display());
+    println!(
+        "  space          {} MiB free of {} MiB (segments: {used} of {segs} in use)",
+        free >> 20,
+        total >> 20
+    );
+    println!(
+        "  files          {} inodes; {} KiB of file data stored in {} KiB ({ratio:.2}x)",
+        fs.inode_count(),
+        logical >> 10,
+        stored >> 10
+    );
+    println!("  bad blocks     {}", s.bad.len());
+    println!("  mount          {} pages replayed, {} repaired on the way", rep.pages, rep.pages_repaired);
+    println!("  erase counts   (blocks per range)");
+    let widest = hist.iter().map(|h| h.2).max().unwrap_or(1).max(1);
+    for (lo, hi, count) in hist {
+        let bar = "#".repeat((count * 40).div_ceil(widest));
+        let range = if lo == hi { format!("{lo}") } else { format!("{lo}-{hi}") };
+        println!("    {range:>12} {count:>7} {bar}");
+    }
+    Ok(())
+}

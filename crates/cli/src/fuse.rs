@@ -1,0 +1,335 @@
+//! The FUSE adapter: kernel requests to the flash file system's operations, nothing more.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bitmend_flashfs::{Attr, FileType, Fs, FsError, SetAttr};
+use bitmend_media::nand::FileNand;
+use fuser::{
+    FileAttr, Filesystem, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+};
+
+const TTL: Duration = Duration::from_secs(1);
+
+/// The mounted file system; `None` once unmounted.
+pub struct FuseFs {
+    pub fs: Option<Fs<FileNand>>,
+}
+
+fn errno(e: &FsError) -> i32 {
+    match e {
+        FsError::NotFound => libc::ENOENT,
+        FsError::Exists => libc::EEXIST,
+        FsError::NotDir => libc::ENOTDIR,
+        FsError::IsDir => libc::EISDIR,
+        FsError::NotEmpty => libc::ENOTEMPTY,
+        FsError::NameTooLong => libc::ENAMETOOLONG,
+        FsError::Invalid { .. } => libc::EINVAL,
+        FsError::NoSpace => libc::ENOSPC,
+        _ => libc::EIO,
+    }
+}
+
+fn time((s, ns): (i64, u32)) -> SystemTime {
+    if s >= 0 {
+        UNIX_EPOCH + Duration::new(s as u64, ns)
+    } else {
+        UNIX_EPOCH - Duration::new(s.unsigned_abs(), 0) + Duration::new(0, ns)
+    }
+}
+
+fn stamp(t: SystemTime) -> (i64, u32) {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => (d.as_secs() as i64, d.subsec_nanos()),
+        Err(e) => {
+            let d = e.duration();
+            (-(d.as_secs() as i64), 0)
+        }
+    }
+}
+
+fn kind(k: FileType) -> fuser::FileType {
+    match k {
+        FileType::File => fuser::FileType::RegularFile,
+        FileType::Dir => fuser::FileType::Directory,
+        FileType::Symlink => fuser::FileType::Symlink,
+    }
+}
+
+fn attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: a.ino,
+        size: a.size,
+        blocks: a.size.div_ceil(512),
+        atime: time(a.atime),
+        mtime: time(a.mtime),
+        ctime: time(a.ctime),
+        crtime: time(a.ctime),
+        kind: kind(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+impl FuseFs {
+    fn fs(&mut self) -> &mut Fs<FileNand> {
+        self.fs.as_mut().expect("mounted")
+    }
+}
+
+macro_rules! try_reply {
+    ($reply:expr, $e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return $reply.error(errno(&e)),
+        }
+    };
+}
+
+impl Filesystem for FuseFs {
+    fn destroy(&mut self) {
+        if let Some(fs) = self.fs.take() {
+            if let Err(e) = fs.unmount() {
+                eprintln!("bitmend: unmount: {e}");
+            }
+        }
+    }
+
+    fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
+        let a = try_reply!(reply, self.fs().lookup(parent, name.as_bytes()));
+        reply.entry(&TTL, &attr(&a), 0);
+    }
+
+    fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
+        let a = try_reply!(reply, self.fs().getattr(ino));
+        reply.attr(&TTL, &attr(&a));
+    }
+
+    fn setattr(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<u64>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<u32>,
+        reply: ReplyAttr,
+    ) {
+        let t = |x: Option<TimeOrNow>| {
+            x.map(|x| match x {
+                TimeOrNow::Now => stamp(SystemTime::now()),
+                TimeOrNow::SpecificTime(t) => stamp(t),
+            })
+        };
+        let set = SetAttr {
+            perm: mode.map(|m| m as u16 & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: t(atime),
+            mtime: t(mtime),
+        };
+        let a = try_reply!(reply, self.fs().setattr(ino, set));
+        reply.attr(&TTL, &attr(&a));
+    }
+
+    fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
+        let t = try_reply!(reply, self.fs().readlink(ino));
+        reply.data(&t);
+    }
+
+    fn mknod(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        if mode & libc::S_IFMT != libc::S_IFREG {
+            return reply.error(libc::EPERM);
+        }
+        let perm = (mode & !umask & 0o7777) as u16;
+        let a = try_reply!(reply, self.fs().create(parent, name.as_bytes(), perm, req.uid(), req.gid()));
+        reply.entry(&TTL, &attr(&a), 0);
+    }
+
+    fn mkdir(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let perm = (mode & !umask & 0o7777) as u16;
+        let a = try_reply!(reply, self.fs().mkdir(parent, name.as_bytes(), perm, req.uid(), req.gid()));
+        reply.entry(&TTL, &attr(&a), 0);
+    }
+
+    fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+        try_reply!(reply, self.fs().unlink(parent, name.as_bytes()));
+        reply.ok();
+    }
+
+    fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+        try_reply!(reply, self.fs().rmdir(parent, name.as_bytes()));
+        reply.ok();
+    }
+
+    fn symlink(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        link_name: &OsStr,
+        target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        let a = try_reply!(
+            reply,
+            self.fs().symlink(
+                parent,
+                link_name.as_bytes(),
+                target.as_os_str().as_bytes(),
+                req.uid(),
+                req.gid()
+            )
+        );
+        reply.entry(&TTL, &attr(&a), 0);
+    }
+
+    fn rename(
+        &mut self,
+        _req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        flags: u32,
+        reply: ReplyEmpty,
+    ) {
+        if flags & libc::RENAME_EXCHANGE != 0 {
+            return reply.error(libc::EINVAL);
+        }
+        if flags & libc::RENAME_NOREPLACE != 0 && self.fs().lookup(newparent, newname.as_bytes()).is_ok() {
+            return reply.error(libc::EEXIST);
+        }
+        try_reply!(reply, self.fs().rename(parent, name.as_bytes(), newparent, newname.as_bytes()));
+        reply.ok();
+    }
+
+    fn link(&mut self, _req: &Request<'_>, ino: u64, newparent: u64, newname: &OsStr, reply: ReplyEntry) {
+        let a = try_reply!(reply, self.fs().link(ino, newparent, newname.as_bytes()));
+        reply.entry(&TTL, &attr(&a), 0);
+    }
+
+    fn open(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
+        try_reply!(reply, self.fs().getattr(ino));
+        reply.opened(0, 0);
+    }
+
+    fn read(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        _fh: u64,
+        offset: i64,
+        size: u32,
+        _flags: i32,
+        _lock_owner: Option<u64>,
+        reply: ReplyData,
+    ) {
+        let data = try_reply!(reply, self.fs().read(ino, offset.max(0) as u64, size as usize));
+        reply.data(&data);
+    }
+
+    fn write(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        _fh: u64,
+        offset: i64,
+        data: &[u8],
+        _write_flags: u32,
+        _flags: i32,
+        _lock_owner: Option<u64>,
+        reply: ReplyWrite,
+    ) {
+        let n = try_reply!(reply, self.fs().write(ino, offset.max(0) as u64, data));
+        reply.written(n as u32);
+    }
+
+    fn flush(&mut self, _req: &Request<'_>, _ino: u64, _fh: u64, _lock_owner: u64, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn fsync(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
+        try_reply!(reply, self.fs().fsync(ino));
+        reply.ok();
+    }
+
+    fn fsyncdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
+        try_reply!(reply, self.fs().fsync(ino));
+        reply.ok();
+    }
+
+    fn opendir(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
+        try_reply!(reply, self.fs().readdir(ino));
+        reply.opened(0, 0);
+    }
+
+    fn readdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, mut reply: ReplyDirectory) {
+        let entries = try_reply!(reply, self.fs().readdir(ino));
+        let dots = [
+            (ino, fuser::FileType::Directory, b".".to_vec()),
+            (ino, fuser::FileType::Directory, b"..".to_vec()),
+        ];
+        let all = dots.into_iter().chain(entries.into_iter().map(|e| (e.ino, kind(e.kind), e.name)));
+        for (i, (child, k, name)) in all.enumerate().skip(offset.max(0) as usize) {
+            if reply.add(child, i as i64 + 1, k, OsStr::from_bytes(&name)) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
+        let fs = self.fs();
+        let (total, free) = fs.statfs();
+        let files = fs.inode_count() as u64;
+        reply.statfs(total / 4096, free / 4096, free / 4096, files + 1_000_000, 1_000_000, 4096, 255, 4096);
+    }
+
+    fn create(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let perm = (mode & !umask & 0o7777) as u16;
+        let a = try_reply!(reply, self.fs().create(parent, name.as_bytes(), perm, req.uid(), req.gid()));
+        reply.created(&TTL, &attr(&a), 0, 0, 0);
+    }
+}
