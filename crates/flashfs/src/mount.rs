@@ -122,6 +122,9 @@ impl<N: Nand> PageStore<N> {
                 }
                 if let Some(s) = s {
                     max_seq = max_seq.max(s.seq);
+                    if s.kind == Kind::Data && s.index == 1 {
+                        self.w.last_marked = Some(crate::PageAddr(layout.g.first_page(block) + i));
+                    }
                 }
                 spares.push(s);
             }

@@ -71,6 +71,8 @@ pub(crate) struct Writer {
     pub(crate) used: Vec<(u64, u32)>,
     /// Pages programmed in the current segment.
     pub(crate) seg_pages: u32,
+    /// The newest marked data page in the live segment.
+    pub(crate) last_marked: Option<PageAddr>,
 }
 
 /// The page store on a NAND chip.
@@ -117,6 +119,7 @@ impl<N: Nand> PageStore<N> {
                 sealed: false,
                 used: Vec::new(),
                 seg_pages: 0,
+                last_marked: None,
             },
             nand,
             layout,
@@ -222,6 +225,7 @@ impl<N: Nand> PageStore<N> {
         self.w.seg_parity_valid = true;
         self.w.sealed = false;
         self.w.seg_pages = 0;
+        self.w.last_marked = None;
         self.start_block()
     }
 
@@ -293,6 +297,16 @@ impl<N: Nand> PageStore<N> {
     /// Appends one page of data; returns where it went. Not correctable until the next
     /// [`sync`](Self::sync) or until its block fills; always detectable.
     pub fn append(&mut self, data: &[u8]) -> Result<PageAddr, FsError> {
+        self.append_with(data, 0)
+    }
+
+    /// Appends a page whose spare carries `mark` in its index byte (1: a checkpoint starts
+    /// here), so that mount can find it from the spares alone.
+    pub fn append_marked(&mut self, data: &[u8]) -> Result<PageAddr, FsError> {
+        self.append_with(data, 1)
+    }
+
+    fn append_with(&mut self, data: &[u8], mark: u8) -> Result<PageAddr, FsError> {
         let ps = self.ps();
         if data.len() != ps {
             return Err(FsError::Config { why: format!("a page is {ps} bytes, got {}", data.len()) });
@@ -316,12 +330,15 @@ impl<N: Nand> PageStore<N> {
         if self.w.group_len == 0 {
             self.w.group_first = self.w.next;
         }
-        let spare = self.spare_for(Kind::Data, 0, self.w.group_first, 0, data);
+        let spare = self.spare_for(Kind::Data, mark, self.w.group_first, 0, data);
         let (page, ok) = self.program_here(data, &spare)?;
         if !ok {
             // The failed page is not part of any group: close the group before it, retry after.
             self.close_group()?;
-            return self.append(data);
+            return self.append_with(data, mark);
+        }
+        if mark == 1 {
+            self.w.last_marked = Some(PageAddr(page));
         }
         let col = (self.w.next - 1 - self.w.group_first) as usize;
         let engine = self.group_code.engine();
@@ -576,5 +593,12 @@ impl<N: Nand> PageStore<N> {
             return Ok(Spare::decode(&spare).filter(|s| s.kind == Kind::Data).map(|_| PageAddr(page)));
         }
         Ok(None)
+    }
+}
+
+impl<N: Nand> PageStore<N> {
+    /// The newest marked page of the segment being written (see [`append_marked`](Self::append_marked)).
+    pub fn last_marked(&self) -> Option<PageAddr> {
+        self.w.last_marked
     }
 }

@@ -151,7 +151,7 @@ impl<N: Nand> Fs<N> {
         let mut waiting_for_first = false;
         while done < blob.len() || blob.is_empty() {
             if self.fill + FRAG_HEADER + 16 > self.buf.len() {
-                let addr = self.seal_page()?;
+                let addr = self.seal_page_with(waiting_for_first)?;
                 if waiting_for_first {
                     first = Some(addr.0);
                     waiting_for_first = false;
@@ -180,7 +180,7 @@ impl<N: Nand> Fs<N> {
                 break;
             }
         }
-        let addr = self.seal_page()?;
+        let addr = self.seal_page_with(first.is_none())?;
         let first = first.unwrap_or(addr.0);
         let segment = self.segment_logical(PageAddr(first)).unwrap_or(0);
         self.ckpt = Some(CkptAt { page: first, segment });

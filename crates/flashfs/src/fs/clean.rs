@@ -133,6 +133,8 @@ impl<N: Nand> Fs<N> {
         }
         self.store.sync()?;
         self.store.release_segment(phys)?;
+        // Its pages will be written again: forget any copy of them.
+        self.recent.clear();
         self.stats.segments_cleaned += 1;
         Ok(())
     }

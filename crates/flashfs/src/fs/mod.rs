@@ -139,6 +139,9 @@ pub struct Fs<N: Nand> {
     pub(crate) mount_ckpt: Option<checkpoint::CkptAt>,
     /// The cleaner is running (its own writes must not start it again).
     pub(crate) cleaning: bool,
+    /// The last flash pages read (verified), newest last: consecutive logical pages share
+    /// flash pages, so a sequential read would otherwise read each of them twice.
+    pub(crate) recent: Vec<(u32, Vec<u8>)>,
 }
 
 impl<N: Nand> std::fmt::Debug for Fs<N> {
@@ -180,6 +183,7 @@ impl<N: Nand> Fs<N> {
             ckpt: None,
             mount_ckpt: None,
             cleaning: false,
+            recent: Vec::new(),
         })
     }
 

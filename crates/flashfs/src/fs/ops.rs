@@ -373,6 +373,10 @@ impl<N: Nand> Fs<N> {
                 payload.extend_from_slice(&self.buf[off..off + len]);
                 continue;
             }
+            if let Some((_, bytes)) = self.recent.iter().find(|r| r.0 == page) {
+                payload.extend_from_slice(&bytes[off..off + len]);
+                continue;
+            }
             match self.store.read(PageAddr(page), &mut flash) {
                 Ok(how) => repaired |= how != Repaired::No,
                 Err(e) => {
@@ -381,6 +385,10 @@ impl<N: Nand> Fs<N> {
                 }
             }
             payload.extend_from_slice(&flash[off..off + len]);
+            if self.recent.len() == 2 {
+                self.recent.remove(0);
+            }
+            self.recent.push((page, flash.clone()));
         }
         let Some(page) = node::decode_data(&payload, loc.lz4, LOGICAL_PAGE) else {
             self.stats.unreadable += 1;

@@ -60,21 +60,60 @@ impl<N: Nand> Fs<N> {
             None => None,
         };
         fs.mount_ckpt = start;
-        fs.ckpt = start;
+        // The newest checkpoint may be in the segment being written (an unmount writes one):
+        // its first page is marked in its spare. Try it first; if it was cut short, fall
+        // back to the one the segment names.
+        let mut candidates = Vec::new();
+        if let (Some(page), Some((_, live))) = (fs.store.last_marked(), fs.store.live_segment()) {
+            if start.map(|c| c.page) != Some(page.0) {
+                candidates.push(Some(super::checkpoint::CkptAt { page: page.0, segment: live }));
+            }
+        }
+        candidates.push(start);
+        if start.is_some() {
+            // Last resort: all that is left of the log (correct, only slower).
+            candidates.push(None);
+        }
+        for (i, cand) in candidates.iter().enumerate() {
+            let last = i + 1 == candidates.len();
+            fs.inodes.clear();
+            fs.dirs.clear();
+            fs.data.clear();
+            fs.ckpt = *cand;
+            let mut r = MountReport { store: report.store.clone(), ..MountReport::default() };
+            let found = fs.replay_from(*cand, &mut r)?;
+            if found || cand.is_none() || last {
+                r.from_checkpoint = cand.is_some() && found;
+                report = r;
+                break;
+            }
+        }
+        if !fs.inodes.contains_key(&ROOT) {
+            return Err(FsError::NotAFs { why: "no root directory in the log".into() });
+        }
+        fs.rebuild_dirs();
+        fs.next_ino = fs.next_ino.max(fs.inodes.keys().max().copied().unwrap_or(ROOT) + 1);
+        Ok((fs, report))
+    }
+
+    /// Replays the log from checkpoint `start` (or from the oldest segment); returns whether
+    /// the first node found there was that checkpoint, whole.
+    fn replay_from(
+        &mut self,
+        start: Option<super::checkpoint::CkptAt>,
+        report: &mut MountReport,
+    ) -> Result<bool, FsError> {
+        let fs = self;
         let mut pages = fs.store.log_pages(start.map_or(0, |c| c.segment))?;
         if let Some(c) = start {
             match pages.iter().position(|p| p.0 == c.page) {
                 Some(i) => {
                     pages.drain(..i);
                 }
-                None => {
-                    return Err(FsError::NotAFs {
-                        why: "the checkpoint the newest segment names is missing".into(),
-                    })
-                }
+                None => return Ok(false),
             }
-            report.from_checkpoint = true;
         }
+        let mut first_is_checkpoint: Option<bool> = None;
         let mut dirent_versions: HashMap<(u64, Vec<u8>), u64> = HashMap::new();
         let mut partial: Option<Partial> = None;
         let mut flash = vec![0u8; fs.buf.len()];
@@ -126,6 +165,12 @@ impl<N: Nand> Fs<N> {
                 if f.flags & FLAG_LAST != 0 {
                     let done = partial.take().expect("in progress");
                     if done.payload.len() == done.head.total as usize {
+                        if first_is_checkpoint.is_none() {
+                            first_is_checkpoint = Some(
+                                done.head.kind == NodeKind::Checkpoint
+                                    && done.frags.first().map(|f| f.0) == start.map(|c| c.page),
+                            );
+                        }
                         fs.apply(done, &mut dirent_versions);
                         report.nodes += 1;
                     } else {
@@ -134,12 +179,7 @@ impl<N: Nand> Fs<N> {
                 }
             }
         }
-        if !fs.inodes.contains_key(&ROOT) {
-            return Err(FsError::NotAFs { why: "no root directory in the log".into() });
-        }
-        fs.rebuild_dirs();
-        fs.next_ino = fs.next_ino.max(fs.inodes.keys().max().copied().unwrap_or(ROOT) + 1);
-        Ok((fs, report))
+        Ok(first_is_checkpoint.unwrap_or(false))
     }
 
     fn apply(&mut self, n: Partial, dirent_versions: &mut HashMap<(u64, Vec<u8>), u64>) {

@@ -30,13 +30,20 @@ impl<N: Nand> Fs<N> {
     /// the fragments that were pending in it at their flash page. A new segment starts with a
     /// page naming the newest checkpoint.
     pub(crate) fn seal_page(&mut self) -> Result<PageAddr, FsError> {
+        self.seal_page_with(false)
+    }
+
+    /// As [`seal_page`](Self::seal_page); `marked` flags the page in its spare as the start of
+    /// a checkpoint.
+    pub(crate) fn seal_page_with(&mut self, marked: bool) -> Result<PageAddr, FsError> {
         if self.store.next_page_opens_segment() {
             let info = self.segment_info_page();
             self.store.append(&info)?;
             self.mount_ckpt = self.ckpt;
         }
         self.buf[self.fill..].fill(0);
-        let addr = self.store.append(&self.buf)?;
+        let addr =
+            if marked { self.store.append_marked(&self.buf)? } else { self.store.append(&self.buf)? };
         for key in std::mem::take(&mut self.buf_keys) {
             if let Some(loc) = self.data.get_mut(&key) {
                 for f in loc.frags.iter_mut().filter(|f| f.0 == PENDING) {
