@@ -157,7 +157,7 @@ fn repair(opts: &Options, emit: &mut dyn FnMut(Row)) {
             // damage must not pile up in one group or one stripe); the group case in the first
             // segment, the segment case in the second.
             let segment = if how == "group" { 0 } else { 15 * 63 };
-            let base = segment + s * 63 * 2 + 2 * s;
+            let base = segment + s * 63 + 2 * s;
             for d in 0..per_case {
                 store.nand_mut().lose_page(addrs[base + d].0).expect("inject");
             }
