@@ -492,3 +492,42 @@ fn power_cuts_while_the_cleaner_runs() {
     }
     eprintln!("power cuts with cleaning: {cuts} cut points over {rounds} rounds ({cleaned} segments cleaned in the uncut run); fsck clean after each");
 }
+
+#[test]
+fn the_cleaner_keeps_working_at_85_percent_full() {
+    // 63 segments of 4 blocks (3 for data, 45 pages each); fill 85% of the space with live
+    // data, then overwrite at random: the cleaner must find room every time.
+    let mut fs = Fs::format(chip(254), cfg(), opts(Compression::None)).unwrap();
+    let (total, _) = fs.statfs();
+    let files = 20u64;
+    let per = (total as f64 * 0.85 / files as f64) as usize / 4096 * 4096;
+    let mut inos = Vec::new();
+    for i in 0..files {
+        let f = fs.create(ROOT, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
+        fs.write(f.ino, 0, &content(i, per)).unwrap();
+        inos.push(f.ino);
+    }
+    fs.sync().unwrap();
+    let mut r = Rng::new(3);
+    let mut model: Vec<Vec<u8>> = (0..files).map(|i| content(i, per)).collect();
+    for step in 0..600u64 {
+        let k = r.below(files) as usize;
+        let at = r.below(per as u64 / 4096) * 4096;
+        let page = content(10_000 + step, 4096);
+        fs.write(inos[k], at, &page).unwrap_or_else(|e| panic!("step {step}: {e}"));
+        model[k][at as usize..at as usize + 4096].copy_from_slice(&page);
+        if step % 20 == 0 {
+            fs.sync().unwrap();
+        }
+    }
+    fs.sync().unwrap();
+    for (k, ino) in inos.iter().enumerate() {
+        assert_eq!(fs.read(*ino, 0, per).unwrap(), model[k]);
+    }
+    assert!(fs.check(true).clean());
+    eprintln!(
+        "cleaner at 85% full: {} segments cleaned, {} pages moved",
+        fs.stats().segments_cleaned,
+        fs.stats().pages_moved
+    );
+}

@@ -58,7 +58,10 @@ impl<N: Nand> Fs<N> {
     /// Cleans until `want` segments are free or nothing more can be cleaned.
     fn clean_until(&mut self, want: usize) -> Result<(), FsError> {
         let mut forced = false;
-        while self.store.free_segments() < want {
+        // Each pass frees a segment; a bound keeps a full file system from cleaning forever.
+        let mut passes = 2 * self.store.segments() as usize;
+        while self.store.free_segments() < want && passes > 0 {
+            passes -= 1;
             let mut cands = self.candidates();
             if cands.is_empty() {
                 if forced {
@@ -78,7 +81,7 @@ impl<N: Nand> Fs<N> {
             let live = self.live_bytes();
             let capacity = self.segment_capacity() as f64;
             let newest = self.store.used_segments().iter().map(|u| u.0).max().unwrap_or(0);
-            let (_, victim) = cands
+            let (score, victim) = cands
                 .iter()
                 .map(|&(logical, phys)| {
                     let u = (*live.get(&phys).unwrap_or(&0) as f64 / capacity).min(1.0);
@@ -87,6 +90,10 @@ impl<N: Nand> Fs<N> {
                 })
                 .max_by(|a, b| a.0.total_cmp(&b.0))
                 .expect("candidates");
+            if score <= 0.0 {
+                // Every candidate is full of live data: moving one would free nothing.
+                return Ok(());
+            }
             self.empty_segment(victim)?;
         }
         Ok(())
