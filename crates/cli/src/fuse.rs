@@ -55,6 +55,10 @@ fn kind(k: FileType) -> fuser::FileType {
         FileType::File => fuser::FileType::RegularFile,
         FileType::Dir => fuser::FileType::Directory,
         FileType::Symlink => fuser::FileType::Symlink,
+        FileType::Fifo => fuser::FileType::NamedPipe,
+        FileType::Socket => fuser::FileType::Socket,
+        FileType::CharDevice => fuser::FileType::CharDevice,
+        FileType::BlockDevice => fuser::FileType::BlockDevice,
     }
 }
 
@@ -72,7 +76,7 @@ fn attr(a: &Attr) -> FileAttr {
         nlink: a.nlink,
         uid: a.uid,
         gid: a.gid,
-        rdev: 0,
+        rdev: a.rdev,
         blksize: 4096,
         flags: 0,
     }
@@ -160,14 +164,22 @@ impl Filesystem for FuseFs {
         name: &OsStr,
         mode: u32,
         umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
-        if mode & libc::S_IFMT != libc::S_IFREG {
-            return reply.error(libc::EPERM);
-        }
+        let k = match mode & libc::S_IFMT {
+            libc::S_IFREG => FileType::File,
+            libc::S_IFIFO => FileType::Fifo,
+            libc::S_IFSOCK => FileType::Socket,
+            libc::S_IFCHR => FileType::CharDevice,
+            libc::S_IFBLK => FileType::BlockDevice,
+            _ => return reply.error(libc::EINVAL),
+        };
         let perm = (mode & !umask & 0o7777) as u16;
-        let a = try_reply!(reply, self.fs().create(parent, name.as_bytes(), perm, req.uid(), req.gid()));
+        let a = try_reply!(
+            reply,
+            self.fs().mknod(parent, name.as_bytes(), k, perm, rdev, (req.uid(), req.gid()))
+        );
         reply.entry(&TTL, &attr(&a), 0);
     }
 

@@ -101,6 +101,10 @@ pub enum FileType {
     File = 1,
     Dir = 2,
     Symlink = 3,
+    Fifo = 4,
+    Socket = 5,
+    CharDevice = 6,
+    BlockDevice = 7,
 }
 
 /// An inode's attributes, as stored in an inode node.
@@ -118,9 +122,11 @@ pub struct Attr {
     pub atime: (i64, u32),
     pub mtime: (i64, u32),
     pub ctime: (i64, u32),
+    /// Device number (character and block devices).
+    pub rdev: u32,
 }
 
-/// Inode payload: the attributes, then (symlinks) the target.
+/// Inode payload: the attributes (64 bytes), then (symlinks) the target.
 pub(crate) fn encode_inode(a: &Attr, target: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(64 + target.len());
     v.push(a.kind as u8);
@@ -134,18 +140,23 @@ pub(crate) fn encode_inode(a: &Attr, target: &[u8]) -> Vec<u8> {
         v.extend_from_slice(&s.to_le_bytes());
         v.extend_from_slice(&ns.to_le_bytes());
     }
+    v.extend_from_slice(&a.rdev.to_le_bytes());
     v.extend_from_slice(target);
     v
 }
 
 pub(crate) fn decode_inode(ino: u64, b: &[u8]) -> Option<(Attr, Vec<u8>)> {
-    if b.len() < 60 {
+    if b.len() < 64 {
         return None;
     }
     let kind = match b[0] {
         1 => FileType::File,
         2 => FileType::Dir,
         3 => FileType::Symlink,
+        4 => FileType::Fifo,
+        5 => FileType::Socket,
+        6 => FileType::CharDevice,
+        7 => FileType::BlockDevice,
         _ => return None,
     };
     let u32at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
@@ -162,8 +173,9 @@ pub(crate) fn decode_inode(ino: u64, b: &[u8]) -> Option<(Attr, Vec<u8>)> {
             atime: t(24),
             mtime: t(36),
             ctime: t(48),
+            rdev: u32at(60),
         },
-        b[60..].to_vec(),
+        b[64..].to_vec(),
     ))
 }
 
@@ -238,6 +250,7 @@ mod tests {
             atime: (1, 2),
             mtime: (3, 4),
             ctime: (-5, 6),
+            rdev: 0x0801,
         };
         assert_eq!(decode_inode(5, &encode_inode(&a, b"target")), Some((a, b"target".to_vec())));
         assert_eq!(decode_dirent(&encode_dirent(9, b"name")), Some((9, b"name".to_vec())));

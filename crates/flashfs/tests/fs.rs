@@ -98,6 +98,9 @@ fn snapshot<N: Nand>(fs: &mut Fs<N>) -> Model {
                 FileType::Symlink => {
                     m.files.insert(p, fs.readlink(e.ino).unwrap());
                 }
+                _ => {
+                    m.files.insert(p, vec![]);
+                }
             }
         }
     }
@@ -530,4 +533,25 @@ fn the_cleaner_keeps_working_at_85_percent_full() {
         fs.stats().segments_cleaned,
         fs.stats().pages_moved
     );
+}
+
+#[test]
+fn special_files_keep_their_type_and_device_number_across_a_remount() {
+    let mut fs = Fs::format(chip(64), cfg(), opts(Compression::Lz4)).unwrap();
+    let kinds = [
+        (FileType::Fifo, 0),
+        (FileType::Socket, 0),
+        (FileType::CharDevice, 0x0501),
+        (FileType::BlockDevice, 0x0803),
+    ];
+    for (i, (k, rdev)) in kinds.iter().enumerate() {
+        fs.mknod(ROOT, format!("s{i}").as_bytes(), *k, 0o640, *rdev, (7, 8)).unwrap();
+    }
+    let f = fs.lookup(ROOT, b"s0").unwrap();
+    assert!(matches!(fs.read(f.ino, 0, 10), Err(FsError::Invalid { .. })));
+    let (fs2, _) = Fs::open(fs.unmount().unwrap(), opts(Compression::Lz4)).unwrap();
+    for (i, (k, rdev)) in kinds.iter().enumerate() {
+        let a = fs2.lookup(ROOT, format!("s{i}").as_bytes()).unwrap();
+        assert_eq!((a.kind, a.rdev, a.perm, a.uid, a.gid, a.nlink), (*k, *rdev, 0o640, 7, 8, 1));
+    }
 }

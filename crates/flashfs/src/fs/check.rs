@@ -13,6 +13,8 @@ pub struct Check {
     pub files: u64,
     pub dirs: u64,
     pub symlinks: u64,
+    /// FIFOs, sockets and device nodes.
+    pub special: u64,
     pub data_pages: u64,
     /// Logical pages that could not be read back (beyond the redundancy).
     pub unreadable_pages: u64,
@@ -67,10 +69,10 @@ impl<N: Nand> Fs<N> {
                     }
                 }
                 kind => {
-                    if kind == FileType::File {
-                        c.files += 1;
-                    } else {
-                        c.symlinks += 1;
+                    match kind {
+                        FileType::File => c.files += 1,
+                        FileType::Symlink => c.symlinks += 1,
+                        _ => c.special += 1,
                     }
                     if i.attr.nlink != named {
                         c.problems.push(format!("inode {ino}: nlink {} but {named} names", i.attr.nlink));

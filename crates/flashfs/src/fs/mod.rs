@@ -202,6 +202,7 @@ impl<N: Nand> Fs<N> {
             atime: t,
             mtime: t,
             ctime: t,
+            rdev: 0,
         };
         fs.inodes.insert(ROOT, Inode { attr: root, target: vec![], version: 0 });
         fs.dirs.insert(ROOT, BTreeMap::new());

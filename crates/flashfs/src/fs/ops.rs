@@ -38,6 +38,9 @@ impl<N: Nand> Fs<N> {
 
     /// The entry `name` in directory `parent`.
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr, FsError> {
+        if name.len() > NAME_MAX {
+            return Err(FsError::NameTooLong);
+        }
         let child = *self.dir(parent)?.get(name).ok_or(FsError::NotFound)?;
         self.getattr(child)
     }
@@ -67,8 +70,7 @@ impl<N: Nand> Fs<N> {
         &mut self,
         parent: u64,
         name: &[u8],
-        kind: FileType,
-        perm: u16,
+        (kind, perm, rdev): (FileType, u16, u32),
         (uid, gid): (u32, u32),
         target: &[u8],
     ) -> Result<Attr, FsError> {
@@ -90,6 +92,7 @@ impl<N: Nand> Fs<N> {
             atime: t,
             mtime: t,
             ctime: t,
+            rdev,
         };
         self.inodes.insert(ino, Inode { attr: attr.clone(), target: target.to_vec(), version: 0 });
         if kind == FileType::Dir {
@@ -113,7 +116,7 @@ impl<N: Nand> Fs<N> {
         uid: u32,
         gid: u32,
     ) -> Result<Attr, FsError> {
-        self.make(parent, name, FileType::File, perm, (uid, gid), b"")
+        self.make(parent, name, (FileType::File, perm, 0), (uid, gid), b"")
     }
 
     pub fn mkdir(
@@ -124,7 +127,7 @@ impl<N: Nand> Fs<N> {
         uid: u32,
         gid: u32,
     ) -> Result<Attr, FsError> {
-        self.make(parent, name, FileType::Dir, perm, (uid, gid), b"")
+        self.make(parent, name, (FileType::Dir, perm, 0), (uid, gid), b"")
     }
 
     pub fn symlink(
@@ -138,7 +141,26 @@ impl<N: Nand> Fs<N> {
         if target.is_empty() || target.len() > SYMLINK_MAX {
             return Err(FsError::Invalid { why: format!("symlink targets are 1 to {SYMLINK_MAX} bytes") });
         }
-        self.make(parent, name, FileType::Symlink, 0o777, (uid, gid), target)
+        self.make(parent, name, (FileType::Symlink, 0o777, 0), (uid, gid), target)
+    }
+
+    /// A FIFO, socket or device node (no data of its own).
+    pub fn mknod(
+        &mut self,
+        parent: u64,
+        name: &[u8],
+        kind: FileType,
+        perm: u16,
+        rdev: u32,
+        (uid, gid): (u32, u32),
+    ) -> Result<Attr, FsError> {
+        match kind {
+            FileType::File => self.create(parent, name, perm, uid, gid),
+            FileType::Dir | FileType::Symlink => {
+                Err(FsError::Invalid { why: "mknod makes files and special files".into() })
+            }
+            _ => self.make(parent, name, (kind, perm, rdev), (uid, gid), b""),
+        }
     }
 
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>, FsError> {
@@ -408,9 +430,7 @@ impl<N: Nand> Fs<N> {
         match i.attr.kind {
             FileType::File => {}
             FileType::Dir => return Err(FsError::IsDir),
-            FileType::Symlink => {
-                return Err(FsError::Invalid { why: "a symlink has no data to read".into() })
-            }
+            _ => return Err(FsError::Invalid { why: "not a regular file".into() }),
         }
         let size = i.attr.size;
         if off >= size {
@@ -435,7 +455,7 @@ impl<N: Nand> Fs<N> {
         match self.inode(ino)?.attr.kind {
             FileType::File => {}
             FileType::Dir => return Err(FsError::IsDir),
-            FileType::Symlink => return Err(FsError::Invalid { why: "not a regular file".into() }),
+            _ => return Err(FsError::Invalid { why: "not a regular file".into() }),
         }
         let mut pos = off;
         let end = off + data.len() as u64;
