@@ -254,8 +254,22 @@ impl Filesystem for FuseFs {
     }
 
     fn open(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
-        try_reply!(reply, self.fs().getattr(ino));
+        try_reply!(reply, self.fs().open_file(ino));
         reply.opened(0, 0);
+    }
+
+    fn release(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        _fh: u64,
+        _flags: i32,
+        _lock_owner: Option<u64>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.fs().release_file(ino);
+        reply.ok();
     }
 
     fn read(
@@ -342,6 +356,7 @@ impl Filesystem for FuseFs {
     ) {
         let perm = (mode & !umask & 0o7777) as u16;
         let a = try_reply!(reply, self.fs().create(parent, name.as_bytes(), perm, req.uid(), req.gid()));
+        try_reply!(reply, self.fs().open_file(a.ino));
         reply.created(&TTL, &attr(&a), 0, 0, 0);
     }
 }

@@ -142,6 +142,8 @@ pub struct Fs<N: Nand> {
     /// The last flash pages read (verified), newest last: consecutive logical pages share
     /// flash pages, so a sequential read would otherwise read each of them twice.
     pub(crate) recent: Vec<(u32, Vec<u8>)>,
+    /// Open handles per inode: an unlinked file stays readable until its last close.
+    pub(crate) open_handles: HashMap<u64, u32>,
 }
 
 impl<N: Nand> std::fmt::Debug for Fs<N> {
@@ -184,6 +186,7 @@ impl<N: Nand> Fs<N> {
             mount_ckpt: None,
             cleaning: false,
             recent: Vec::new(),
+            open_handles: HashMap::new(),
         })
     }
 

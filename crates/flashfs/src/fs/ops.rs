@@ -199,7 +199,28 @@ impl<N: Nand> Fs<N> {
         i.attr.clone()
     }
 
+    /// Notes an open handle on `ino` (it keeps an unlinked file alive).
+    pub fn open_file(&mut self, ino: u64) -> Result<(), FsError> {
+        self.inode(ino)?;
+        *self.open_handles.entry(ino).or_insert(0) += 1;
+        Ok(())
+    }
+
+    /// Drops an open handle; the last one on an unlinked file lets it go.
+    pub fn release_file(&mut self, ino: u64) {
+        if let Some(n) = self.open_handles.get_mut(&ino) {
+            *n -= 1;
+            if *n == 0 {
+                self.open_handles.remove(&ino);
+                self.forget_if_unlinked(ino);
+            }
+        }
+    }
+
     fn forget_if_unlinked(&mut self, ino: u64) {
+        if self.open_handles.contains_key(&ino) {
+            return;
+        }
         if self.inodes.get(&ino).is_some_and(|i| i.attr.nlink == 0) {
             self.inodes.remove(&ino);
             self.dirs.remove(&ino);

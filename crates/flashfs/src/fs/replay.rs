@@ -251,6 +251,8 @@ impl<N: Nand> Fs<N> {
     /// Drops entries of directories and names of inodes that no longer exist; gives every
     /// directory its (possibly empty) entry table.
     fn rebuild_dirs(&mut self) {
+        // An inode unlinked while open was kept for its readers; after a mount it has none.
+        self.inodes.retain(|_, i| i.attr.nlink > 0);
         let inodes = &self.inodes;
         self.dirs.retain(|d, _| inodes.get(d).is_some_and(|i| i.attr.kind == crate::FileType::Dir));
         for entries in self.dirs.values_mut() {
