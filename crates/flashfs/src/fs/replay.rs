@@ -165,13 +165,13 @@ impl<N: Nand> Fs<N> {
                 if f.flags & FLAG_LAST != 0 {
                     let done = partial.take().expect("in progress");
                     if done.payload.len() == done.head.total as usize {
+                        let is_start = done.head.kind == NodeKind::Checkpoint
+                            && done.frags.first().map(|f| f.0) == start.map(|c| c.page);
+                        let applied = fs.apply(done, &mut dirent_versions);
                         if first_is_checkpoint.is_none() {
-                            first_is_checkpoint = Some(
-                                done.head.kind == NodeKind::Checkpoint
-                                    && done.frags.first().map(|f| f.0) == start.map(|c| c.page),
-                            );
+                            // A checkpoint that does not decode is no starting point.
+                            first_is_checkpoint = Some(is_start && applied);
                         }
-                        fs.apply(done, &mut dirent_versions);
                         report.nodes += 1;
                     } else {
                         report.partial_nodes += 1;
@@ -182,14 +182,15 @@ impl<N: Nand> Fs<N> {
         Ok(first_is_checkpoint.unwrap_or(false))
     }
 
-    fn apply(&mut self, n: Partial, dirent_versions: &mut HashMap<(u64, Vec<u8>), u64>) {
+    /// Applies one complete node; false if its payload does not decode.
+    fn apply(&mut self, n: Partial, dirent_versions: &mut HashMap<(u64, Vec<u8>), u64>) -> bool {
         let v = n.head.version;
         self.version = self.version.max(v);
         match n.head.kind {
             NodeKind::Inode => {
-                let Some((attr, target)) = node::decode_inode(n.head.key, &n.payload) else { return };
+                let Some((attr, target)) = node::decode_inode(n.head.key, &n.payload) else { return false };
                 if self.inodes.get(&attr.ino).is_some_and(|i| i.version > v) {
-                    return;
+                    return true;
                 }
                 let ino = attr.ino;
                 let shrink_to = self
@@ -201,7 +202,7 @@ impl<N: Nand> Fs<N> {
                 if attr.nlink == 0 {
                     self.inodes.remove(&ino);
                     self.data.retain(|k, _| k.0 != ino);
-                    return;
+                    return true;
                 }
                 if let Some(size) = shrink_to {
                     // Pages past a shrink are gone, whatever comes after in the log.
@@ -211,10 +212,10 @@ impl<N: Nand> Fs<N> {
                 self.inodes.insert(ino, Inode { attr, target, version: v });
             }
             NodeKind::Dirent => {
-                let Some((child, name)) = node::decode_dirent(&n.payload) else { return };
+                let Some((child, name)) = node::decode_dirent(&n.payload) else { return false };
                 let key = (n.head.key, name);
                 if dirent_versions.get(&key).is_some_and(|&old| old > v) {
-                    return;
+                    return true;
                 }
                 let name = key.1.clone();
                 dirent_versions.insert(key, v);
@@ -228,12 +229,12 @@ impl<N: Nand> Fs<N> {
             NodeKind::Data => {
                 let key = (n.head.key, n.head.key2);
                 if self.data.get(&key).is_some_and(|l| l.version > v) {
-                    return;
+                    return true;
                 }
                 self.data.insert(key, Loc { frags: n.frags, lz4: n.head.flags & FLAG_LZ4 != 0, version: v });
             }
             NodeKind::Checkpoint => {
-                let Some(state) = super::checkpoint::decode(&n.payload) else { return };
+                let Some(state) = super::checkpoint::decode(&n.payload) else { return false };
                 self.inodes = state.inodes;
                 self.dirs = state.dirs;
                 self.data = state.data;
@@ -246,6 +247,7 @@ impl<N: Nand> Fs<N> {
             }
             NodeKind::Commit | NodeKind::SegmentInfo => {}
         }
+        true
     }
 
     /// Drops entries of directories and names of inodes that no longer exist; gives every
