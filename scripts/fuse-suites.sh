@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The POSIX suites against a bitmend FUSE mount: fsx (the file system exerciser) and
+# pjdfstest (POSIX conformance), both installed from crates.io when run, never copied here.
+#
+#   ./scripts/fuse-suites.sh --quick   # CI: 5,000 fsx operations and all of pjdfstest
+#   ./scripts/fuse-suites.sh           # 100,000 fsx operations x 3 seeds, and pjdfstest
+#
+# Needs root (pjdfstest switches users; the mount uses allow_other) and fuse3. Every image is
+# checked with `bitmend fsck` after unmount. Exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+export PATH="$HOME/.cargo/bin:$PATH"
+command -v fsx >/dev/null || cargo install --quiet --locked fsx --version 0.3.2
+command -v pjdfstest >/dev/null || cargo install --quiet --locked pjdfstest --version 0.2.2
+cargo build --quiet --release -p bitmend
+bin="$PWD/target/release/bitmend"
+work=$(mktemp -d)
+chmod 755 "$work"  # pjdfstest runs as other users, who must reach the mount
+cleanup() {
+  for m in "$work"/mnt*; do
+    if mountpoint -q "$m" 2>/dev/null; then fusermount3 -u "$m" || true; fi
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Unmounts, waits for the daemon to write everything out and let go, checks the image.
+finish() {
+  fusermount3 -u "$work/$2"
+  for _ in $(seq 50); do "$bin" fsck "$work/$1" --json > "$work/fsck.json" 2>/dev/null && break; sleep 0.2; done
+  grep -q '"clean": true' "$work/fsck.json" || { cat "$work/fsck.json"; echo "fsck: $1 not clean"; exit 1; }
+  echo "fsck $1: clean"
+}
+
+if [ $quick = 1 ]; then seeds="1"; ops=5000; else seeds="1 2 3"; ops=100000; fi
+for seed in $seeds; do
+  "$bin" mkfs "$work/fsx$seed.img" --size 64MiB > /dev/null
+  "$bin" mount "$work/fsx$seed.img" "$work/mnt$seed" > /dev/null
+  (cd "$work/mnt$seed" && fsx -q -N $ops -S $seed -P "$work" testfile)
+  echo "fsx seed $seed: $ops operations passed"
+  finish "fsx$seed.img" "mnt$seed"
+done
+
+if [ "$(id -u)" != 0 ]; then
+  echo "pjdfstest switches users and needs root: skipped"
+  exit 0
+fi
+cat > "$work/pjdfstest.toml" <<'TOML'
+[features]
+
+[dummy_auth]
+entries = [["nobody", "nogroup"], ["daemon", "daemon"]]
+TOML
+"$bin" mkfs "$work/pjd.img" --size 64MiB > /dev/null
+"$bin" mount "$work/pjd.img" "$work/mntp" --allow-other > /dev/null
+chmod 777 "$work/mntp"
+if ! pjdfstest -c "$work/pjdfstest.toml" -p "$work/mntp" > "$work/pjdfstest.log" 2>&1; then
+  grep -E 'FAILED' "$work/pjdfstest.log" || tail -20 "$work/pjdfstest.log"
+  echo "pjdfstest: failures above"
+  exit 1
+fi
+echo "pjdfstest: $(grep -cE '^\S+\s+ok$' "$work/pjdfstest.log") passed, 0 failed"
+finish pjd.img mntp
