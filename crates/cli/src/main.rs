@@ -1,6 +1,7 @@
 //! The `bitmend` command line.
 
 mod bench;
+mod demo;
 mod fscmd;
 mod fuse;
 mod inject;
@@ -40,6 +41,9 @@ enum Command {
     Scrub(fscmd::ScrubArgs),
     /// Space, compression, bad blocks and erase counts of an unmounted image.
     Stat(fscmd::StatArgs),
+    /// Show the flash file system meeting the faults it was built for: write a tree of files,
+    /// flip bits, lose a page, cut the power mid-write, remount, scrub, verify every byte.
+    Demo(demo::DemoArgs),
     /// Measure bitmend beside the systems it replaces, in one run, as ratios (> 1 is better).
     Bench(bench::BenchArgs),
     /// Create and describe raw NAND image files.
@@ -58,6 +62,7 @@ fn main() -> ExitCode {
         Command::Fsck(a) => fscmd::fsck(&a),
         Command::Scrub(a) => fscmd::scrub(&a),
         Command::Stat(a) => fscmd::stat(&a).map(|()| 0),
+        Command::Demo(a) => demo::run(&a).map(|()| 0),
         Command::Bench(args) => bench::run(args).map(|()| 0),
         Command::Media(args) => media::run(args).map(|()| 0),
         Command::Inject(args) => inject::run(args).map(|()| 0),

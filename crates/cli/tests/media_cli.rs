@@ -115,3 +115,15 @@ fn clear_errors_for_missing_files_non_images_and_bad_arguments() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
     std::fs::remove_file(&empty).unwrap();
 }
+
+#[test]
+fn the_demo_corrects_every_fault_it_injects() {
+    let out = bitmend(&["demo", "--seed", "7"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("flipped bits in page"), "{text}");
+    assert!(text.contains("replaced with garbage"), "{text}");
+    assert!(text.contains("power cut"), "{text}");
+    assert!(text.contains("verified every byte of the 180 files"), "{text}");
+    assert!(text.contains("every fault corrected, nothing lost"), "{text}");
+}

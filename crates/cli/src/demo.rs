@@ -1,0 +1,170 @@
+//! `bitmend demo`: the flash file system meeting the faults it was built for, narrated.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use bitmend_flashfs::{Fs, FsConfig, FsError, FsOptions, ROOT};
+use bitmend_media::nand::{FaultyNand, FileNand, Geometry, NandError, NandFault};
+use bitmend_media::rng::Rng;
+use clap::Args;
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Where to put the image (default: a temporary file, removed at the end).
+    #[arg(long)]
+    image: Option<PathBuf>,
+    /// Seed for the files and the faults.
+    #[arg(long, default_value_t = 2026)]
+    seed: u64,
+}
+
+fn text(r: &mut Rng, len: usize) -> Vec<u8> {
+    const WORDS: [&str; 8] =
+        ["flash ", "parity ", "signature ", "segment ", "page ", "block ", "repair ", "log "];
+    let mut v = Vec::with_capacity(len);
+    while v.len() < len {
+        v.extend_from_slice(WORDS[r.below(8) as usize].as_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+fn e(x: impl std::fmt::Display) -> String {
+    x.to_string()
+}
+
+pub fn run(a: &DemoArgs) -> Result<(), String> {
+    let temp = a.image.is_none();
+    let path = a
+        .image
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("bitmend-demo-{}.img", std::process::id())));
+    let _ = std::fs::remove_file(&path);
+    let g = Geometry::new(2048, 64, 64, 256).map_err(e)?;
+    let opts = FsOptions::default();
+    let mut r = Rng::new(a.seed);
+
+    println!("1. mkfs: {} ({g}), 1 parity page per group, 1 parity block per segment", path.display());
+    let mut fs = Fs::format(FileNand::create(&path, g).map_err(e)?, FsConfig::default(), opts).map_err(e)?;
+    let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    for d in 0..6 {
+        let dir = fs.mkdir(ROOT, format!("dir{d}").as_bytes(), 0o755, 0, 0).map_err(e)?;
+        for f in 0..30 {
+            let len = 200 + r.below(12_000) as usize;
+            let body = text(&mut r, len);
+            let ino = fs.create(dir.ino, format!("file{f}.txt").as_bytes(), 0o644, 0, 0).map_err(e)?.ino;
+            fs.write(ino, 0, &body).map_err(e)?;
+            files.insert(format!("dir{d}/file{f}.txt"), body);
+        }
+        eprint!("\r   writing: {}/180 files", (d + 1) * 30);
+    }
+    eprintln!();
+    let nand = fs.unmount().map_err(e)?;
+    let (logical, stored) = {
+        let (fs, _) = Fs::open(nand, opts).map_err(e)?;
+        let s = fs.data_space();
+        drop(fs);
+        s
+    };
+    println!(
+        "2. wrote {} files, {} KiB of file data in {} KiB of nodes (lz4), synced and unmounted",
+        files.len(),
+        logical >> 10,
+        stored >> 10
+    );
+
+    // Faults, through the chip.
+    let mut nand = FaultyNand::new(FileNand::open(&path).map_err(e)?, a.seed);
+    let (store_pages, _) = {
+        let (mut fs, _) = Fs::open(&mut nand, opts).map_err(e)?;
+        let pages = fs.store_mut().log_pages(0).map_err(e)?;
+        (pages, ())
+    };
+    // One damaged page per erase block, so that every one is within the configured redundancy.
+    let mut by_block: BTreeMap<u32, u32> = BTreeMap::new();
+    for p in &store_pages {
+        by_block.entry(g.block_of(p.0)).or_insert(p.0 + 3);
+    }
+    let targets: Vec<u32> = by_block.values().copied().take(6).collect();
+    for (i, &p) in targets.iter().enumerate() {
+        if i == 0 {
+            nand.lose_page(p).map_err(e)?;
+        } else {
+            nand.flip_bits(p, [1, 10, 100, 1000, 4000][i - 1]).map_err(e)?;
+        }
+    }
+    for f in nand.faults() {
+        match f {
+            NandFault::BitFlips { page, bits } => {
+                println!("3. injected: {} flipped bits in page {page}", bits.len())
+            }
+            NandFault::LostPage { page } => println!("3. injected: page {page} replaced with garbage"),
+            _ => {}
+        }
+    }
+
+    // A power cut in the middle of more writing.
+    let ops = nand.ops();
+    nand.cut_power_at(ops + 25);
+    let mut fs = Fs::open(&mut nand, opts).map_err(e)?.0;
+    let mut written_after = 0;
+    let cut = loop {
+        let ino = match fs.create(ROOT, format!("late{written_after}").as_bytes(), 0o644, 0, 0) {
+            Ok(a) => a.ino,
+            Err(err) => break err,
+        };
+        if let Err(err) = fs.write(ino, 0, &text(&mut r, 6000)).and_then(|_| fs.sync()) {
+            break err;
+        }
+        written_after += 1;
+    };
+    drop(fs);
+    let torn = nand.faults().iter().find_map(|f| match f {
+        NandFault::PowerCut { op, torn } => Some(format!("operation {op}, {torn:?}")),
+        _ => None,
+    });
+    println!("4. power cut while writing more files ({}): {}", torn.unwrap_or_default(), cut);
+    assert!(matches!(cut, FsError::Nand(NandError::PowerLost)), "the cut is what stopped the writes");
+    nand.power_on();
+
+    let (mut fs, rep) = Fs::open(&mut nand, opts).map_err(e)?;
+    println!(
+        "5. remounted: {} pages replayed{}, {} page(s) with unreadable spares (torn or damaged), {} repaired on the way",
+        rep.pages,
+        if rep.from_checkpoint { " from a checkpoint" } else { "" },
+        rep.store.torn_pages,
+        rep.pages_repaired
+    );
+    let check = fs.check(true);
+    let st = fs.store().stats();
+    println!(
+        "6. scrub and fsck: {} flash pages repaired from block parity, {} from segment parity, {} logical pages rewritten; {} problems, {} unreadable",
+        st.repaired_by_group,
+        st.repaired_by_segment,
+        check.repaired_pages,
+        check.problems.len(),
+        check.unreadable_pages
+    );
+    let mut ok = 0;
+    for (name, body) in &files {
+        let (d, f) = name.split_once('/').expect("dir/file");
+        let dir = fs.lookup(ROOT, d.as_bytes()).map_err(e)?;
+        let ino = fs.lookup(dir.ino, f.as_bytes()).map_err(e)?.ino;
+        let got = fs.read(ino, 0, body.len() + 1).map_err(e)?;
+        if &got != body {
+            return Err(format!("{name}: WRONG BYTES"));
+        }
+        ok += 1;
+    }
+    println!("7. verified every byte of the {ok} files written before the faults; {written_after} files synced after them");
+    fs.unmount().map_err(e)?;
+    if temp {
+        let _ = std::fs::remove_file(&path);
+    }
+    if check.clean() {
+        println!("   result: every fault corrected, nothing lost");
+        Ok(())
+    } else {
+        Err(format!("not clean: {:?}", check.problems))
+    }
+}
