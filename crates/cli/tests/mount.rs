@@ -62,3 +62,53 @@ fn mount_use_unmount_check() {
     unmount(&mnt);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn kill_9_of_the_daemon_keeps_every_fsynced_file() {
+    use std::io::Write;
+    if !Path::new("/dev/fuse").exists() {
+        assert!(std::env::var_os("BITMEND_REQUIRE_FUSE").is_none(), "FUSE required but /dev/fuse is missing");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("bitmend-kill-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let img = dir.join("fs.img");
+    let mnt = dir.join("mnt");
+    let (img_s, mnt_s) = (img.to_str().unwrap(), mnt.to_str().unwrap());
+    assert!(bitmend(&["mkfs", img_s, "--size", "16MiB"]).status.success());
+    let out = bitmend(&["mount", img_s, mnt_s]);
+    assert!(out.status.success());
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    let pid: u32 = said
+        .split("(pid ")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .and_then(|s| s.parse().ok())
+        .expect("pid");
+    // Files written and fsynced; then more written without fsync; then the daemon dies.
+    let mut synced = Vec::new();
+    for i in 0..20u32 {
+        let body: Vec<u8> = (0..(3000 + i * 700)).map(|b| (b * 7 + i) as u8).collect();
+        let mut f = std::fs::File::create(mnt.join(format!("synced{i}"))).unwrap();
+        f.write_all(&body).unwrap();
+        f.sync_all().unwrap();
+        synced.push(body);
+    }
+    for i in 0..20u32 {
+        std::fs::write(mnt.join(format!("unsynced{i}")), vec![i as u8; 5000]).unwrap();
+    }
+    let s = Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
+    assert!(s.success());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let _ = Command::new("fusermount3").arg("-u").arg(&mnt).status();
+    let out = bitmend(&["fsck", img_s, "--json"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("\"clean\": true"), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(bitmend(&["mount", img_s, mnt_s]).status.success());
+    for (i, body) in synced.iter().enumerate() {
+        assert_eq!(&std::fs::read(mnt.join(format!("synced{i}"))).unwrap(), body, "fsynced file {i}");
+    }
+    unmount(&mnt);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
