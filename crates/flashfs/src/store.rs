@@ -212,7 +212,21 @@ impl<N: Nand> PageStore<N> {
 
     /// Opens the next free segment (erasing its first usable block happens as blocks start).
     fn open_segment(&mut self) -> Result<(), FsError> {
-        let phys = self.w.free.pop_front().ok_or(FsError::NoSpace)?;
+        // Wear leveling: of the free segments, the one whose blocks were erased least.
+        let mut best: Option<(u64, usize)> = None;
+        for (i, &phys) in self.w.free.iter().enumerate() {
+            let mut wear = 0u64;
+            for b in 0..self.layout.cfg.blocks_per_segment {
+                wear += self.nand.erase_count(self.layout.block(phys, b))? as u64;
+            }
+            if best.is_none_or(|(w, _)| wear < w) {
+                best = Some((wear, i));
+            }
+        }
+        let phys = match best {
+            Some((_, i)) => self.w.free.remove(i).expect("index from the list"),
+            None => return Err(FsError::NoSpace),
+        };
         let logical = self.w.seg.map_or(0, |s| s.1 + 1);
         self.w.seg = Some((phys, logical));
         self.w.used.push((logical, phys));

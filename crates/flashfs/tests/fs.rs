@@ -555,3 +555,34 @@ fn special_files_keep_their_type_and_device_number_across_a_remount() {
         assert_eq!((a.kind, a.rdev, a.perm, a.uid, a.gid, a.nlink), (*k, *rdev, 0o640, 7, 8, 1));
     }
 }
+
+#[test]
+fn new_segments_are_the_least_worn() {
+    use bitmend_media::nand::Nand as _;
+    let mut fs = Fs::format(chip(66), cfg(), opts(Compression::None)).unwrap();
+    // Wear out the blocks of free segments 1..=4 (nothing is stored there yet).
+    for seg in 1..=4u32 {
+        for b in 0..4 {
+            for _ in 0..10 {
+                fs.store_mut().nand_mut().erase(2 + seg * 4 + b).unwrap();
+            }
+        }
+    }
+    let f = fs.create(ROOT, b"data", 0o644, 0, 0).unwrap();
+    fs.write(f.ino, 0, &content(1, 200_000)).unwrap();
+    fs.sync().unwrap();
+    let used: Vec<u32> = fs.store().used_segments().iter().map(|u| u.1).collect();
+    assert!(used.len() >= 3, "{used:?}");
+    assert!(used.iter().all(|p| !(1..=4).contains(p)), "worn segments chosen: {used:?}");
+    // And a hot file overwritten many times spreads its erases over the chip.
+    for step in 0..1500u64 {
+        fs.write(f.ino, 0, &content(step, 8192)).unwrap();
+        fs.sync().unwrap();
+    }
+    let g = fs.store().nand().geometry();
+    let counts: Vec<u32> =
+        (6..g.blocks - (g.blocks - 2) % 4).map(|b| fs.store().nand().erase_count(b).unwrap()).collect();
+    let (min, max) = (*counts.iter().min().unwrap(), *counts.iter().max().unwrap());
+    eprintln!("wear: erase counts {min}..{max} over {} blocks after 1,500 synced overwrites", counts.len());
+    assert!(min > 0 && max <= 2 * min + 12, "erase counts {min}..{max}");
+}
