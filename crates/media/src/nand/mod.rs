@@ -201,74 +201,41 @@ pub trait RawAccess {
     fn block_state(&self, block: u32) -> Result<BlockState, NandError>;
 }
 
-/// A reference to a chip is a chip: lets a file system borrow a `FaultyNand` that a test
-/// keeps for injecting.
-impl<N: Nand + ?Sized> Nand for &mut N {
-    fn geometry(&self) -> Geometry {
-        (**self).geometry()
-    }
-    fn read(
-        &mut self,
-        page: u32,
-        data: Option<&mut [u8]>,
-        spare: Option<&mut [u8]>,
-    ) -> Result<(), NandError> {
-        (**self).read(page, data, spare)
-    }
-    fn program(&mut self, page: u32, data: &[u8], spare: &[u8]) -> Result<(), NandError> {
-        (**self).program(page, data, spare)
-    }
-    fn erase(&mut self, block: u32) -> Result<(), NandError> {
-        (**self).erase(block)
-    }
-    fn mark_bad(&mut self, block: u32) -> Result<(), NandError> {
-        (**self).mark_bad(block)
-    }
-    fn is_bad(&self, block: u32) -> Result<bool, NandError> {
-        (**self).is_bad(block)
-    }
-    fn erase_count(&self, block: u32) -> Result<u32, NandError> {
-        (**self).erase_count(block)
-    }
-    fn counters(&self) -> Counters {
-        (**self).counters()
-    }
-    fn sync(&mut self) -> Result<(), NandError> {
-        (**self).sync()
-    }
+/// Forwards every `Nand` method through a pointer type.
+macro_rules! forward_nand {
+    ($($ptr:ty),*) => {$(
+        impl<N: Nand + ?Sized> Nand for $ptr {
+            fn geometry(&self) -> Geometry {
+                (**self).geometry()
+            }
+            fn read(&mut self, page: u32, data: Option<&mut [u8]>, spare: Option<&mut [u8]>) -> Result<(), NandError> {
+                (**self).read(page, data, spare)
+            }
+            fn program(&mut self, page: u32, data: &[u8], spare: &[u8]) -> Result<(), NandError> {
+                (**self).program(page, data, spare)
+            }
+            fn erase(&mut self, block: u32) -> Result<(), NandError> {
+                (**self).erase(block)
+            }
+            fn mark_bad(&mut self, block: u32) -> Result<(), NandError> {
+                (**self).mark_bad(block)
+            }
+            fn is_bad(&self, block: u32) -> Result<bool, NandError> {
+                (**self).is_bad(block)
+            }
+            fn erase_count(&self, block: u32) -> Result<u32, NandError> {
+                (**self).erase_count(block)
+            }
+            fn counters(&self) -> Counters {
+                (**self).counters()
+            }
+            fn sync(&mut self) -> Result<(), NandError> {
+                (**self).sync()
+            }
+        }
+    )*};
 }
 
-impl<N: Nand + ?Sized> Nand for Box<N> {
-    fn geometry(&self) -> Geometry {
-        (**self).geometry()
-    }
-    fn read(
-        &mut self,
-        page: u32,
-        data: Option<&mut [u8]>,
-        spare: Option<&mut [u8]>,
-    ) -> Result<(), NandError> {
-        (**self).read(page, data, spare)
-    }
-    fn program(&mut self, page: u32, data: &[u8], spare: &[u8]) -> Result<(), NandError> {
-        (**self).program(page, data, spare)
-    }
-    fn erase(&mut self, block: u32) -> Result<(), NandError> {
-        (**self).erase(block)
-    }
-    fn mark_bad(&mut self, block: u32) -> Result<(), NandError> {
-        (**self).mark_bad(block)
-    }
-    fn is_bad(&self, block: u32) -> Result<bool, NandError> {
-        (**self).is_bad(block)
-    }
-    fn erase_count(&self, block: u32) -> Result<u32, NandError> {
-        (**self).erase_count(block)
-    }
-    fn counters(&self) -> Counters {
-        (**self).counters()
-    }
-    fn sync(&mut self) -> Result<(), NandError> {
-        (**self).sync()
-    }
-}
+// A reference to a chip is a chip (a file system can borrow a `FaultyNand` that a test keeps
+// for injecting), and so is a box.
+forward_nand!(&mut N, Box<N>);
