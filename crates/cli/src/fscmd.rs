@@ -15,6 +15,7 @@ use crate::media::{histogram, survey, GeometryArgs};
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CompressArg {
     Lz4,
+    Zstd,
     None,
 }
 
@@ -23,6 +24,7 @@ impl CompressArg {
         FsOptions {
             compression: match self {
                 CompressArg::Lz4 => Compression::Lz4,
+                CompressArg::Zstd => Compression::Zstd,
                 CompressArg::None => Compression::None,
             },
             ..FsOptions::default()

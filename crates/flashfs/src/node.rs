@@ -45,6 +45,9 @@ impl NodeKind {
 
 /// Flags of a fragment.
 pub(crate) const FLAG_LZ4: u8 = 1;
+pub(crate) const FLAG_ZSTD: u8 = 4;
+/// The flag bits that say how a data payload is compressed (none of them: not at all).
+pub(crate) const CODEC_FLAGS: u8 = FLAG_LZ4 | FLAG_ZSTD;
 pub(crate) const FLAG_LAST: u8 = 2;
 
 /// A fragment's header.
@@ -54,7 +57,7 @@ pub(crate) struct Frag {
     pub flags: u8,
     /// Payload bytes in this fragment.
     pub len: u16,
-    /// Payload bytes of the whole node (as stored: compressed if FLAG_LZ4).
+    /// Payload bytes of the whole node (as stored, compressed or not).
     pub total: u32,
     pub key: u64,
     pub key2: u64,
@@ -190,30 +193,38 @@ pub(crate) fn decode_dirent(b: &[u8]) -> Option<(u64, Vec<u8>)> {
     (b.len() >= 8).then(|| (u64::from_le_bytes(b[..8].try_into().unwrap()), b[8..].to_vec()))
 }
 
-/// Data payload: the CRC-32C of the uncompressed logical page, then the page (compressed
-/// when that saves space). The CRC is the end-to-end check the page cache reuses.
-pub(crate) fn encode_data(page: &[u8], compress: bool) -> (Vec<u8>, bool, u32) {
+/// Data payload: the CRC-32C of the uncompressed logical page, then the page, compressed
+/// with `codec` when that saves space. Returns the payload, the codec flag actually used
+/// (0 when stored plain) and the CRC, which is the end-to-end check the page cache reuses.
+pub(crate) fn encode_data(page: &[u8], codec: u8) -> (Vec<u8>, u8, u32) {
     let crc = crc32c(page);
     let mut v = crc.to_le_bytes().to_vec();
-    if compress {
-        let c = lz4_flex::block::compress(page);
-        if c.len() < page.len() {
-            v.extend_from_slice(&c);
-            return (v, true, crc);
-        }
+    let packed = match codec {
+        FLAG_LZ4 => Some(lz4_flex::block::compress(page)),
+        FLAG_ZSTD => zstd::bulk::compress(page, 3).ok(),
+        _ => None,
+    };
+    if let Some(c) = packed.filter(|c| c.len() < page.len()) {
+        v.extend_from_slice(&c);
+        return (v, codec, crc);
     }
     v.extend_from_slice(page);
-    (v, false, crc)
+    (v, 0, crc)
 }
 
 /// Decodes a data payload into a logical page of `page_len` bytes; `None` if the bytes do
 /// not decompress or do not match their CRC.
-pub(crate) fn decode_data(b: &[u8], lz4: bool, page_len: usize) -> Option<Vec<u8>> {
+pub(crate) fn decode_data(b: &[u8], codec: u8, page_len: usize) -> Option<Vec<u8>> {
     if b.len() < 4 {
         return None;
     }
     let crc = u32::from_le_bytes(b[..4].try_into().unwrap());
-    let page = if lz4 { lz4_flex::block::decompress(&b[4..], page_len).ok()? } else { b[4..].to_vec() };
+    let page = match codec {
+        0 => b[4..].to_vec(),
+        FLAG_LZ4 => lz4_flex::block::decompress(&b[4..], page_len).ok()?,
+        FLAG_ZSTD => zstd::bulk::decompress(&b[4..], page_len).ok()?,
+        _ => return None,
+    };
     (page.len() == page_len && crc32c(&page) == crc).then_some(page)
 }
 
@@ -256,11 +267,19 @@ mod tests {
         assert_eq!(decode_dirent(&encode_dirent(9, b"name")), Some((9, b"name".to_vec())));
 
         let page: Vec<u8> = (0..4096).map(|i| (i / 100) as u8).collect();
-        let (enc, lz4, _) = encode_data(&page, true);
-        assert!(lz4 && enc.len() < 1000);
-        assert_eq!(decode_data(&enc, true, 4096), Some(page.clone()));
-        let mut bad = enc.clone();
-        bad[10] ^= 1;
-        assert_ne!(decode_data(&bad, true, 4096), Some(page));
+        for codec in [FLAG_LZ4, FLAG_ZSTD] {
+            let (enc, used, _) = encode_data(&page, codec);
+            assert!(used == codec && enc.len() < 1000);
+            assert_eq!(decode_data(&enc, codec, 4096), Some(page.clone()));
+            let mut bad = enc.clone();
+            bad[10] ^= 1;
+            assert_ne!(decode_data(&bad, codec, 4096), Some(page.clone()));
+        }
+        // Incompressible data is stored plain.
+        let mut noise = vec![0u8; 4096];
+        bitmend_media::rng::Rng::new(1).fill(&mut noise);
+        let (enc, used, _) = encode_data(&noise, FLAG_ZSTD);
+        assert_eq!((used, enc.len()), (0, 4100));
+        assert_eq!(decode_data(&enc, 0, 4096), Some(noise));
     }
 }

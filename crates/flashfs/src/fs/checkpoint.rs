@@ -86,13 +86,13 @@ pub(crate) fn decode(b: &[u8]) -> Option<State> {
     for _ in 0..r.u32()? {
         let key = (r.u64()?, r.u64()?);
         let version = r.u64()?;
-        let lz4 = r.take(1)?[0] == 1;
+        let codec = r.take(1)?[0];
         let n = r.u16()? as usize;
         let mut frags = Vec::with_capacity(n);
         for _ in 0..n {
             frags.push((r.u32()?, r.u16()?, r.u16()?));
         }
-        data.insert(key, Loc { frags, lz4, version });
+        data.insert(key, Loc { frags, codec, version });
     }
     Some(State { inodes, dirs, data, next_ino })
 }
@@ -125,7 +125,7 @@ impl<N: Nand> Fs<N> {
             put_u64(&mut v, *ino);
             put_u64(&mut v, *index);
             put_u64(&mut v, loc.version);
-            v.push(loc.lz4 as u8);
+            v.push(loc.codec);
             v.extend_from_slice(&(loc.frags.len() as u16).to_le_bytes());
             for &(page, off, len) in &loc.frags {
                 debug_assert_ne!(page, PENDING, "a checkpoint is taken with no page pending");

@@ -43,6 +43,17 @@ pub const MIN_PAGE: u32 = 2048;
 pub enum Compression {
     None,
     Lz4,
+    Zstd,
+}
+
+impl Compression {
+    pub(crate) fn flag(self) -> u8 {
+        match self {
+            Compression::None => 0,
+            Compression::Lz4 => crate::node::FLAG_LZ4,
+            Compression::Zstd => crate::node::FLAG_ZSTD,
+        }
+    }
 }
 
 /// Choices that are not on the medium.
@@ -102,7 +113,8 @@ pub struct FsStats {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Loc {
     pub frags: Vec<(u32, u16, u16)>,
-    pub lz4: bool,
+    /// How the payload is compressed: 0, or the node's codec flag.
+    pub codec: u8,
     pub version: u64,
 }
 

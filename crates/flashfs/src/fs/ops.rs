@@ -433,7 +433,7 @@ impl<N: Nand> Fs<N> {
             }
             self.recent.push((page, flash.clone()));
         }
-        let Some(page) = node::decode_data(&payload, loc.lz4, LOGICAL_PAGE) else {
+        let Some(page) = node::decode_data(&payload, loc.codec, LOGICAL_PAGE) else {
             self.stats.unreadable += 1;
             return Err(FsError::Unrecoverable { page: loc.frags.first().map_or(0, |f| f.0) });
         };

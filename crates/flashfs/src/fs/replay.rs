@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use bitmend_media::nand::Nand;
 
 use super::{Fs, FsOptions, Inode, Loc, ROOT};
-use crate::node::{self, Frag, NodeKind, FLAG_LAST, FLAG_LZ4, FRAG_HEADER};
+use crate::node::{self, Frag, NodeKind, CODEC_FLAGS, FLAG_LAST, FRAG_HEADER};
 use crate::store::{PageStore, Repaired};
 use crate::{FsError, Mount};
 
@@ -231,7 +231,7 @@ impl<N: Nand> Fs<N> {
                 if self.data.get(&key).is_some_and(|l| l.version > v) {
                     return true;
                 }
-                self.data.insert(key, Loc { frags: n.frags, lz4: n.head.flags & FLAG_LZ4 != 0, version: v });
+                self.data.insert(key, Loc { frags: n.frags, codec: n.head.flags & CODEC_FLAGS, version: v });
             }
             NodeKind::Checkpoint => {
                 let Some(state) = super::checkpoint::decode(&n.payload) else { return false };

@@ -3,8 +3,8 @@
 
 use bitmend_media::nand::Nand;
 
-use super::{Compression, Fs, Loc, PENDING};
-use crate::node::{self, Frag, NodeKind, FLAG_LAST, FLAG_LZ4, FRAG_HEADER};
+use super::{Fs, Loc, PENDING};
+use crate::node::{self, Frag, NodeKind, FLAG_LAST, FRAG_HEADER};
 use crate::store::PageAddr;
 use crate::FsError;
 
@@ -99,13 +99,13 @@ impl<N: Nand> Fs<N> {
     /// Writes one logical page of file data as a data node, in fragments across as many flash
     /// pages as it needs; the index entry is in place (with pending fragments) on return.
     fn write_data_node(&mut self, ino: u64, index: u64, page: &[u8]) -> Result<(), FsError> {
-        let (payload, lz4, _crc) = node::encode_data(page, self.opts.compression == Compression::Lz4);
+        let (payload, codec, _crc) = node::encode_data(page, self.opts.compression.flag());
         self.stats.data_bytes += page.len() as u64;
         self.stats.data_stored += payload.len() as u64;
         self.version += 1;
         let version = self.version;
         let key = (ino, index);
-        self.data.insert(key, Loc { frags: Vec::new(), lz4, version });
+        self.data.insert(key, Loc { frags: Vec::new(), codec, version });
         let mut done = 0;
         while done < payload.len() {
             // A fragment needs its header and at least a few bytes: otherwise start afresh.
@@ -117,7 +117,7 @@ impl<N: Nand> Fs<N> {
             let last = done + n == payload.len();
             let f = Frag {
                 kind: NodeKind::Data,
-                flags: if lz4 { FLAG_LZ4 } else { 0 } | if last { FLAG_LAST } else { 0 },
+                flags: codec | if last { FLAG_LAST } else { 0 },
                 len: n as u16,
                 total: payload.len() as u32,
                 key: ino,
