@@ -129,6 +129,7 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
     repair(opts, emit);
     mount(opts, emit);
     run_fs(opts, emit);
+    postmark(opts, emit);
 }
 
 /// Time to rebuild one page from its group and from its segment (CPU, and modelled device
@@ -394,4 +395,71 @@ pub fn run_fs(opts: &Options, emit: &mut dyn FnMut(Row)) {
         "ms",
         Better::Lower,
     ));
+}
+
+/// PostMark-style: a pool of small files (500 B to 10 KB), then transactions that each
+/// create or delete a file and read or append to one, then everything deleted. Modelled
+/// transactions per second of device time. (littlefs, the anchor, is still to be added.)
+pub fn postmark(opts: &Options, emit: &mut dyn FnMut(Row)) {
+    use bitmend_flashfs::{Compression, Fs, FsOptions, ROOT};
+    let (files, txns) = if opts.quick { (200, 2000) } else { (1000, 15000) };
+    let fsopts = FsOptions { compression: Compression::Lz4, dirty_limit: 1 << 20 };
+    let mut fs = Fs::format(RamNand::new(Geometry::RCFFS).expect("geometry"), FsConfig::default(), fsopts)
+        .expect("mkfs");
+    let mut rng = Rng::new(11);
+    let mut body = vec![0u8; 10_000];
+    rng.fill(&mut body);
+    let mut live: Vec<(String, u64)> = Vec::new();
+    let mut next = 0u64;
+    let mut create = |fs: &mut Fs<RamNand>, rng: &mut Rng, live: &mut Vec<(String, u64)>| {
+        let name = format!("pm{next}");
+        next += 1;
+        let ino = fs.create(ROOT, name.as_bytes(), 0o644, 0, 0).expect("create").ino;
+        let len = 500 + rng.below(9500) as usize;
+        fs.write(ino, 0, &body[..len]).expect("write");
+        live.push((name, ino));
+    };
+    for _ in 0..files {
+        create(&mut fs, &mut rng, &mut live);
+    }
+    fs.sync().expect("sync");
+    let before = fs.store().nand().counters();
+    let cpu = Instant::now();
+    for _ in 0..txns {
+        if rng.below(2) == 0 || live.is_empty() {
+            create(&mut fs, &mut rng, &mut live);
+        } else {
+            let (name, _) = live.swap_remove(rng.below(live.len() as u64) as usize);
+            fs.unlink(ROOT, name.as_bytes()).expect("unlink");
+        }
+        if !live.is_empty() {
+            let (_, ino) = live[rng.below(live.len() as u64) as usize].clone();
+            if rng.below(2) == 0 {
+                fs.read(ino, 0, 10_000).expect("read");
+            } else {
+                let size = fs.getattr(ino).expect("stat").size;
+                fs.write(ino, size, &body[..100 + rng.below(1000) as usize]).expect("append");
+            }
+        }
+    }
+    for (name, _) in live.drain(..) {
+        fs.unlink(ROOT, name.as_bytes()).expect("unlink");
+    }
+    fs.sync().expect("sync");
+    let c = fs.store().nand().counters() - before;
+    let cpu_s = cpu.elapsed().as_secs_f64();
+    let row = |case: String, v: f64| Row {
+        bench: "flashfs",
+        case,
+        ours: v,
+        anchor: "littlefs (to add)".into(),
+        anchor_value: None,
+        unit: "txn/s",
+        better: Better::Higher,
+    };
+    emit(row(
+        format!("PostMark-style {files} files / {txns} transactions, device time"),
+        txns as f64 * 1e9 / c.device_ns as f64,
+    ));
+    emit(row(format!("PostMark-style {files} files / {txns} transactions, CPU"), txns as f64 / cpu_s));
 }
