@@ -130,6 +130,7 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
     mount(opts, emit);
     run_fs(opts, emit);
     postmark(opts, emit);
+    codecs(opts, emit);
 }
 
 /// Time to rebuild one page from its group and from its segment (CPU, and modelled device
@@ -488,4 +489,100 @@ pub fn postmark(opts: &Options, emit: &mut dyn FnMut(Row)) {
         txns as f64 * 1e9 / c.device_ns as f64,
     ));
     emit(row(format!("PostMark-style {files} files / {txns} transactions, CPU"), txns as f64 / cpu_s));
+}
+
+/// Text-like data (words drawn from a small vocabulary) written through each codec: what
+/// flash the file takes, and what the compression costs or saves in write time.
+pub fn codecs(opts: &Options, emit: &mut dyn FnMut(Row)) {
+    use bitmend_flashfs::{Compression, Fs, FsOptions, ROOT};
+    const WORDS: [&str; 32] = [
+        "the",
+        "segment",
+        "erase",
+        "block",
+        "page",
+        "parity",
+        "signature",
+        "of",
+        "and",
+        "a",
+        "to",
+        "in",
+        "flash",
+        "write",
+        "read",
+        "log",
+        "is",
+        "that",
+        "data",
+        "for",
+        "chip",
+        "when",
+        "it",
+        "node",
+        "index",
+        "with",
+        "clean",
+        "as",
+        "on",
+        "file",
+        "mount",
+        "repair",
+    ];
+    let g = Geometry::RCFFS;
+    let t = Timing::TYPICAL;
+    let raw_write = g.page_size as f64 * 1e3
+        / (t.program_ns as f64
+            + g.raw_page_size() as f64 * t.transfer_ns_per_byte
+            + t.erase_ns as f64 / g.pages_per_block as f64);
+    let mb: usize = if opts.quick { 1 } else { 8 };
+    let mut rng = Rng::new(13);
+    let mut text = Vec::with_capacity((mb << 20) + 16);
+    while text.len() < mb << 20 {
+        text.extend_from_slice(WORDS[rng.below(WORDS.len() as u64) as usize].as_bytes());
+        text.push(if rng.below(12) == 0 { b'\n' } else { b' ' });
+    }
+    text.truncate(mb << 20);
+    for (name, compression) in
+        [("none", Compression::None), ("lz4", Compression::Lz4), ("zstd", Compression::Zstd)]
+    {
+        let fsopts = FsOptions { compression, dirty_limit: 1 << 20 };
+        let mut fs =
+            Fs::format(RamNand::new(g).expect("geometry"), FsConfig::default(), fsopts).expect("mkfs");
+        let f = fs.create(ROOT, b"text", 0o644, 0, 0).expect("create");
+        let before = fs.store().nand().counters();
+        let cpu = Instant::now();
+        for (i, piece) in text.chunks(1 << 20).enumerate() {
+            fs.write(f.ino, (i << 20) as u64, piece).expect("write");
+        }
+        fs.sync().expect("sync");
+        let cpu_ns = cpu.elapsed().as_nanos() as u64;
+        let c = fs.store().nand().counters() - before;
+        let back = fs.read(f.ino, 0, text.len()).expect("read");
+        assert!(back == text, "{name}: the text read back differs");
+        emit(row(
+            format!("{mb} MiB text, {name}: flash programmed"),
+            c.bytes_programmed as f64 / 1024.0,
+            "file bytes",
+            text.len() as f64 / 1024.0,
+            "KiB",
+            Better::Lower,
+        ));
+        emit(row(
+            format!("{mb} MiB text, {name}: write + sync, device time"),
+            mb_per_s(text.len() as u64, c.device_ns),
+            "raw chip",
+            raw_write,
+            "MB/s",
+            Better::Higher,
+        ));
+        emit(row(
+            format!("{mb} MiB text, {name}: write + sync, CPU"),
+            mb_per_s(text.len() as u64, cpu_ns),
+            "raw chip",
+            raw_write,
+            "MB/s",
+            Better::Higher,
+        ));
+    }
 }
