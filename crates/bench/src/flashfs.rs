@@ -30,6 +30,14 @@ fn mb_per_s(bytes: u64, ns: u64) -> f64 {
     bytes as f64 * 1e3 / ns.max(1) as f64
 }
 
+/// The raw chip's time to write one page with no file system: program it (data and spare
+/// transferred) and its share of the block's erase.
+fn raw_write_page_ns(g: Geometry, t: Timing) -> f64 {
+    t.program_ns as f64
+        + g.raw_page_size() as f64 * t.transfer_ns_per_byte
+        + t.erase_ns as f64 / g.pages_per_block as f64
+}
+
 /// Runs every case, calling `emit` with each row as soon as it is measured.
 pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
     let g = Geometry::RCFFS;
@@ -52,10 +60,7 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
     store.sync().expect("sync");
     let cpu_ns = cpu.elapsed().as_nanos() as f64;
     let w = store.nand().counters() - before;
-    // The raw chip: program every page (data + spare transfer) and erase a block per block.
-    let raw_write_ns = t.program_ns as f64
-        + (g.raw_page_size() as f64 * t.transfer_ns_per_byte)
-        + t.erase_ns as f64 / g.pages_per_block as f64;
+    let raw_write_ns = raw_write_page_ns(g, t);
     let raw_write = ps as f64 * 1e3 / raw_write_ns;
     let size = format!("{} MiB", (pages * ps) >> 20);
     emit(row(
@@ -306,7 +311,7 @@ pub fn run_fs(opts: &Options, emit: &mut dyn FnMut(Row)) {
     fs.sync().expect("sync");
     let w = fs.store().nand().counters() - before;
     let bytes = (mb << 20) as u64;
-    let raw_write = g.page_size as f64 * 1e3 / (prog_page_ns + t.erase_ns as f64 / g.pages_per_block as f64);
+    let raw_write = g.page_size as f64 * 1e3 / raw_write_page_ns(g, t);
     emit(row(
         format!("sequential write {mb} MiB file + sync"),
         mb_per_s(bytes, w.device_ns),
@@ -531,10 +536,7 @@ pub fn codecs(opts: &Options, emit: &mut dyn FnMut(Row)) {
     ];
     let g = Geometry::RCFFS;
     let t = Timing::TYPICAL;
-    let raw_write = g.page_size as f64 * 1e3
-        / (t.program_ns as f64
-            + g.raw_page_size() as f64 * t.transfer_ns_per_byte
-            + t.erase_ns as f64 / g.pages_per_block as f64);
+    let raw_write = g.page_size as f64 * 1e3 / raw_write_page_ns(g, t);
     let mb: usize = if opts.quick { 1 } else { 8 };
     let mut rng = Rng::new(13);
     let mut text = Vec::with_capacity((mb << 20) + 16);
