@@ -117,12 +117,7 @@ impl<N: Nand> PageStore<N> {
         let p = self.layout.cfg.parity_pages as usize;
         let kmax = self.layout.max_group() as usize;
         let first_page = self.layout.page(seg, b, 0);
-        let group = self.find_group(seg, b, i, own)?.map(|(f, l, at)| ((f, l), at));
-        let (group, parity_at) = match group {
-            Some((g, at)) => (Some(g), at),
-            None => (None, vec![]),
-        };
-        let Some((first, len)) = group else { return Ok(None) };
+        let Some((first, len, parity_at)) = self.find_group(seg, b, i, own)? else { return Ok(None) };
         if len as usize > kmax {
             return Ok(None);
         }
