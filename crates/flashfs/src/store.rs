@@ -388,13 +388,7 @@ impl<N: Nand> PageStore<N> {
     /// Pads the rest of the block and moves to the next one (sealing the segment after its
     /// last data block).
     pub(crate) fn finish_block(&mut self) -> Result<(), FsError> {
-        let ppb = self.layout.g.pages_per_block;
-        let pad = vec![0u8; self.ps()];
-        while self.w.next < ppb {
-            let spare = self.spare_for(Kind::Pad, 0, 0, 0, &pad);
-            self.program_here(&pad, &spare)?;
-            self.stats.pad_pages += 1;
-        }
+        self.pad_rest_of_block()?;
         self.w.block += 1;
         self.w.next = 0;
         self.start_block()
@@ -529,17 +523,22 @@ impl<N: Nand> PageStore<N> {
         Ok(())
     }
 
+    /// Programs pad pages into the rest of the current block.
+    fn pad_rest_of_block(&mut self) -> Result<(), FsError> {
+        let pad = vec![0u8; self.ps()];
+        while self.w.next < self.layout.g.pages_per_block {
+            let spare = self.spare_for(Kind::Pad, 0, 0, 0, &pad);
+            self.program_here(&pad, &spare)?;
+            self.stats.pad_pages += 1;
+        }
+        Ok(())
+    }
+
     fn finish_block_without_advancing(&mut self) -> Result<(), FsError> {
-        let ppb = self.layout.g.pages_per_block;
-        let pad = vec![0u8; self.layout.g.page_size as usize];
         if self.w.next > 0
             || !self.nand.is_bad(self.layout.block(self.w.seg.expect("open").0, self.w.block))?
         {
-            while self.w.next < ppb {
-                let spare = self.spare_for(Kind::Pad, 0, 0, 0, &pad);
-                self.program_here(&pad, &spare)?;
-                self.stats.pad_pages += 1;
-            }
+            self.pad_rest_of_block()?;
         }
         self.w.block += 1;
         self.w.next = 0;
