@@ -112,3 +112,95 @@ fn kill_9_of_the_daemon_keeps_every_fsynced_file() {
     unmount(&mnt);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn several_processes_at_once_then_unmount_and_remount() {
+    if !Path::new("/dev/fuse").exists() {
+        assert!(std::env::var_os("BITMEND_REQUIRE_FUSE").is_none(), "FUSE required but /dev/fuse is missing");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("bitmend-load-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let img = dir.join("fs.img");
+    let mnt = dir.join("mnt");
+    let (img_s, mnt_s) = (img.to_str().unwrap(), mnt.to_str().unwrap());
+    assert!(bitmend(&["mkfs", img_s, "--size", "32MiB"]).status.success());
+    assert!(bitmend(&["mount", img_s, mnt_s]).status.success());
+
+    // Four source trees outside the mount, each copied in by its own `cp` process, while two
+    // shell processes create, append to, rename and delete files, and one reads a big file.
+    let mut expected: Vec<(String, Vec<u8>)> = Vec::new();
+    for p in 0..4u32 {
+        let src = dir.join(format!("src{p}"));
+        std::fs::create_dir_all(src.join("sub")).unwrap();
+        for i in 0..30u32 {
+            let body: Vec<u8> =
+                (0..(1000 + i * 911 + p * 17)).map(|b| (b.wrapping_mul(31) ^ i ^ (p << 5)) as u8).collect();
+            let rel = if i % 3 == 0 { format!("sub/f{i}") } else { format!("f{i}") };
+            std::fs::write(src.join(&rel), &body).unwrap();
+            expected.push((format!("tree{p}/{rel}"), body));
+        }
+    }
+    let big: Vec<u8> = (0..2_000_000u32).map(|i| (i.wrapping_mul(2654435761) >> 11) as u8).collect();
+    std::fs::write(mnt.join("big.bin"), &big).unwrap();
+    let mut children = Vec::new();
+    for p in 0..4 {
+        let src = dir.join(format!("src{p}"));
+        children
+            .push(Command::new("cp").arg("-r").arg(&src).arg(mnt.join(format!("tree{p}"))).spawn().unwrap());
+    }
+    for s in 0..2 {
+        let script = format!(
+            "cd '{mnt_s}' && mkdir shell{s} && for i in $(seq 1 60); do \
+             printf 'line %s of %s\\n' $i {s} >> shell{s}/log; \
+             printf 'tmp %s' $i > shell{s}/t$i; mv shell{s}/t$i shell{s}/kept$i; \
+             if [ $((i % 2)) -eq 0 ]; then rm shell{s}/kept$i; fi; done"
+        );
+        children.push(Command::new("sh").arg("-c").arg(script).spawn().unwrap());
+    }
+    let reader = {
+        let path = mnt.join("big.bin");
+        let big = big.clone();
+        std::thread::spawn(move || {
+            for _ in 0..5 {
+                assert!(std::fs::read(&path).unwrap() == big, "big.bin read under load differs");
+            }
+        })
+    };
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    reader.join().unwrap();
+
+    let shell_files = |s: u32| -> Vec<(String, Vec<u8>)> {
+        let mut v = Vec::new();
+        let log: String = (1..=60).map(|i| format!("line {i} of {s}\n")).collect();
+        v.push((format!("shell{s}/log"), log.into_bytes()));
+        for i in (1..=60).filter(|i| i % 2 == 1) {
+            v.push((format!("shell{s}/kept{i}"), format!("tmp {i}").into_bytes()));
+        }
+        v
+    };
+    expected.extend(shell_files(0));
+    expected.extend(shell_files(1));
+    expected.push(("big.bin".into(), big));
+    let check = |when: &str| {
+        for (rel, body) in &expected {
+            assert!(&std::fs::read(mnt.join(rel)).unwrap() == body, "{rel} differs {when}");
+        }
+        for s in 0..2 {
+            let n = std::fs::read_dir(mnt.join(format!("shell{s}"))).unwrap().count();
+            assert_eq!(n, 31, "shell{s} holds the log and 30 kept files {when}");
+        }
+    };
+    check("before unmount");
+    unmount(&mnt);
+    let out = bitmend(&["fsck", img_s, "--json"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("\"clean\": true"), "{text}");
+    assert!(bitmend(&["mount", img_s, mnt_s]).status.success());
+    check("after remount");
+    unmount(&mnt);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
