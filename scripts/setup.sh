@@ -8,6 +8,7 @@ packages=(
   libisal-dev         # ISA-L: the anchor and cross-check for the erasure code and CRC-32C
   libpmemobj-dev      # PMDK: the anchor for the persistent-memory log and heap
   fuse3 libfuse3-dev  # the FUSE mount
+  libclang-dev        # bindgen, for littlefs (the littlefs2 crate): the flash file system anchor
 )
 
 missing=()

@@ -5,4 +5,5 @@
 //! return `None` and [`isal::available`] / [`pmdk::available`] is false.
 
 pub mod isal;
+pub mod littlefs;
 pub mod pmdk;

@@ -78,18 +78,21 @@ impl Row {
         self
     }
 
-    /// > 1 always means bitmend is better.
+    /// Above 1 always means bitmend is better; none when there is no anchor or either side
+    /// is zero (a ratio to nothing, which JSON could not carry either).
     pub fn ratio(&self) -> Option<f64> {
         let a = self.anchor_value?;
-        Some(match self.better {
+        let r = match self.better {
             Better::Higher => self.ours / a,
             Better::Lower => a / self.ours,
-        })
+        };
+        (r.is_finite() && r > 0.0).then_some(r)
     }
 
     /// One JSON object, on one line.
     pub fn to_json(&self) -> String {
-        let num = |v: Option<f64>| v.map_or("null".to_string(), |v| format!("{:.4}", v));
+        let num =
+            |v: Option<f64>| v.filter(|v| v.is_finite()).map_or("null".to_string(), |v| format!("{:.4}", v));
         format!(
             "{{\"bench\": {}, \"case\": {}, \"ours\": {}, \"anchor\": {}, \"anchor_value\": {}, \"unit\": {}, \"ratio\": {}}}",
             json_str(self.bench),

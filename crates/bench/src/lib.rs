@@ -7,6 +7,8 @@
 pub mod code;
 pub mod flashfs;
 pub mod harness;
+pub mod littlefs;
 pub mod nvlog;
+pub mod postmark;
 
 pub use harness::{Options, Row};

@@ -1,0 +1,59 @@
+//! A PostMark-style workload (Katcher, 1997) as a list of operations, so that bitmend and its
+//! anchor replay exactly the same sequence: a pool of small files, then transactions that each
+//! create or delete a file and then read or append to a random live one, then every file
+//! deleted.
+
+use bitmend_media::rng::Rng;
+
+/// One file operation; files are named by number.
+#[derive(Clone, Copy, Debug)]
+pub enum Op {
+    /// Create file `id` with the first `len` bytes of the body.
+    Create(u64, usize),
+    Delete(u64),
+    /// Read the whole file.
+    Read(u64),
+    /// Append the first `len` bytes of the body.
+    Append(u64, usize),
+}
+
+/// The largest file created, and so the body length the replayers need.
+pub const MAX_FILE: usize = 10_000;
+
+/// The three phases: the pool, the transactions (two operations each), the final deletions.
+pub struct Workload {
+    pub pool: Vec<Op>,
+    pub txns: Vec<Op>,
+    pub finish: Vec<Op>,
+    pub transactions: usize,
+}
+
+pub fn workload(files: usize, transactions: usize, seed: u64) -> Workload {
+    let mut rng = Rng::new(seed);
+    let mut live: Vec<u64> = Vec::new();
+    let mut next = 0u64;
+    let mut create = |rng: &mut Rng, live: &mut Vec<u64>| {
+        live.push(next);
+        next += 1;
+        Op::Create(next - 1, 500 + rng.below((MAX_FILE - 500) as u64) as usize)
+    };
+    let pool = (0..files).map(|_| create(&mut rng, &mut live)).collect();
+    let mut txns = Vec::with_capacity(2 * transactions);
+    for _ in 0..transactions {
+        if rng.below(2) == 0 || live.is_empty() {
+            txns.push(create(&mut rng, &mut live));
+        } else {
+            txns.push(Op::Delete(live.swap_remove(rng.below(live.len() as u64) as usize)));
+        }
+        if !live.is_empty() {
+            let id = live[rng.below(live.len() as u64) as usize];
+            txns.push(if rng.below(2) == 0 {
+                Op::Read(id)
+            } else {
+                Op::Append(id, 100 + rng.below(1000) as usize)
+            });
+        }
+    }
+    let finish = live.into_iter().map(Op::Delete).collect();
+    Workload { pool, txns, finish, transactions }
+}
