@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# fio and PostMark on a bitmend mount, beside the same runs on tmpfs through a passthrough
+# FUSE file system (bitmend-passthrough: same FUSE library, session and mount options), the
+# floor any FUSE file system pays on this machine. Not part of CI: a full run takes about
+# 15 minutes.
+#
+#   ./scripts/fuse-perf.sh [--runs N] [--seconds S]   # medians of N runs (default 3), S s per fio job
+#
+# Both run on RAM: the bitmend image (a NAND image file) and the passthrough's directory live
+# in /dev/shm, so the figures compare file system work (signatures, parity, compression, the
+# log), not disks. Output: one table row per case, median MB/s (fio) or transactions/s
+# (PostMark) of each, and their ratio (above 1: bitmend is faster). Needs fuse3, fio and postmark (apt).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=3
+seconds=10
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --runs) runs="$2"; shift 2 ;;
+    --seconds) seconds="$2"; shift 2 ;;
+    *) sed -n '2,12p' "$0"; exit 2 ;;
+  esac
+done
+for tool in fio postmark fusermount3; do
+  command -v $tool >/dev/null || { echo "fuse-perf: $tool not found (apt-get install fio postmark fuse3)"; exit 1; }
+done
+cargo build --quiet --release -p bitmend -p bitmend-bench
+bin="$PWD/target/release/bitmend"
+pass="$PWD/target/release/bitmend-passthrough"
+work=$(mktemp -d /dev/shm/bitmend-perf.XXXXXX)
+results="$work/results.tsv"
+cleanup() {
+  for m in "$work"/mnt-*; do
+    if mountpoint -q "$m" 2>/dev/null; then fusermount3 -u "$m" || true; fi
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Mounts system $1 (bitmend | floor) at $work/mnt-$1, fresh.
+mount_fresh() {
+  local m="$work/mnt-$1"
+  mkdir -p "$m"
+  if [ "$1" = bitmend ]; then
+    rm -f "$work/fs.img"
+    "$bin" mkfs "$work/fs.img" --size 256MiB > /dev/null
+    "$bin" mount "$work/fs.img" "$m" > /dev/null
+  else
+    rm -rf "$work/src" && mkdir "$work/src"
+    "$pass" "$work/src" "$m" 2> "$work/pass.log" &
+    for _ in $(seq 50); do mountpoint -q "$m" && break; sleep 0.1; done
+  fi
+  mountpoint -q "$m" || { echo "fuse-perf: $1 did not mount"; exit 1; }
+}
+
+unmount() {
+  fusermount3 -u "$work/mnt-$1"
+  # bitmend's daemon writes everything out before it lets go of the image.
+  if [ "$1" = bitmend ]; then
+    for _ in $(seq 100); do "$bin" stat "$work/fs.img" > /dev/null 2>&1 && break; sleep 0.2; done
+  fi
+}
+
+# fio on system $1: name, rw, bs, fsync (0 = never, 1 = after every write). Prints MB/s.
+fio_case() {
+  local sys=$1 name=$2 rw=$3 bs=$4 fsync=$5
+  mount_fresh "$sys"
+  local out="$work/fio.json"
+  # Reads need a file laid out first; fio writes it before timing starts.
+  fio --name="$name" --directory="$work/mnt-$sys" --size=64M --bs="$bs" --rw="$rw" \
+    --ioengine=psync --fsync="$fsync" --runtime="$seconds" --time_based=0 \
+    --randrepeat=1 --output-format=json > "$out" 2> "$work/fio.err" \
+    || { cat "$work/fio.err"; exit 1; }
+  unmount "$sys"
+  python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))["jobs"][0]
+side = j["write"] if j["write"]["io_bytes"] > 0 else j["read"]
+print("%.1f" % (side["bw_bytes"] / 1e6))' "$out"
+}
+
+# PostMark on system $1: 1,000 files of 500 B to 10 KB, 30,000 transactions. Prints its
+# transactions/s (whole seconds as it counts them) and the whole run's wall time in s.
+postmark_case() {
+  local sys=$1
+  mount_fresh "$sys"
+  local out t0 t1
+  t0=$(date +%s.%N)
+  out=$(printf 'set location %s\nset number 1000\nset transactions 30000\nset size 500 10000\nset seed 42\nrun\nquit\n' \
+    "$work/mnt-$sys" | postmark)
+  t1=$(date +%s.%N)
+  unmount "$sys"
+  echo "$(echo "$out" | sed -nE 's/.*seconds of transactions \(([0-9]+) per second\).*/\1/p') $(echo "$t1 - $t0" | bc -l)"
+}
+
+cases=(
+  "seq write 1MiB|write|1m|0"
+  "seq write 1MiB fsync|write|1m|1"
+  "seq read 1MiB|read|1m|0"
+  "seq write 4KiB|write|4k|0"
+  "seq read 4KiB|read|4k|0"
+  "rand write 4KiB|randwrite|4k|0"
+  "rand write 4KiB fsync|randwrite|4k|1"
+  "rand read 4KiB|randread|4k|0"
+  "rand write 1MiB|randwrite|1m|0"
+  "rand read 1MiB|randread|1m|0"
+)
+: > "$results"
+for run in $(seq "$runs"); do
+  for c in "${cases[@]}"; do
+    IFS='|' read -r name rw bs fsync <<< "$c"
+    for sys in bitmend floor; do
+      v=$(fio_case "$sys" "${name// /-}" "$rw" "$bs" "$fsync")
+      printf '%s\t%s\t%s\tMB/s\n' "$name" "$sys" "$v" >> "$results"
+      echo "run $run: $name, $sys: $v MB/s" >&2
+    done
+  done
+  for sys in bitmend floor; do
+    read -r tps wall <<< "$(postmark_case "$sys")"
+    printf 'PostMark 1000 files 30000 txns\t%s\t%s\ttxn/s\n' "$sys" "$tps" >> "$results"
+    printf 'PostMark whole run, wall time\t%s\t%s\ts\n' "$sys" "$wall" >> "$results"
+    echo "run $run: PostMark, $sys: $tps txn/s, $wall s in all" >&2
+  done
+done
+
+python3 - "$results" "$runs" <<'PY'
+import statistics, sys
+rows = {}
+order = []
+for line in open(sys.argv[1]):
+    case, sys_, v, unit = line.rstrip("\n").split("\t")
+    if case not in rows:
+        order.append(case)
+        rows[case] = {"unit": unit, "bitmend": [], "floor": []}
+    rows[case][sys_].append(float(v) if v else float("nan"))
+print(f"medians of {sys.argv[2]} runs; floor = tmpfs through bitmend-passthrough (FUSE)")
+print(f"{'case':34} {'bitmend':>10} {'floor':>10} {'unit':>6} {'ratio':>7}")
+for case in order:
+    r = rows[case]
+    b, f = statistics.median(r["bitmend"]), statistics.median(r["floor"])
+    ratio = f / b if r["unit"] == "s" else b / f  # above 1: bitmend is faster
+    print(f"{case:34} {b:10.1f} {f:10.1f} {r['unit']:>6} {ratio:7.2f}")
+PY
