@@ -17,7 +17,7 @@ use littlefs2::driver::Storage;
 use littlefs2::io::{Error, Result};
 
 pub use littlefs2::fs::{Allocation, Filesystem};
-pub use littlefs2::io::{Error as LfsError, SeekFrom};
+pub use littlefs2::io::{Error as LfsError, Result as LfsResult, SeekFrom};
 pub use littlefs2::path::PathBuf;
 
 /// The only geometry the storage is compiled for (littlefs2 takes it as constants): RCFFS's

@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Instant;
 
-use bitmend_anchors::littlefs::{path, Allocation, Filesystem, NandStorage, SeekFrom, GEOMETRY};
+use bitmend_anchors::littlefs::{path, Allocation, Filesystem, LfsResult, NandStorage, SeekFrom, GEOMETRY};
 use bitmend_media::nand::{Counters, Nand, RamNand};
 
 use crate::postmark::Op;
@@ -123,31 +123,37 @@ pub fn one_file(pieces: &[Vec<u8>], overwrites: &[(u64, Vec<u8>)], reads: &[u64]
     })
 }
 
-/// Runs `pool` (not measured), then `txns` (measured) of a PostMark-style workload.
-pub fn postmark(pool: &[Op], txns: &[Op], body: &[u8]) -> Cost {
+/// Runs `pool` (not measured), then `txns` (measured) of a PostMark-style workload. An
+/// error names the operation littlefs refused (it runs out of space first: every file of
+/// more than an inline few hundred bytes takes a whole 128 KiB block).
+pub fn postmark(pool: &[Op], txns: &[Op], body: &[u8]) -> Result<Cost, String> {
     session(|fs, stamp| {
-        let run = |op: &Op| match *op {
-            Op::Create(id, len) => {
-                fs.write(&path(&format!("pm{id}")), &body[..len]).expect("littlefs create")
-            }
-            Op::Delete(id) => fs.remove(&path(&format!("pm{id}"))).expect("littlefs remove"),
-            Op::Read(id) => {
-                let mut buf = vec![0u8; body.len()];
-                fs.open_file_and_then(&path(&format!("pm{id}")), |f| f.read(&mut buf))
-                    .expect("littlefs read");
-            }
-            Op::Append(id, len) => {
-                fs.open_file_with_options_and_then(
-                    |o| o.write(true).append(true),
-                    &path(&format!("pm{id}")),
-                    |f| f.write(&body[..len]),
-                )
-                .expect("littlefs append");
+        let run = |op: &Op| -> LfsResult<()> {
+            match *op {
+                Op::Create(id, len) => fs.write(&path(&format!("pm{id}")), &body[..len]),
+                Op::Delete(id) => fs.remove(&path(&format!("pm{id}"))),
+                Op::Read(id) => {
+                    let mut buf = vec![0u8; body.len()];
+                    fs.open_file_and_then(&path(&format!("pm{id}")), |f| f.read(&mut buf)).map(drop)
+                }
+                Op::Append(id, len) => fs
+                    .open_file_with_options_and_then(
+                        |o| o.write(true).append(true),
+                        &path(&format!("pm{id}")),
+                        |f| f.write(&body[..len]),
+                    )
+                    .map(drop),
             }
         };
-        pool.iter().for_each(run);
+        let all = |ops: &[Op]| -> Result<(), String> {
+            for (i, op) in ops.iter().enumerate() {
+                run(op).map_err(|e| format!("littlefs: {op:?} (operation {i}) failed: {e:?}"))?;
+            }
+            Ok(())
+        };
+        all(pool)?;
         let start = stamp();
-        txns.iter().for_each(run);
-        since(start, stamp())
+        all(txns)?;
+        Ok(since(start, stamp()))
     })
 }

@@ -24,11 +24,12 @@ mod read;
 mod store;
 
 pub use fs::{
-    Check, Compression, DirEntry, Fs, FsOptions, FsStats, MountReport, SetAttr, LOGICAL_PAGE, NAME_MAX, ROOT,
+    Check, Compression, DirEntry, Fs, FsOptions, FsStats, Health, MountReport, ScrubPass, ScrubReport,
+    SetAttr, LOGICAL_PAGE, NAME_MAX, ROOT,
 };
 pub use node::{Attr, FileType};
 
 pub use error::FsError;
 pub use layout::{FsConfig, Kind, Spare, FS_VERSION, MIN_SPARE};
-pub use mount::Mount;
+pub use mount::{Mount, PageHealth};
 pub use store::{PageAddr, PageStore, Repaired, StoreStats};

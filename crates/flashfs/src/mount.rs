@@ -279,3 +279,58 @@ impl<N: Nand> PageStore<N> {
         Ok(out.into_iter().map(|e| e.1).collect())
     }
 }
+
+/// What the scrubber found on one page that is not file-system data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageHealth {
+    /// A data page, to be read (and repaired) through [`PageStore::read`].
+    Data,
+    /// A parity or pad page whose bytes match its signature.
+    Sound,
+    /// A parity or pad page whose bytes do not: the redundancy of its group or segment is
+    /// down by one until the cleaner rewrites the segment.
+    Damaged,
+}
+
+impl<N: Nand> PageStore<N> {
+    /// Every written page of logical segment `logical` (none once the cleaner released it),
+    /// data pages marked for reading and every other page checked against its signature.
+    pub fn scrub_segment_pages(
+        &mut self,
+        logical: u64,
+    ) -> Result<Vec<(crate::PageAddr, PageHealth)>, FsError> {
+        let Some(&(_, phys)) = self.w.used.iter().find(|u| u.0 == logical) else { return Ok(Vec::new()) };
+        let layout = self.layout;
+        let mut spare = vec![0u8; layout.g.spare_size as usize];
+        let mut data = vec![0u8; layout.g.page_size as usize];
+        let mut out = Vec::new();
+        for b in 0..layout.cfg.blocks_per_segment {
+            let block = layout.block(phys, b);
+            if self.nand.is_bad(block)? {
+                continue;
+            }
+            for i in 0..layout.g.pages_per_block {
+                let page = layout.g.first_page(block) + i;
+                self.nand.read_spare(page, &mut spare)?;
+                if erased(&spare) {
+                    break;
+                }
+                let health = match Spare::decode(&spare) {
+                    // A damaged spare: the reader decides whether the page held data.
+                    None => PageHealth::Data,
+                    Some(s) if s.kind == Kind::Data => PageHealth::Data,
+                    Some(s) => {
+                        self.nand.read_data(page, &mut data)?;
+                        if self.signer.sign(&data) == s.sig {
+                            PageHealth::Sound
+                        } else {
+                            PageHealth::Damaged
+                        }
+                    }
+                };
+                out.push((crate::PageAddr(page), health));
+            }
+        }
+        Ok(out)
+    }
+}

@@ -10,12 +10,14 @@ use std::collections::{BTreeMap, HashMap};
 
 use bitmend_media::nand::Nand;
 
-use super::{Fs, Inode, Loc, PENDING};
+use super::{Fs, Health, Inode, Loc, PENDING};
 use crate::node::{self, Frag, NodeKind, FLAG_LAST, FRAG_HEADER};
 use crate::store::PageAddr;
 use crate::FsError;
 
 const MAGIC: u32 = 0x434B_5054; // "CKPT"
+/// The optional section after the data section (FORMAT.md 8.4): lifetime health counters.
+const HEALTH_MAGIC: u32 = 0x484C_5448; // "HLTH"
 
 /// Where a checkpoint starts: its first flash page and that page's logical segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +61,7 @@ pub(crate) struct State {
     pub dirs: HashMap<u64, BTreeMap<Vec<u8>, u64>>,
     pub data: HashMap<(u64, u64), Loc>,
     pub next_ino: u64,
+    pub health: Health,
 }
 
 pub(crate) fn decode(b: &[u8]) -> Option<State> {
@@ -94,7 +97,20 @@ pub(crate) fn decode(b: &[u8]) -> Option<State> {
         }
         data.insert(key, Loc { frags, codec, version });
     }
-    Some(State { inodes, dirs, data, next_ino })
+    // Checkpoints written before the health section existed end here: zeros.
+    let mut health = Health::default();
+    if r.u32() == Some(HEALTH_MAGIC) {
+        // Counters a later version added beyond those known here are skipped.
+        let mut counters = [0u64; Health::COUNTERS];
+        for i in 0..r.u32()? as usize {
+            let c = r.u64()?;
+            if let Some(slot) = counters.get_mut(i) {
+                *slot = c;
+            }
+        }
+        health = Health::from_array(counters);
+    }
+    Some(State { inodes, dirs, data, next_ino, health })
 }
 
 impl<N: Nand> Fs<N> {
@@ -133,6 +149,12 @@ impl<N: Nand> Fs<N> {
                 v.extend_from_slice(&off.to_le_bytes());
                 v.extend_from_slice(&len.to_le_bytes());
             }
+        }
+        let health = self.health().to_array();
+        put_u32(&mut v, HEALTH_MAGIC);
+        put_u32(&mut v, health.len() as u32);
+        for c in health {
+            put_u64(&mut v, c);
         }
         v
     }

@@ -13,6 +13,7 @@ mod checkpoint;
 mod clean;
 mod ops;
 mod replay;
+mod scrub;
 mod write;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -21,6 +22,7 @@ use bitmend_media::nand::Nand;
 
 pub use check::Check;
 pub use replay::MountReport;
+pub use scrub::{ScrubPass, ScrubReport};
 
 use crate::node::Attr;
 use crate::store::PageStore;
@@ -109,6 +111,57 @@ pub struct FsStats {
     pub pages_moved: u64,
 }
 
+/// What the file system has had to repair over its life: kept in every checkpoint, so they
+/// survive unmounts (events after the last checkpoint of a crashed mount are not counted).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Health {
+    /// Flash pages rebuilt from their group's parity pages.
+    pub repaired_by_group: u64,
+    /// Flash pages rebuilt from the segment's parity blocks.
+    pub repaired_by_segment: u64,
+    /// Logical pages rewritten away from a repaired flash page.
+    pub relocated: u64,
+    /// Flash pages found beyond repair (their file ranges read as EIO).
+    pub unrecoverable: u64,
+    /// Completed scrub passes, and the pages they checked.
+    pub scrub_passes: u64,
+    pub pages_scrubbed: u64,
+    /// Programs and erases the chip failed.
+    pub program_failures: u64,
+    pub erase_failures: u64,
+}
+
+impl Health {
+    /// How many counters the checkpoint's health section holds (FORMAT.md 8.4), in this order.
+    pub const COUNTERS: usize = 8;
+
+    pub(crate) fn to_array(self) -> [u64; Health::COUNTERS] {
+        [
+            self.repaired_by_group,
+            self.repaired_by_segment,
+            self.relocated,
+            self.unrecoverable,
+            self.scrub_passes,
+            self.pages_scrubbed,
+            self.program_failures,
+            self.erase_failures,
+        ]
+    }
+
+    pub(crate) fn from_array(c: [u64; Health::COUNTERS]) -> Health {
+        Health {
+            repaired_by_group: c[0],
+            repaired_by_segment: c[1],
+            relocated: c[2],
+            unrecoverable: c[3],
+            scrub_passes: c[4],
+            pages_scrubbed: c[5],
+            program_failures: c[6],
+            erase_failures: c[7],
+        }
+    }
+}
+
 /// Where a file's logical page lives: its node's fragments, as (flash page, offset, length).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Loc {
@@ -153,9 +206,14 @@ pub struct Fs<N: Nand> {
     pub(crate) cleaning: bool,
     /// The last flash pages read (verified), newest last: consecutive logical pages share
     /// flash pages, so a sequential read would otherwise read each of them twice.
-    pub(crate) recent: Vec<(u32, Vec<u8>)>,
+    /// Each with whether it had to be repaired.
+    pub(crate) recent: Vec<(u32, Vec<u8>, bool)>,
     /// Open handles per inode: an unlinked file stays readable until its last close.
     pub(crate) open_handles: HashMap<u64, u32>,
+    /// Health as the checkpoint this mount started from recorded it.
+    pub(crate) health_base: Health,
+    /// Scrub passes completed by this mount, and their pages.
+    pub(crate) scrubbed: (u64, u64),
 }
 
 impl<N: Nand> std::fmt::Debug for Fs<N> {
@@ -198,6 +256,8 @@ impl<N: Nand> Fs<N> {
             mount_ckpt: None,
             cleaning: false,
             recent: Vec::new(),
+            health_base: Health::default(),
+            scrubbed: (0, 0),
             open_handles: HashMap::new(),
         })
     }
@@ -248,6 +308,23 @@ impl<N: Nand> Fs<N> {
 
     pub fn stats(&self) -> FsStats {
         self.stats
+    }
+
+    /// Repairs and failures over the file system's life: the last checkpoint's counters plus
+    /// this mount's.
+    pub fn health(&self) -> Health {
+        let b = self.health_base;
+        let st = self.store.stats();
+        Health {
+            repaired_by_group: b.repaired_by_group + st.repaired_by_group,
+            repaired_by_segment: b.repaired_by_segment + st.repaired_by_segment,
+            relocated: b.relocated + self.stats.relocated,
+            unrecoverable: b.unrecoverable + st.unrecoverable,
+            scrub_passes: b.scrub_passes + self.scrubbed.0,
+            pages_scrubbed: b.pages_scrubbed + self.scrubbed.1,
+            program_failures: b.program_failures + st.program_failures,
+            erase_failures: b.erase_failures + st.erase_failures,
+        }
     }
 
     /// Files, directories and symlinks.

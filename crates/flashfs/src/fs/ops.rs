@@ -416,22 +416,25 @@ impl<N: Nand> Fs<N> {
                 payload.extend_from_slice(&self.buf[off..off + len]);
                 continue;
             }
-            if let Some((_, bytes)) = self.recent.iter().find(|r| r.0 == page) {
+            if let Some((_, bytes, was_repaired)) = self.recent.iter().find(|r| r.0 == page) {
+                // A page repaired when it was read repairs every logical page on it.
+                repaired |= *was_repaired;
                 payload.extend_from_slice(&bytes[off..off + len]);
                 continue;
             }
-            match self.store.read(PageAddr(page), &mut flash) {
-                Ok(how) => repaired |= how != Repaired::No,
+            let how = match self.store.read(PageAddr(page), &mut flash) {
+                Ok(how) => how != Repaired::No,
                 Err(e) => {
                     self.stats.unreadable += 1;
                     return Err(e);
                 }
-            }
+            };
             payload.extend_from_slice(&flash[off..off + len]);
             if self.recent.len() == 2 {
                 self.recent.remove(0);
             }
-            self.recent.push((page, flash.clone()));
+            repaired |= how;
+            self.recent.push((page, flash.clone(), how));
         }
         let Some(page) = node::decode_data(&payload, loc.codec, LOGICAL_PAGE) else {
             self.stats.unreadable += 1;

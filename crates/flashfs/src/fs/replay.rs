@@ -239,6 +239,7 @@ impl<N: Nand> Fs<N> {
                 self.dirs = state.dirs;
                 self.data = state.data;
                 self.next_ino = state.next_ino;
+                self.health_base = state.health;
                 dirent_versions.clear();
                 if let Some(&(page, _, _)) = n.frags.first() {
                     let segment = self.segment_logical(crate::PageAddr(page)).unwrap_or(0);

@@ -1,0 +1,134 @@
+//! Scrubbing: every written page of every segment checked against its signature, data pages
+//! repaired from parity and the logical pages on them rewritten elsewhere, damaged parity
+//! pages counted. A pass goes one segment per step, so that a mounted file system can
+//! interleave it with requests (the FUSE daemon's scrubber thread takes the file system's
+//! lock for one step at a time) and the cleaner can run between steps.
+
+use std::collections::HashSet;
+
+use bitmend_media::nand::Nand;
+
+use super::Fs;
+use crate::mount::PageHealth;
+use crate::store::Repaired;
+use crate::FsError;
+
+/// What a scrub pass has done so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScrubReport {
+    pub segments_total: u64,
+    pub segments_done: u64,
+    pub pages_checked: u64,
+    pub repaired_by_group: u64,
+    pub repaired_by_segment: u64,
+    /// Data pages beyond repair (their file ranges read as EIO).
+    pub unreadable_pages: u64,
+    /// Parity and pad pages that no longer match their signatures.
+    pub parity_damaged: u64,
+    /// Logical pages rewritten away from repaired flash pages.
+    pub logical_pages_relocated: u64,
+    pub done: bool,
+}
+
+/// A scrub pass in progress: the segments still to check, oldest first.
+#[derive(Debug)]
+pub struct ScrubPass {
+    todo: Vec<u64>,
+    repaired: HashSet<u32>,
+    report: ScrubReport,
+}
+
+impl ScrubPass {
+    pub fn report(&self) -> ScrubReport {
+        self.report
+    }
+}
+
+impl<N: Nand> Fs<N> {
+    /// Starts a pass over the segments in use now (segments opened later are younger than
+    /// the pass and written with fresh parity).
+    pub fn scrub_begin(&self) -> ScrubPass {
+        let mut todo: Vec<u64> = self.store.used_segments().iter().map(|u| u.0).collect();
+        todo.reverse(); // popped from the end: oldest first
+        let report = ScrubReport { segments_total: todo.len() as u64, ..ScrubReport::default() };
+        ScrubPass { todo, repaired: HashSet::new(), report }
+    }
+
+    /// Checks the next segment of `pass`; after the last, rewrites the logical pages that sat
+    /// on repaired flash pages and syncs. Returns whether the pass is complete.
+    pub fn scrub_step(&mut self, pass: &mut ScrubPass) -> Result<bool, FsError> {
+        if pass.report.done {
+            return Ok(true);
+        }
+        if let Some(logical) = pass.todo.pop() {
+            let mut buf = vec![0u8; self.buf.len()];
+            let pages = self.store.scrub_segment_pages(logical)?;
+            self.scrubbed.1 += pages.len() as u64;
+            for (addr, health) in pages {
+                let r = &mut pass.report;
+                r.pages_checked += 1;
+                match health {
+                    PageHealth::Sound => {}
+                    PageHealth::Damaged => r.parity_damaged += 1,
+                    PageHealth::Data => match self.store.read(addr, &mut buf) {
+                        Ok(Repaired::No) => {}
+                        Ok(Repaired::ByGroup) => {
+                            r.repaired_by_group += 1;
+                            pass.repaired.insert(addr.0);
+                        }
+                        Ok(Repaired::BySegment) => {
+                            r.repaired_by_segment += 1;
+                            pass.repaired.insert(addr.0);
+                        }
+                        Err(FsError::Unrecoverable { .. }) => r.unreadable_pages += 1,
+                        // A torn program (no data ever acknowledged there): nothing to check.
+                        Err(FsError::NotWritten { .. }) => {}
+                        Err(e) => return Err(e),
+                    },
+                }
+            }
+            pass.report.segments_done += 1;
+            return Ok(false);
+        }
+        // The rereads that relocate repaired pages repair them again: not new damage.
+        let counted = self.store.stats;
+        self.relocate(&pass.repaired, &mut pass.report)?;
+        self.store.stats.repaired_by_group = counted.repaired_by_group;
+        self.store.stats.repaired_by_segment = counted.repaired_by_segment;
+        self.sync()?;
+        self.scrubbed.0 += 1;
+        pass.report.done = true;
+        Ok(true)
+    }
+
+    /// Rereads every logical page with a fragment on a repaired flash page; the read repairs
+    /// it again and queues it for rewriting (see `page`).
+    fn relocate(&mut self, repaired: &HashSet<u32>, report: &mut ScrubReport) -> Result<(), FsError> {
+        if repaired.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<(u64, u64)> = self
+            .data
+            .iter()
+            .filter(|(_, loc)| loc.frags.iter().any(|f| repaired.contains(&f.0)))
+            .map(|(k, _)| *k)
+            .collect();
+        for (ino, index) in keys {
+            let before = self.stats.relocated;
+            match self.page(ino, index) {
+                Ok(_) => report.logical_pages_relocated += self.stats.relocated - before,
+                // The page went bad again between the two reads: counted where it is read.
+                Err(FsError::Unrecoverable { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs a whole pass.
+    pub fn scrub(&mut self) -> Result<ScrubReport, FsError> {
+        let mut pass = self.scrub_begin();
+        while !self.scrub_step(&mut pass)? {}
+        Ok(pass.report())
+    }
+}

@@ -1,0 +1,144 @@
+//! Scrubbing: a pass finds and repairs every damaged data page, rewrites what sat on them,
+//! counts damaged parity, reports what it cannot repair, interleaves with writes, and its
+//! counters survive a remount.
+
+use bitmend_flashfs::{Compression, Fs, FsConfig, FsOptions, PageAddr, PageHealth, ROOT};
+use bitmend_media::nand::{FaultyNand, Geometry, RamNand, Timing};
+use bitmend_media::rng::Rng;
+
+fn chip() -> FaultyNand<RamNand> {
+    let g = Geometry::new(2048, 64, 16, 128).unwrap();
+    FaultyNand::new(RamNand::new(g).unwrap().with_timing(Timing::NONE), 7)
+}
+
+fn opts() -> FsOptions {
+    FsOptions { compression: Compression::Lz4, dirty_limit: 64 << 10 }
+}
+
+fn cfg() -> FsConfig {
+    FsConfig { parity_pages: 1, parity_blocks: 1, blocks_per_segment: 4 }
+}
+
+fn content(seed: u64, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    Rng::new(seed).fill(&mut v);
+    v
+}
+
+type TestFs = Fs<FaultyNand<RamNand>>;
+
+/// Ten 30 KB files, synced: about three segments.
+fn populated() -> (TestFs, Vec<(u64, Vec<u8>)>) {
+    let mut fs = Fs::format(chip(), cfg(), opts()).unwrap();
+    let mut files = Vec::new();
+    for i in 0..10u64 {
+        let f = fs.create(ROOT, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
+        let data = content(100 + i, 30_000);
+        fs.write(f.ino, 0, &data).unwrap();
+        files.push((f.ino, data));
+    }
+    fs.sync().unwrap();
+    (fs, files)
+}
+
+fn pages_of(fs: &mut TestFs, segment: u64, want: PageHealth) -> Vec<PageAddr> {
+    let all = fs.store_mut().scrub_segment_pages(segment).unwrap();
+    all.into_iter().filter(|p| p.1 == want).map(|p| p.0).collect()
+}
+
+#[test]
+fn a_pass_repairs_every_damaged_page_relocates_its_data_and_counts_damaged_parity() {
+    let (mut fs, files) = populated();
+    let segments: Vec<u64> = fs.store().used_segments().iter().map(|u| u.0).collect();
+    assert!(segments.len() >= 3, "{} segments", segments.len());
+    // Data pages of the first segment: every 9th one damaged (1 to 1000 flipped bits, or lost).
+    let data = pages_of(&mut fs, segments[0], PageHealth::Data);
+    let mut injected = 0u64;
+    for (k, p) in data.iter().enumerate().step_by(9).skip(1) {
+        let nand = fs.store_mut().nand_mut();
+        if k % 5 == 0 {
+            nand.lose_page(p.0).unwrap();
+        } else {
+            nand.flip_bits(p.0, [1u32, 10, 100, 1000][k % 4]).unwrap();
+        }
+        injected += 1;
+    }
+    // One parity page of the second segment.
+    let parity = pages_of(&mut fs, segments[1], PageHealth::Sound);
+    fs.store_mut().nand_mut().flip_bits(parity[0].0, 40).unwrap();
+
+    let before = fs.health();
+    let r = fs.scrub().unwrap();
+    assert!(r.done && r.segments_done == r.segments_total && r.segments_total >= 3, "{r:?}");
+    assert_eq!(r.repaired_by_group + r.repaired_by_segment, injected, "{r:?}");
+    assert_eq!(r.parity_damaged, 1, "{r:?}");
+    assert_eq!(r.unreadable_pages, 0, "{r:?}");
+    assert!(r.logical_pages_relocated > 0, "{r:?}");
+
+    // Everything reads back, and nothing needs repair any more: the data moved.
+    let repaired = |fs: &Fs<_>| fs.store().stats().repaired_by_group + fs.store().stats().repaired_by_segment;
+    let at = repaired(&fs);
+    for (ino, want) in &files {
+        assert_eq!(&fs.read(*ino, 0, 40_000).unwrap(), want, "inode {ino}");
+    }
+    assert_eq!(repaired(&fs), at, "a read after the scrub still needed a repair");
+
+    // The counters survive the unmount.
+    let h = fs.health();
+    assert_eq!(h.scrub_passes, before.scrub_passes + 1);
+    assert_eq!(h.repaired_by_group + h.repaired_by_segment, injected);
+    assert!(h.pages_scrubbed >= r.pages_checked);
+    let (mut fs, _) = Fs::open(fs.unmount().unwrap(), opts()).unwrap();
+    assert_eq!(fs.health(), h);
+    assert!(fs.check(true).clean());
+    eprintln!(
+        "scrub: {injected} damaged data pages and 1 damaged parity page injected; {r:?}; health after remount {h:?}"
+    );
+}
+
+#[test]
+fn damage_beyond_the_redundancy_is_reported_and_the_pass_completes() {
+    let (mut fs, files) = populated();
+    let first = fs.store().used_segments()[0].0;
+    // A page, the next of its group (p = 1) and the same page of the next block (s = 1).
+    let p = pages_of(&mut fs, first, PageHealth::Data)[6].0;
+    for q in [p, p + 1, p + 16] {
+        fs.store_mut().nand_mut().lose_page(q).unwrap();
+    }
+    let r = fs.scrub().unwrap();
+    assert!(r.done, "{r:?}");
+    assert!(r.unreadable_pages >= 1, "{r:?}");
+    assert_eq!(fs.health().unrecoverable, fs.store().stats().unrecoverable);
+    // Files away from the damage read back whole.
+    let last = &files[files.len() - 1];
+    assert_eq!(fs.read(last.0, 0, 40_000).unwrap(), last.1);
+}
+
+#[test]
+fn a_pass_interleaves_with_writes_and_the_cleaner() {
+    let (mut fs, mut files) = populated();
+    let first = fs.store().used_segments()[0].0;
+    let victim = pages_of(&mut fs, first, PageHealth::Data)[3];
+    fs.store_mut().nand_mut().flip_bits(victim.0, 200).unwrap();
+    let mut pass = fs.scrub_begin();
+    let mut round = 0u64;
+    // Between steps: rewrite every file three times (1 MB a round; the chip holds 3 MB), so
+    // that the cleaner reclaims segments, perhaps the very ones the pass has yet to check.
+    while !fs.scrub_step(&mut pass).unwrap() {
+        for k in 0..3 {
+            for (i, (ino, data)) in files.iter_mut().enumerate() {
+                *data = content(1000 * round + 100 * k + i as u64, 30_000);
+                fs.write(*ino, 0, data).unwrap();
+            }
+            fs.sync().unwrap();
+        }
+        round += 1;
+    }
+    let r = pass.report();
+    assert!(round >= 3 && r.done, "{round} rounds, {r:?}");
+    assert!(fs.stats().segments_cleaned > 0, "the cleaner never ran: {:?}", fs.stats());
+    for (ino, want) in &files {
+        assert_eq!(&fs.read(*ino, 0, 40_000).unwrap(), want, "inode {ino}");
+    }
+    assert!(fs.check(true).clean());
+}
