@@ -1,13 +1,12 @@
 //! `bitmend mkfs`, `mount`, `fsck`, `scrub`, `stat`: the flash file system on a NAND image.
 
-use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bitmend_bench::harness::json_str;
 use bitmend_flashfs::{Compression, Fs, FsConfig, FsOptions};
-use bitmend_media::nand::{FileNand, Nand};
+use bitmend_media::nand::FileNand;
 use clap::{Args, ValueEnum};
 
 use crate::media::{histogram, survey, GeometryArgs};
@@ -62,7 +61,7 @@ impl MkfsArgs {
     }
 }
 
-fn err(e: impl std::fmt::Display) -> String {
+pub(crate) fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
@@ -104,6 +103,15 @@ pub struct MountArgs {
     /// Compression for file data written during this mount.
     #[arg(long, value_enum, default_value_t = CompressArg::Lz4)]
     pub compress: CompressArg,
+    /// Start a background scrub pass this long after mount and after each pass (s, m, h or
+    /// d; 0: only on request). A pass checks every written page, repairs and relocates.
+    /// Request one now with `bitmend scrub MOUNTPOINT` or `echo start > MOUNTPOINT/.bitmend-scrub`.
+    #[arg(long, default_value = "24h", value_name = "DURATION")]
+    pub scrub_every: String,
+    /// Pause between the segments of a pass, so that it takes a bounded share of the daemon
+    /// (each segment is checked under the file system's lock).
+    #[arg(long, default_value_t = 10, value_name = "MS")]
+    pub scrub_pause_ms: u64,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -119,6 +127,7 @@ fn is_mounted(mountpoint: &Path) -> bool {
 }
 
 pub fn mount(a: &MountArgs) -> Result<(), String> {
+    crate::scrubber::parse_every(&a.scrub_every)?;
     if a.create && !a.image.exists() {
         let m = MkfsArgs {
             image: a.image.clone(),
@@ -137,6 +146,10 @@ pub fn mount(a: &MountArgs) -> Result<(), String> {
         let mut cmd = std::process::Command::new(exe);
         cmd.arg("mount").arg(&a.image).arg(&a.mountpoint).arg("--foreground");
         cmd.arg("--compress").arg(format!("{:?}", a.compress).to_lowercase());
+        cmd.arg("--scrub-every")
+            .arg(&a.scrub_every)
+            .arg("--scrub-pause-ms")
+            .arg(a.scrub_pause_ms.to_string());
         if a.allow_other {
             cmd.arg("--allow-other");
         }
@@ -191,13 +204,21 @@ pub fn mount(a: &MountArgs) -> Result<(), String> {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
+    let schedule = crate::scrubber::Schedule {
+        every: crate::scrubber::parse_every(&a.scrub_every)?,
+        pause: Duration::from_millis(a.scrub_pause_ms),
+    };
+    let shared = crate::scrubber::share(fs, schedule);
+    let scrubber = crate::scrubber::spawn(shared.clone(), schedule);
     let session =
-        fuser::spawn_mount2(crate::fuse::FuseFs { fs: Some(fs) }, &a.mountpoint, &options).map_err(err)?;
+        fuser::spawn_mount2(crate::fuse::FuseFs { shared }, &a.mountpoint, &options).map_err(err)?;
     while !STOP.load(Ordering::SeqCst) && !session.guard.is_finished() {
         std::thread::sleep(Duration::from_millis(100));
     }
-    // Dropping the session unmounts; the file system is written out in `destroy`.
+    // Dropping the session unmounts; the file system is written out in `destroy`, and the
+    // scrubber stops when it finds it gone.
     drop(session);
+    let _ = scrubber.join();
     eprintln!("bitmend: unmounted {}", a.image.display());
     Ok(())
 }
@@ -270,60 +291,6 @@ pub fn fsck(a: &CheckArgs) -> Result<u8, String> {
 }
 
 #[derive(Args, Debug)]
-pub struct ScrubArgs {
-    /// The NAND image file (not mounted).
-    pub image: PathBuf,
-    /// One JSON object on stdout instead of text.
-    #[arg(long)]
-    pub json: bool,
-}
-
-pub fn scrub(a: &ScrubArgs) -> Result<u8, String> {
-    let nand = FileNand::open(&a.image).map_err(err)?;
-    let (mut fs, _) = Fs::open(nand, FsOptions::default()).map_err(err)?;
-    let pages = fs.store_mut().log_pages(0).map_err(err)?;
-    let tty = std::io::stderr().is_terminal() && !a.json;
-    let mut buf = vec![0u8; fs.store().nand().geometry().page_size as usize];
-    let (mut bad, total) = (0u64, pages.len());
-    for (i, p) in pages.iter().enumerate() {
-        // A page offered whose spare is unreadable and which no group claims as data (a
-        // damaged parity page's spare, a torn program) is not file-system data: skipped.
-        if let Err(bitmend_flashfs::FsError::Unrecoverable { .. }) = fs.store_mut().read(*p, &mut buf) {
-            bad += 1;
-        }
-        if tty && (i % 256 == 0 || i + 1 == total) {
-            eprint!("\rscrub: {}/{} pages ({}%)", i + 1, total, (i + 1) * 100 / total.max(1));
-            let _ = std::io::stderr().flush();
-        }
-    }
-    if tty {
-        eprintln!();
-    }
-    // Reading every file rewrites what had to be repaired; then write it all out.
-    let c = fs.check(true);
-    let st = fs.store().stats();
-    fs.unmount().map_err(err)?;
-    if a.json {
-        println!(
-            "{{\"image\": {}, \"pages_checked\": {total}, \"repaired_by_group\": {}, \"repaired_by_segment\": {}, \"unreadable_pages\": {bad}, \"logical_pages_rewritten\": {}}}",
-            json_str(&a.image.display().to_string()),
-            st.repaired_by_group,
-            st.repaired_by_segment,
-            c.repaired_pages
-        );
-    } else {
-        println!(
-            "{}: {total} pages checked; repaired {} from group parity, {} from segment parity; {bad} beyond repair; {} logical pages rewritten",
-            a.image.display(),
-            st.repaired_by_group,
-            st.repaired_by_segment,
-            c.repaired_pages
-        );
-    }
-    Ok(if bad == 0 { 0 } else { EXIT_PROBLEMS })
-}
-
-#[derive(Args, Debug)]
 pub struct StatArgs {
     /// The NAND image file (not mounted).
     pub image: PathBuf,
@@ -348,11 +315,12 @@ pub fn stat(a: &StatArgs) -> Result<(), String> {
         println!(
             "{{\"image\": {}, \"bytes_total\": {total}, \"bytes_free\": {free}, \"inodes\": {}, \"file_data_bytes\": {logical}, \
              \"stored_bytes\": {stored}, \"compression_ratio\": {ratio:.3}, \"segments\": {segs}, \"segments_used\": {used}, \
-             \"bad_blocks\": {}, \"repaired_at_mount\": {}, \"erase_histogram\": [{}]}}",
+             \"bad_blocks\": {}, \"repaired_at_mount\": {}, {}, \"erase_histogram\": [{}]}}",
             json_str(&a.image.display().to_string()),
             fs.inode_count(),
             s.bad.len(),
             rep.pages_repaired,
+            crate::scrubber::health_json(&fs.health()),
             h.join(", ")
         );
         return Ok(());
@@ -371,6 +339,16 @@ pub fn stat(a: &StatArgs) -> Result<(), String> {
     );
     println!("  bad blocks     {}", s.bad.len());
     println!("  mount          {} pages replayed, {} repaired on the way", rep.pages, rep.pages_repaired);
+    let h = fs.health();
+    println!(
+        "  repairs so far {} pages from group parity, {} from segment parity, {} logical pages relocated, \
+         {} beyond repair",
+        h.repaired_by_group, h.repaired_by_segment, h.relocated, h.unrecoverable
+    );
+    println!(
+        "  scrubs so far  {} passes, {} pages checked; chip failures: {} programs, {} erases",
+        h.scrub_passes, h.pages_scrubbed, h.program_failures, h.erase_failures
+    );
     println!("  erase counts   (blocks per range)");
     let widest = hist.iter().map(|h| h.2).max().unwrap_or(1).max(1);
     for (lo, hi, count) in hist {

@@ -4,18 +4,68 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bitmend_flashfs::{Attr, FileType, Fs, FsError, SetAttr};
+use std::ops::{Deref, DerefMut};
+use std::sync::MutexGuard;
+
+use bitmend_flashfs::{Attr, FileType, Fs, FsError, SetAttr, ROOT};
 use bitmend_media::nand::FileNand;
 use fuser::{
     FileAttr, Filesystem, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
     ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
 };
 
+use crate::scrubber::{lock, Mounted, Shared, CONTROL_INO, CONTROL_NAME};
+
 const TTL: Duration = Duration::from_secs(1);
 
-/// The mounted file system; `None` once unmounted.
+/// The mounted file system, shared with the scrubber thread.
 pub struct FuseFs {
-    pub fs: Option<Fs<FileNand>>,
+    pub shared: Shared,
+}
+
+/// The file system, locked for one request.
+struct Locked<'a>(MutexGuard<'a, Mounted>);
+
+impl Deref for Locked<'_> {
+    type Target = Fs<FileNand>;
+    fn deref(&self) -> &Fs<FileNand> {
+        self.0.fs.as_ref().expect("mounted")
+    }
+}
+
+impl DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Fs<FileNand> {
+        self.0.fs.as_mut().expect("mounted")
+    }
+}
+
+/// Whether `name` in `parent` is the control file, which no operation may create, remove or
+/// rename.
+fn is_control(parent: u64, name: &OsStr) -> bool {
+    parent == ROOT && name.as_bytes() == CONTROL_NAME
+}
+
+/// The control file's attributes: a regular file owned as the root directory is, as long as
+/// the status it reads.
+fn control_attr(len: usize, owner: (u32, u32)) -> FileAttr {
+    let now = SystemTime::now();
+    FileAttr {
+        ino: CONTROL_INO,
+        size: len as u64,
+        blocks: 0,
+        atime: now,
+        mtime: now,
+        ctime: now,
+        crtime: now,
+        kind: fuser::FileType::RegularFile,
+        perm: 0o644,
+        nlink: 1,
+        uid: owner.0,
+        gid: owner.1,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
 }
 
 fn errno(e: &FsError) -> i32 {
@@ -83,9 +133,24 @@ fn attr(a: &Attr) -> FileAttr {
 }
 
 impl FuseFs {
-    fn fs(&mut self) -> &mut Fs<FileNand> {
-        self.fs.as_mut().expect("mounted")
+    fn fs(&mut self) -> Locked<'_> {
+        Locked(lock(&self.shared))
     }
+
+    fn control(&self) -> FileAttr {
+        let m = lock(&self.shared);
+        let owner = m.fs.as_ref().and_then(|fs| fs.getattr(ROOT).ok()).map_or((0, 0), |a| (a.uid, a.gid));
+        control_attr(m.status().len(), owner)
+    }
+}
+
+/// Refuses an operation on the control file's name.
+macro_rules! not_control {
+    ($reply:expr, $parent:expr, $name:expr, $errno:expr) => {
+        if is_control($parent, $name) {
+            return $reply.error($errno);
+        }
+    };
 }
 
 macro_rules! try_reply {
@@ -99,7 +164,8 @@ macro_rules! try_reply {
 
 impl Filesystem for FuseFs {
     fn destroy(&mut self) {
-        if let Some(fs) = self.fs.take() {
+        let fs = lock(&self.shared).fs.take();
+        if let Some(fs) = fs {
             if let Err(e) = fs.unmount() {
                 eprintln!("bitmend: unmount: {e}");
             }
@@ -107,11 +173,17 @@ impl Filesystem for FuseFs {
     }
 
     fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
+        if is_control(parent, name) {
+            return reply.entry(&Duration::ZERO, &self.control(), 0);
+        }
         let a = try_reply!(reply, self.fs().lookup(parent, name.as_bytes()));
         reply.entry(&TTL, &attr(&a), 0);
     }
 
     fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
+        if ino == CONTROL_INO {
+            return reply.attr(&Duration::ZERO, &self.control());
+        }
         let a = try_reply!(reply, self.fs().getattr(ino));
         reply.attr(&TTL, &attr(&a));
     }
@@ -134,6 +206,10 @@ impl Filesystem for FuseFs {
         _flags: Option<u32>,
         reply: ReplyAttr,
     ) {
+        if ino == CONTROL_INO {
+            // `echo start > .bitmend-scrub` truncates first: nothing to truncate.
+            return reply.attr(&Duration::ZERO, &self.control());
+        }
         let t = |x: Option<TimeOrNow>| {
             x.map(|x| match x {
                 TimeOrNow::Now => stamp(SystemTime::now()),
@@ -167,6 +243,7 @@ impl Filesystem for FuseFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        not_control!(reply, parent, name, libc::EEXIST);
         let k = match mode & libc::S_IFMT {
             libc::S_IFREG => FileType::File,
             libc::S_IFIFO => FileType::Fifo,
@@ -192,17 +269,20 @@ impl Filesystem for FuseFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        not_control!(reply, parent, name, libc::EEXIST);
         let perm = (mode & !umask & 0o7777) as u16;
         let a = try_reply!(reply, self.fs().mkdir(parent, name.as_bytes(), perm, req.uid(), req.gid()));
         reply.entry(&TTL, &attr(&a), 0);
     }
 
     fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+        not_control!(reply, parent, name, libc::EPERM);
         try_reply!(reply, self.fs().unlink(parent, name.as_bytes()));
         reply.ok();
     }
 
     fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+        not_control!(reply, parent, name, libc::ENOTDIR);
         try_reply!(reply, self.fs().rmdir(parent, name.as_bytes()));
         reply.ok();
     }
@@ -215,6 +295,7 @@ impl Filesystem for FuseFs {
         target: &std::path::Path,
         reply: ReplyEntry,
     ) {
+        not_control!(reply, parent, link_name, libc::EEXIST);
         let a = try_reply!(
             reply,
             self.fs().symlink(
@@ -238,6 +319,8 @@ impl Filesystem for FuseFs {
         flags: u32,
         reply: ReplyEmpty,
     ) {
+        not_control!(reply, parent, name, libc::EPERM);
+        not_control!(reply, newparent, newname, libc::EPERM);
         if flags & libc::RENAME_EXCHANGE != 0 {
             return reply.error(libc::EINVAL);
         }
@@ -249,11 +332,16 @@ impl Filesystem for FuseFs {
     }
 
     fn link(&mut self, _req: &Request<'_>, ino: u64, newparent: u64, newname: &OsStr, reply: ReplyEntry) {
+        not_control!(reply, newparent, newname, libc::EEXIST);
         let a = try_reply!(reply, self.fs().link(ino, newparent, newname.as_bytes()));
         reply.entry(&TTL, &attr(&a), 0);
     }
 
     fn open(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
+        if ino == CONTROL_INO {
+            // Direct I/O: every read asks again, so the status is never a cached one.
+            return reply.opened(0, fuser::consts::FOPEN_DIRECT_IO);
+        }
         try_reply!(reply, self.fs().open_file(ino));
         reply.opened(0, 0);
     }
@@ -268,6 +356,9 @@ impl Filesystem for FuseFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        if ino == CONTROL_INO {
+            return reply.ok();
+        }
         self.fs().release_file(ino);
         reply.ok();
     }
@@ -283,6 +374,12 @@ impl Filesystem for FuseFs {
         _lock_owner: Option<u64>,
         reply: ReplyData,
     ) {
+        if ino == CONTROL_INO {
+            let status = lock(&self.shared).status().into_bytes();
+            let from = (offset.max(0) as usize).min(status.len());
+            let to = (from + size as usize).min(status.len());
+            return reply.data(&status[from..to]);
+        }
         let data = try_reply!(reply, self.fs().read(ino, offset.max(0) as u64, size as usize));
         reply.data(&data);
     }
@@ -299,6 +396,15 @@ impl Filesystem for FuseFs {
         _lock_owner: Option<u64>,
         reply: ReplyWrite,
     ) {
+        if ino == CONTROL_INO {
+            return match data.trim_ascii() {
+                b"start" => {
+                    lock(&self.shared).request();
+                    reply.written(data.len() as u32)
+                }
+                _ => reply.error(libc::EINVAL),
+            };
+        }
         let n = try_reply!(reply, self.fs().write(ino, offset.max(0) as u64, data));
         reply.written(n as u32);
     }
@@ -308,6 +414,9 @@ impl Filesystem for FuseFs {
     }
 
     fn fsync(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
+        if ino == CONTROL_INO {
+            return reply.ok();
+        }
         try_reply!(reply, self.fs().fsync(ino));
         reply.ok();
     }
@@ -354,6 +463,7 @@ impl Filesystem for FuseFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        not_control!(reply, parent, name, libc::EEXIST);
         let perm = (mode & !umask & 0o7777) as u16;
         let a = try_reply!(reply, self.fs().create(parent, name.as_bytes(), perm, req.uid(), req.gid()));
         try_reply!(reply, self.fs().open_file(a.ino));

@@ -6,6 +6,8 @@ mod fscmd;
 mod fuse;
 mod inject;
 mod media;
+mod scrub;
+mod scrubber;
 mod size;
 
 use std::process::ExitCode;
@@ -36,9 +38,9 @@ enum Command {
     Mount(fscmd::MountArgs),
     /// Check every structure of an unmounted image and read back every byte of file data.
     Fsck(fscmd::CheckArgs),
-    /// Read and verify every written page of an unmounted image, repairing what parity
-    /// allows and rewriting repaired data elsewhere.
-    Scrub(fscmd::ScrubArgs),
+    /// Check every written page of an image, or of a mounted file system, against its
+    /// signature; repair what parity allows and rewrite repaired data elsewhere.
+    Scrub(scrub::ScrubArgs),
     /// Space, compression, bad blocks and erase counts of an unmounted image.
     Stat(fscmd::StatArgs),
     /// Show the flash file system meeting the faults it was built for: write a tree of files,
@@ -60,7 +62,7 @@ fn main() -> ExitCode {
         Command::Mkfs(a) => fscmd::mkfs(&a).map(|()| 0),
         Command::Mount(a) => fscmd::mount(&a).map(|()| 0),
         Command::Fsck(a) => fscmd::fsck(&a),
-        Command::Scrub(a) => fscmd::scrub(&a),
+        Command::Scrub(a) => scrub::scrub(&a),
         Command::Stat(a) => fscmd::stat(&a).map(|()| 0),
         Command::Demo(a) => demo::run(&a).map(|()| 0),
         Command::Bench(args) => bench::run(args).map(|()| 0),

@@ -1,0 +1,175 @@
+//! Scrubbing a mounted file system. A thread runs passes one segment at a time, each step
+//! under the file system's lock, so a request waits for at most one segment's check; passes
+//! start on a schedule and on request. The control file `.bitmend-scrub` in the mount's root
+//! (found by name, never listed) is how a pass is requested and watched: write `start` to it,
+//! read it for one line of JSON. `bitmend scrub MOUNTPOINT` does both.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bitmend_flashfs::{Fs, Health, ScrubPass, ScrubReport};
+use bitmend_media::nand::FileNand;
+
+/// The control file's name in the root directory, and its inode number (beyond any the file
+/// system hands out).
+pub const CONTROL_NAME: &[u8] = b".bitmend-scrub";
+pub const CONTROL_INO: u64 = u64::MAX - 1;
+
+/// What the FUSE session and the scrubber thread share.
+pub struct Mounted {
+    /// `None` once unmounted: the thread then stops.
+    pub fs: Option<Fs<FileNand>>,
+    pass: Option<ScrubPass>,
+    /// The newest pass's report (running or finished), and its number (1 for the first).
+    report: ScrubReport,
+    passes_started: u64,
+    requested: bool,
+    next_due: Option<Instant>,
+}
+
+pub type Shared = Arc<Mutex<Mounted>>;
+
+/// When passes run: every `every` (none: only on request), pausing `pause` between segments.
+#[derive(Clone, Copy, Debug)]
+pub struct Schedule {
+    pub every: Option<Duration>,
+    pub pause: Duration,
+}
+
+pub fn share(fs: Fs<FileNand>, schedule: Schedule) -> Shared {
+    Arc::new(Mutex::new(Mounted {
+        fs: Some(fs),
+        pass: None,
+        report: ScrubReport::default(),
+        passes_started: 0,
+        requested: false,
+        next_due: schedule.every.map(|d| Instant::now() + d),
+    }))
+}
+
+/// Locks the shared state; a panic elsewhere while holding it does not stop the rest.
+pub fn lock(shared: &Shared) -> MutexGuard<'_, Mounted> {
+    shared.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Mounted {
+    /// Asks for a pass now (none if one is running: it is the pass asked for).
+    pub fn request(&mut self) {
+        if self.pass.is_none() {
+            self.requested = true;
+        }
+    }
+
+    /// One line of JSON: the newest pass's progress and the lifetime counters.
+    pub fn status(&self) -> String {
+        let r = self.report;
+        let h = self.fs.as_ref().map(|fs| fs.health()).unwrap_or_default();
+        let state = if self.pass.is_some() || self.requested { "running" } else { "idle" };
+        format!(
+            "{{\"state\": \"{state}\", \"pass\": {}, \"segments_total\": {}, \"segments_done\": {}, \
+             \"pages_checked\": {}, \"repaired_by_group\": {}, \"repaired_by_segment\": {}, \
+             \"unreadable_pages\": {}, \"parity_damaged\": {}, \"logical_pages_relocated\": {}, \"done\": {}, {}}}\n",
+            self.passes_started,
+            r.segments_total,
+            r.segments_done,
+            r.pages_checked,
+            r.repaired_by_group,
+            r.repaired_by_segment,
+            r.unreadable_pages,
+            r.parity_damaged,
+            r.logical_pages_relocated,
+            r.done,
+            health_json(&h)
+        )
+    }
+
+    /// Starts a pass if one is due or asked for, then checks one segment. Returns whether
+    /// there is more to do right away.
+    fn step(&mut self, schedule: Schedule) -> bool {
+        let Some(fs) = self.fs.as_mut() else { return false };
+        if self.pass.is_none() {
+            let due = self.next_due.is_some_and(|t| Instant::now() >= t);
+            if !(self.requested || due) {
+                return false;
+            }
+            self.requested = false;
+            self.passes_started += 1;
+            let pass = fs.scrub_begin();
+            self.report = pass.report();
+            self.pass = Some(pass);
+        }
+        let pass = self.pass.as_mut().expect("started above");
+        let finished = match fs.scrub_step(pass) {
+            Ok(done) => done,
+            Err(e) => {
+                eprintln!("bitmend: scrub pass {} stopped: {e}", self.passes_started);
+                true
+            }
+        };
+        self.report = pass.report();
+        if finished {
+            self.pass = None;
+            self.next_due = schedule.every.map(|d| Instant::now() + d);
+            let r = self.report;
+            eprintln!(
+                "bitmend: scrub pass {}: {} segments, {} pages checked; repaired {} from group parity, {} from segment parity; {} beyond repair; {} damaged parity pages; {} logical pages relocated",
+                self.passes_started,
+                r.segments_done,
+                r.pages_checked,
+                r.repaired_by_group,
+                r.repaired_by_segment,
+                r.unreadable_pages,
+                r.parity_damaged,
+                r.logical_pages_relocated
+            );
+        }
+        !finished
+    }
+}
+
+pub fn health_json(h: &Health) -> String {
+    format!(
+        "\"lifetime_repaired_by_group\": {}, \"lifetime_repaired_by_segment\": {}, \"lifetime_relocated\": {}, \
+         \"lifetime_unrecoverable\": {}, \"lifetime_scrub_passes\": {}, \"lifetime_pages_scrubbed\": {}, \
+         \"lifetime_program_failures\": {}, \"lifetime_erase_failures\": {}",
+        h.repaired_by_group,
+        h.repaired_by_segment,
+        h.relocated,
+        h.unrecoverable,
+        h.scrub_passes,
+        h.pages_scrubbed,
+        h.program_failures,
+        h.erase_failures
+    )
+}
+
+/// The scrubber thread: runs until the file system is unmounted.
+pub fn spawn(shared: Shared, schedule: Schedule) -> JoinHandle<()> {
+    std::thread::spawn(move || loop {
+        let (more, mounted) = {
+            let mut m = lock(&shared);
+            (m.step(schedule), m.fs.is_some())
+        };
+        if !mounted {
+            return;
+        }
+        // Between segments of a pass: the pause; between passes: a look every 100 ms for a
+        // request or the schedule.
+        std::thread::sleep(if more { schedule.pause } else { Duration::from_millis(100) });
+    })
+}
+
+/// Parses a duration such as `90s`, `15m`, `24h` or `0` (never).
+pub fn parse_every(s: &str) -> Result<Option<Duration>, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().map_err(|_| format!("{s:?}: expected a number and s, m, h or d"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86_400,
+        _ => return Err(format!("{s:?}: the unit is s, m, h or d")),
+    };
+    Ok((secs > 0).then(|| Duration::from_secs(secs)))
+}
