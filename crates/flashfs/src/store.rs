@@ -44,6 +44,9 @@ pub struct StoreStats {
     pub unrecoverable: u64,
     pub program_failures: u64,
     pub erase_failures: u64,
+    /// Blocks marked bad by the store: those whose erase failed, and those that failed a
+    /// program, when their segment was released.
+    pub blocks_retired: u64,
 }
 
 /// Where the next page goes, and the parity being accumulated for it.
@@ -73,6 +76,9 @@ pub(crate) struct Writer {
     pub(crate) seg_pages: u32,
     /// The newest marked data page in the live segment.
     pub(crate) last_marked: Option<PageAddr>,
+    /// Blocks that failed a program since mount: retired (marked bad) when their segment is
+    /// released.
+    pub(crate) failing: std::collections::BTreeSet<u32>,
 }
 
 /// The page store on a NAND chip.
@@ -120,6 +126,7 @@ impl<N: Nand> PageStore<N> {
                 used: Vec::new(),
                 seg_pages: 0,
                 last_marked: None,
+                failing: Default::default(),
             },
             nand,
             layout,
@@ -255,10 +262,8 @@ impl<N: Nand> PageStore<N> {
             }
             let block = self.layout.block(phys, self.w.block);
             if !self.nand.is_bad(block)? {
-                match self.nand.erase(block) {
-                    Ok(()) => return Ok(()),
-                    Err(NandError::EraseFailed { .. }) => self.stats.erase_failures += 1,
-                    Err(e) => return Err(e.into()),
+                if self.erase_block(block)? {
+                    return Ok(());
                 }
             }
             self.w.block += 1;
@@ -274,6 +279,9 @@ impl<N: Nand> PageStore<N> {
             Ok(()) => true,
             Err(NandError::ProgramFailed { .. }) => {
                 self.stats.program_failures += 1;
+                // Its pages stay readable (the parity covers what it holds) until the
+                // cleaner releases the segment, which then retires it.
+                self.w.failing.insert(self.layout.g.block_of(page));
                 false
             }
             Err(e) => return Err(e.into()),
@@ -424,13 +432,8 @@ impl<N: Nand> PageStore<N> {
                 if self.nand.is_bad(block)? {
                     continue;
                 }
-                match self.nand.erase(block) {
-                    Ok(()) => {}
-                    Err(NandError::EraseFailed { .. }) => {
-                        self.stats.erase_failures += 1;
-                        continue;
-                    }
-                    Err(e) => return Err(e.into()),
+                if !self.erase_block(block)? {
+                    continue;
                 }
                 for i in 0..ppb {
                     let at = ((t * ppb + i) as usize) * ps;
@@ -438,7 +441,10 @@ impl<N: Nand> PageStore<N> {
                     let spare = self.spare_for(Kind::SegmentParity, t as u8, 0, 0, &data);
                     match self.nand.program(self.layout.g.first_page(block) + i, &data, &spare) {
                         Ok(()) => {}
-                        Err(NandError::ProgramFailed { .. }) => self.stats.program_failures += 1,
+                        Err(NandError::ProgramFailed { .. }) => {
+                            self.stats.program_failures += 1;
+                            self.w.failing.insert(block);
+                        }
                         Err(e) => return Err(e.into()),
                     }
                     self.w.seq += 1;
@@ -551,16 +557,29 @@ impl<N: Nand> PageStore<N> {
                 }
                 let block = self.layout.block(phys, self.w.block);
                 if !self.nand.is_bad(block)? {
-                    match self.nand.erase(block) {
-                        Ok(()) => break,
-                        Err(NandError::EraseFailed { .. }) => self.stats.erase_failures += 1,
-                        Err(e) => return Err(e.into()),
+                    if self.erase_block(block)? {
+                        break;
                     }
                 }
                 self.w.block += 1;
             }
         }
         Ok(())
+    }
+
+    /// Erases `block`; if the erase fails, marks it bad (the chip may not have) and returns
+    /// false: every layer skips bad blocks from then on.
+    pub(crate) fn erase_block(&mut self, block: u32) -> Result<bool, FsError> {
+        match self.nand.erase(block) {
+            Ok(()) => Ok(true),
+            Err(NandError::EraseFailed { .. }) => {
+                self.stats.erase_failures += 1;
+                self.stats.blocks_retired += 1;
+                self.nand.mark_bad(block)?;
+                Ok(false)
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Erases a segment the file system no longer needs and makes it free.
@@ -573,10 +592,12 @@ impl<N: Nand> PageStore<N> {
             if self.nand.is_bad(block)? {
                 continue;
             }
-            match self.nand.erase(block) {
-                Ok(()) => {}
-                Err(NandError::EraseFailed { .. }) => self.stats.erase_failures += 1,
-                Err(e) => return Err(e.into()),
+            if self.w.failing.remove(&block) {
+                // A block that failed a program is not trusted again.
+                self.nand.mark_bad(block)?;
+                self.stats.blocks_retired += 1;
+            } else {
+                self.erase_block(block)?;
             }
         }
         self.w.used.retain(|u| u.1 != phys);
