@@ -261,10 +261,8 @@ impl<N: Nand> PageStore<N> {
                 return self.open_segment();
             }
             let block = self.layout.block(phys, self.w.block);
-            if !self.nand.is_bad(block)? {
-                if self.erase_block(block)? {
-                    return Ok(());
-                }
+            if !self.nand.is_bad(block)? && self.erase_block(block)? {
+                return Ok(());
             }
             self.w.block += 1;
         }
@@ -556,10 +554,8 @@ impl<N: Nand> PageStore<N> {
                     break;
                 }
                 let block = self.layout.block(phys, self.w.block);
-                if !self.nand.is_bad(block)? {
-                    if self.erase_block(block)? {
-                        break;
-                    }
+                if !self.nand.is_bad(block)? && self.erase_block(block)? {
+                    break;
                 }
                 self.w.block += 1;
             }
