@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The POSIX suites against a bitmend FUSE mount: fsx (the file system exerciser) and
-# pjdfstest (POSIX conformance), both installed from crates.io when run, never copied here.
+# The suites against a bitmend FUSE mount: fsx (the file system exerciser) and pjdfstest
+# (POSIX conformance), both installed from crates.io when run, never copied here; rsync, fio
+# with verify=crc32c and stress-ng with --verify (Debian packages, from scripts/setup.sh).
 #
-#   ./scripts/fuse-suites.sh --quick   # CI: 5,000 fsx operations and all of pjdfstest
-#   ./scripts/fuse-suites.sh           # 100,000 fsx operations x 3 seeds, and pjdfstest
+#   ./scripts/fuse-suites.sh --quick   # CI: 5,000 fsx operations, short tool runs, all of pjdfstest
+#   ./scripts/fuse-suites.sh           # 100,000 fsx operations x 3 seeds, longer tool runs, pjdfstest
 #
 # Needs root (pjdfstest switches users; the mount uses allow_other) and fuse3. Every image is
 # checked with `bitmend fsck` after unmount. Exits non-zero on any failure.
@@ -42,6 +43,32 @@ for seed in $seeds; do
   echo "fsx seed $seed: $ops operations passed"
   finish "fsx$seed.img" "mnt$seed"
 done
+
+# Ordinary tools with their own verification: rsync (then diff), fio with verify=crc32c,
+# stress-ng's file-system stressors with --verify.
+if [ $quick = 1 ]; then fio_size=16M; stress_s=5; else fio_size=96M; stress_s=60; fi
+"$bin" mkfs "$work/tools.img" --size 256MiB > /dev/null
+"$bin" mount "$work/tools.img" "$work/mntt" > /dev/null
+src=/usr/share/doc
+[ $quick = 1 ] && src=/usr/share/doc/fio
+rsync -a "$src/" "$work/mntt/copy/"
+diff -r --no-dereference "$src" "$work/mntt/copy"
+[ -z "$(rsync -ai "$src/" "$work/mntt/copy/")" ] || { echo "rsync: a second run found differences"; exit 1; }
+echo "rsync: $(find "$src" | wc -l) entries copied, diff -r identical, a second rsync has nothing to do"
+for rw in randwrite write; do
+  fio --name="verify-$rw" --directory="$work/mntt" --size=$fio_size --bs=4k --rw=$rw --ioengine=psync \
+    --verify=crc32c --do_verify=1 --verify_fatal=1 --output="$work/fio.log" > /dev/null \
+    || { cat "$work/fio.log"; echo "fio $rw: verification failed"; exit 1; }
+  echo "fio $rw 4 KiB, $fio_size, verify=crc32c: no verification error"
+  rm -f "$work/mntt/verify-$rw".*
+done
+mkdir -p "$work/mntt/stress"
+if ! stress-ng --temp-path "$work/mntt/stress" --hdd 2 --hdd-bytes 8M --dir 1 --rename 1 --dentry 1 \
+    --fstat 1 --verify --timeout ${stress_s}s --metrics-brief > "$work/stress.log" 2>&1; then
+  cat "$work/stress.log"; echo "stress-ng: failures above"; exit 1
+fi
+echo "stress-ng hdd, dir, rename, dentry, fstat with --verify for ${stress_s} s: passed"
+finish tools.img mntt
 
 if [ "$(id -u)" != 0 ]; then
   echo "pjdfstest switches users and needs root: skipped"

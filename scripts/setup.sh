@@ -9,6 +9,7 @@ packages=(
   libpmemobj-dev      # PMDK: the anchor for the persistent-memory log and heap
   fuse3 libfuse3-dev  # the FUSE mount
   libclang-dev        # bindgen, for littlefs (the littlefs2 crate): the flash file system anchor
+  fio stress-ng rsync # tools with their own verification, run on the mount by fuse-suites.sh
 )
 
 missing=()
