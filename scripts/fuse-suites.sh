@@ -49,7 +49,7 @@ done
 if [ $quick = 1 ]; then fio_size=16M; stress_s=5; else fio_size=96M; stress_s=60; fi
 "$bin" mkfs "$work/tools.img" --size 256MiB > /dev/null
 "$bin" mount "$work/tools.img" "$work/mntt" > /dev/null
-src=/usr/share/doc
+src=/usr/share/doc  # 124 MB in 5,000 files (most of them compressed already)
 [ $quick = 1 ] && src=/usr/share/doc/fio
 rsync -a "$src/" "$work/mntt/copy/"
 diff -r --no-dereference "$src" "$work/mntt/copy"
