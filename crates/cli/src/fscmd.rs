@@ -65,6 +65,32 @@ pub(crate) fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
+/// Where `image` is mounted by a bitmend daemon, from the mount table.
+fn mounted_at(image: &Path) -> Option<String> {
+    let canon = std::fs::canonicalize(image).ok()?;
+    let want = format!("bitmend:{}", canon.display());
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines()
+        .find_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            (right.split_whitespace().nth(1) == Some(want.as_str()))
+                .then(|| left.split_whitespace().nth(4))?
+        })
+        .map(str::to_string)
+}
+
+/// Opens an image for a command that needs it unmounted; if it is mounted, says where and
+/// what to do instead.
+pub(crate) fn open_image(image: &Path) -> Result<FileNand, String> {
+    FileNand::open(image).map_err(|e| match (&e, mounted_at(image)) {
+        (bitmend_media::nand::NandError::Locked { .. }, Some(at)) => format!(
+            "{}: mounted at {at}; unmount it first (fusermount3 -u {at}), or scrub it mounted: bitmend scrub {at}",
+            image.display()
+        ),
+        _ => e.to_string(),
+    })
+}
+
 pub fn mkfs(a: &MkfsArgs) -> Result<(), String> {
     let g = a.geometry.geometry()?;
     if a.force {
@@ -183,7 +209,7 @@ pub fn mount(a: &MountArgs) -> Result<(), String> {
         }
         return Err("the mount did not appear within 10 s".into());
     }
-    let nand = FileNand::open(&a.image).map_err(err)?;
+    let nand = open_image(&a.image)?;
     let (fs, rep) = Fs::open(nand, a.compress.options()).map_err(err)?;
     eprintln!(
         "bitmend: mounted {} ({} pages replayed{}, {} repaired on the way)",
@@ -193,7 +219,11 @@ pub fn mount(a: &MountArgs) -> Result<(), String> {
         rep.pages_repaired
     );
     let mut options = vec![
-        fuser::MountOption::FSName(format!("bitmend:{}", a.image.display())),
+        // The canonical path, so that commands given the image can tell it is mounted.
+        fuser::MountOption::FSName(format!(
+            "bitmend:{}",
+            std::fs::canonicalize(&a.image).unwrap_or_else(|_| a.image.clone()).display()
+        )),
         fuser::MountOption::DefaultPermissions,
     ];
     if a.allow_other {
@@ -239,7 +269,7 @@ pub struct CheckArgs {
 pub const EXIT_PROBLEMS: u8 = 4;
 
 pub fn fsck(a: &CheckArgs) -> Result<u8, String> {
-    let nand = FileNand::open(&a.image).map_err(err)?;
+    let nand = open_image(&a.image)?;
     let (mut fs, rep) = Fs::open(nand, FsOptions::default()).map_err(err)?;
     let c = fs.check(true);
     let st = fs.store().stats();
@@ -300,7 +330,7 @@ pub struct StatArgs {
 }
 
 pub fn stat(a: &StatArgs) -> Result<(), String> {
-    let nand = FileNand::open(&a.image).map_err(err)?;
+    let nand = open_image(&a.image)?;
     let (fs, rep) = Fs::open(nand, FsOptions::default()).map_err(err)?;
     let (total, free) = fs.statfs();
     let (logical, stored) = fs.data_space();

@@ -94,7 +94,7 @@ pub fn run(args: InjectArgs) -> Result<(), String> {
         let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         t.as_nanos() as u64 ^ (std::process::id() as u64) << 32
     });
-    let chip = FileNand::open(&args.image).map_err(|e| e.to_string())?;
+    let chip = crate::fscmd::open_image(&args.image)?;
     let mut pick = Rng::new(seed ^ 0x5EED_0F7A_26E7);
     let plan = match &args.fault {
         Fault::Flip { page, pages, .. } | Fault::Lose { page, pages } => {

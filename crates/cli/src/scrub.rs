@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use bitmend_bench::harness::json_str;
 use bitmend_flashfs::{Fs, FsOptions, ScrubReport};
-use bitmend_media::nand::FileNand;
 use clap::Args;
 
 use crate::fscmd::{err, EXIT_PROBLEMS};
@@ -73,7 +72,7 @@ fn progress(tty: bool, r: &ScrubReport) {
 
 /// An unmounted image: the pass runs here, and the image is written out after it.
 fn image(a: &ScrubArgs, tty: bool) -> Result<(ScrubReport, String), String> {
-    let nand = FileNand::open(&a.target).map_err(err)?;
+    let nand = crate::fscmd::open_image(&a.target)?;
     let (mut fs, _) = Fs::open(nand, FsOptions::default()).map_err(err)?;
     let mut pass = fs.scrub_begin();
     while !fs.scrub_step(&mut pass).map_err(err)? {

@@ -49,6 +49,10 @@ fn mount_use_unmount_check() {
     // A second mount of the same image is refused, not corrupted.
     let out = bitmend(&["mount", img_s, dir.join("mnt2").to_str().unwrap()]);
     assert!(!out.status.success());
+    // Commands that need the image unmounted say where it is mounted.
+    let out = bitmend(&["fsck", img_s]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("mounted at") && said.contains("mnt"), "{said}");
     unmount(&mnt);
 
     let out = bitmend(&["fsck", img_s, "--json"]);
