@@ -46,6 +46,9 @@ pub struct MkfsArgs {
     /// Erase blocks per segment.
     #[arg(long, default_value_t = 16)]
     pub segment_blocks: u32,
+    /// Compression for file data, recorded in the image (a mount may override it).
+    #[arg(long, value_enum, default_value_t = CompressArg::Lz4)]
+    pub compress: CompressArg,
     /// Replace an existing image.
     #[arg(long)]
     pub force: bool,
@@ -97,7 +100,7 @@ pub fn mkfs(a: &MkfsArgs) -> Result<(), String> {
         let _ = std::fs::remove_file(&a.image);
     }
     let nand = FileNand::create(&a.image, g).map_err(err)?;
-    let fs = Fs::format(nand, a.config(), FsOptions::default()).map_err(err)?;
+    let fs = Fs::format(nand, a.config(), a.compress.options()).map_err(err)?;
     let (total, _) = fs.statfs();
     fs.unmount().map_err(err)?;
     println!(
@@ -126,9 +129,10 @@ pub struct MountArgs {
     /// Let other users see the mount (needs user_allow_other in /etc/fuse.conf for non-root).
     #[arg(long)]
     pub allow_other: bool,
-    /// Compression for file data written during this mount.
-    #[arg(long, value_enum, default_value_t = CompressArg::Lz4)]
-    pub compress: CompressArg,
+    /// Compression for file data written during this mount [default: the one chosen at
+    /// mkfs, else lz4]. Data already written stays readable whatever is chosen.
+    #[arg(long, value_enum)]
+    pub compress: Option<CompressArg>,
     /// Start a background scrub pass this long after mount and after each pass (s, m, h or
     /// d; 0: only on request). A pass checks every written page, repairs and relocates.
     /// Request one now with `bitmend scrub MOUNTPOINT` or `echo start > MOUNTPOINT/.bitmend-scrub`.
@@ -161,6 +165,7 @@ pub fn mount(a: &MountArgs) -> Result<(), String> {
             parity_pages: 1,
             parity_blocks: 1,
             segment_blocks: 16,
+            compress: a.compress.unwrap_or(CompressArg::Lz4),
             force: false,
         };
         mkfs(&m)?;
@@ -171,7 +176,9 @@ pub fn mount(a: &MountArgs) -> Result<(), String> {
         let exe = std::env::current_exe().map_err(err)?;
         let mut cmd = std::process::Command::new(exe);
         cmd.arg("mount").arg(&a.image).arg(&a.mountpoint).arg("--foreground");
-        cmd.arg("--compress").arg(format!("{:?}", a.compress).to_lowercase());
+        if let Some(c) = a.compress {
+            cmd.arg("--compress").arg(format!("{c:?}").to_lowercase());
+        }
         cmd.arg("--scrub-every")
             .arg(&a.scrub_every)
             .arg("--scrub-pause-ms")
@@ -210,7 +217,10 @@ pub fn mount(a: &MountArgs) -> Result<(), String> {
         return Err("the mount did not appear within 10 s".into());
     }
     let nand = open_image(&a.image)?;
-    let (fs, rep) = Fs::open(nand, a.compress.options()).map_err(err)?;
+    let (mut fs, rep) = Fs::open(nand, FsOptions::default()).map_err(err)?;
+    if let Some(c) = a.compress.map(|c| c.options().compression).or(fs.recorded_compression()) {
+        fs.set_compression(c);
+    }
     eprintln!(
         "bitmend: mounted {} ({} pages replayed{}, {} repaired on the way)",
         a.image.display(),
@@ -339,12 +349,14 @@ pub fn stat(a: &StatArgs) -> Result<(), String> {
     let used = fs.store().used_segments().len();
     let s = survey(fs.store().nand())?;
     let hist = histogram(&s.erase_counts, 8);
+    let codec =
+        fs.recorded_compression().map_or("not recorded".to_string(), |c| format!("{c:?}").to_lowercase());
     if a.json {
         let h: Vec<String> =
             hist.iter().map(|(a, b, n)| format!("{{\"from\": {a}, \"to\": {b}, \"blocks\": {n}}}")).collect();
         println!(
             "{{\"image\": {}, \"bytes_total\": {total}, \"bytes_free\": {free}, \"inodes\": {}, \"file_data_bytes\": {logical}, \
-             \"stored_bytes\": {stored}, \"compression_ratio\": {ratio:.3}, \"segments\": {segs}, \"segments_used\": {used}, \
+             \"stored_bytes\": {stored}, \"compression\": \"{codec}\", \"compression_ratio\": {ratio:.3}, \"segments\": {segs}, \"segments_used\": {used}, \
              \"bad_blocks\": {}, \"repaired_at_mount\": {}, {}, \"erase_histogram\": [{}]}}",
             json_str(&a.image.display().to_string()),
             fs.inode_count(),
@@ -362,7 +374,7 @@ pub fn stat(a: &StatArgs) -> Result<(), String> {
         total >> 20
     );
     println!(
-        "  files          {} inodes; {} KiB of file data stored in {} KiB ({ratio:.2}x)",
+        "  files          {} inodes; {} KiB of file data stored in {} KiB ({ratio:.2}x, {codec} chosen at mkfs)",
         fs.inode_count(),
         logical >> 10,
         stored >> 10

@@ -127,3 +127,17 @@ fn the_demo_corrects_every_fault_it_injects() {
     assert!(text.contains("verified every byte of the 180 files"), "{text}");
     assert!(text.contains("every fault corrected, nothing lost"), "{text}");
 }
+
+#[test]
+fn mkfs_records_the_compression_and_stat_reports_it() {
+    for codec in ["zstd", "none", "lz4"] {
+        let img = temp_path(&format!("codec-{codec}.img"));
+        let out = bitmend(&["mkfs", &img, "--size", "16MiB", "--compress", codec]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = bitmend(&["stat", &img, "--json"]);
+        let json = String::from_utf8_lossy(&out.stdout);
+        assert!(json.contains(&format!("\"compression\": \"{codec}\"")), "{json}");
+    }
+    let out = bitmend(&["mkfs", &temp_path("codec-bad.img"), "--compress", "gzip"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("gzip"));
+}

@@ -193,6 +193,9 @@ pub(crate) struct Superblock {
     pub g: Geometry,
     pub cfg: FsConfig,
     pub fs_id: u64,
+    /// The compression chosen at mkfs for file data (byte 48): 0 not recorded (images made
+    /// before it was), 1 none, 2 lz4, 3 zstd.
+    pub compression: u8,
 }
 
 impl Superblock {
@@ -209,6 +212,7 @@ impl Superblock {
         put(page, 32, self.cfg.parity_blocks);
         put(page, 36, self.cfg.blocks_per_segment);
         page[40..48].copy_from_slice(&self.fs_id.to_le_bytes());
+        page[48] = self.compression;
         let crc = crc32c(&page[..60]);
         put(page, 60, crc);
     }
@@ -234,6 +238,7 @@ impl Superblock {
             },
             cfg: FsConfig { parity_pages: get(28), parity_blocks: get(32), blocks_per_segment: get(36) },
             fs_id: u64::from_le_bytes(page[40..48].try_into().unwrap()),
+            compression: page[48],
         })
     }
 }

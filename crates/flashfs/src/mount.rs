@@ -60,6 +60,7 @@ impl<N: Nand> PageStore<N> {
         let sb = sb.ok_or(why)?;
         let layout = Layout::new(g, sb.cfg)?;
         let mut store = PageStore::assemble(nand, layout, sb.fs_id)?;
+        store.compression = sb.compression;
         let mut report = Mount::default();
         // The first written page of each segment names its logical number.
         let mut found: Vec<(u64, u32)> = Vec::new();

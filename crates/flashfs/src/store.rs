@@ -91,6 +91,8 @@ pub struct PageStore<N: Nand> {
     pub(crate) seg_code: Codec,
     pub(crate) w: Writer,
     pub(crate) stats: StoreStats,
+    /// The superblock's compression byte.
+    pub(crate) compression: u8,
 }
 
 impl<N: Nand> std::fmt::Debug for PageStore<N> {
@@ -133,11 +135,21 @@ impl<N: Nand> PageStore<N> {
             fs_id,
             signer: Signer::new(),
             stats: StoreStats::default(),
+            compression: 0,
         })
     }
 
     /// Formats the chip: erases every good block and writes the superblock twice.
-    pub fn format(mut nand: N, cfg: FsConfig) -> Result<PageStore<N>, FsError> {
+    pub fn format(nand: N, cfg: FsConfig) -> Result<PageStore<N>, FsError> {
+        Self::format_recording(nand, cfg, 0)
+    }
+
+    /// Formats, recording `compression` (the superblock's byte 48) for the file system.
+    pub(crate) fn format_recording(
+        mut nand: N,
+        cfg: FsConfig,
+        compression: u8,
+    ) -> Result<PageStore<N>, FsError> {
         let g = nand.geometry();
         let layout = Layout::new(g, cfg)?;
         let fs_id = {
@@ -153,8 +165,9 @@ impl<N: Nand> PageStore<N> {
             }
         }
         let mut page = vec![0u8; g.page_size as usize];
-        Superblock { g, cfg, fs_id }.encode(&mut page);
+        Superblock { g, cfg, fs_id, compression }.encode(&mut page);
         let mut store = PageStore::assemble(nand, layout, fs_id)?;
+        store.compression = compression;
         let mut written = 0;
         for b in 0..RESERVED_BLOCKS {
             if store.nand.is_bad(b)? {

@@ -83,3 +83,23 @@ fn write_golden_fs() {
     // Not unmounted: the last nodes are found by replay, as after a crash.
     drop(fs);
 }
+
+#[test]
+fn the_compression_chosen_at_mkfs_is_recorded() {
+    use bitmend_media::nand::RamNand;
+    for c in [Compression::None, Compression::Lz4, Compression::Zstd] {
+        let nand = RamNand::new(Geometry::new(2048, 64, 8, 24).unwrap()).unwrap();
+        let cfg = FsConfig { parity_pages: 1, parity_blocks: 1, blocks_per_segment: 3 };
+        let fs = Fs::format(nand, cfg, opts(c)).unwrap();
+        // Opened with another choice: the recorded one is still the one made at mkfs.
+        let (fs, _) = Fs::open(fs.unmount().unwrap(), opts(Compression::None)).unwrap();
+        assert_eq!(fs.recorded_compression(), Some(c));
+    }
+    // The golden image predates the record: none.
+    let copy = std::env::temp_dir().join(format!("bitmend-fs-golden-codec-{}", std::process::id()));
+    std::fs::copy(golden(), &copy).unwrap();
+    let (fs, _) = Fs::open(FileNand::open(&copy).unwrap(), opts(Compression::Lz4)).unwrap();
+    assert_eq!(fs.recorded_compression(), None);
+    drop(fs);
+    let _ = std::fs::remove_file(copy);
+}

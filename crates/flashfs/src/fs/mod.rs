@@ -49,6 +49,24 @@ pub enum Compression {
 }
 
 impl Compression {
+    /// The superblock's byte for it (FORMAT.md 7.1).
+    pub(crate) fn recorded(self) -> u8 {
+        match self {
+            Compression::None => 1,
+            Compression::Lz4 => 2,
+            Compression::Zstd => 3,
+        }
+    }
+
+    pub(crate) fn from_recorded(b: u8) -> Option<Compression> {
+        match b {
+            1 => Some(Compression::None),
+            2 => Some(Compression::Lz4),
+            3 => Some(Compression::Zstd),
+            _ => None,
+        }
+    }
+
     pub(crate) fn flag(self) -> u8 {
         match self {
             Compression::None => 0,
@@ -264,7 +282,8 @@ impl<N: Nand> Fs<N> {
 
     /// Makes a file system on `nand`: formats the page store and writes the root directory.
     pub fn format(nand: N, cfg: FsConfig, opts: FsOptions) -> Result<Fs<N>, FsError> {
-        let mut fs = Fs::with_store(PageStore::format(nand, cfg)?, opts)?;
+        let mut fs =
+            Fs::with_store(PageStore::format_recording(nand, cfg, opts.compression.recorded())?, opts)?;
         let t = now();
         let root = Attr {
             ino: ROOT,
@@ -308,6 +327,18 @@ impl<N: Nand> Fs<N> {
 
     pub fn stats(&self) -> FsStats {
         self.stats
+    }
+
+    /// The compression chosen when the file system was made (none recorded: images made
+    /// before the choice was kept).
+    pub fn recorded_compression(&self) -> Option<Compression> {
+        Compression::from_recorded(self.store.compression)
+    }
+
+    /// Compression for file data written from now on (each node records its own codec, so
+    /// data already written stays readable whatever is chosen).
+    pub fn set_compression(&mut self, c: Compression) {
+        self.opts.compression = c;
     }
 
     /// Repairs and failures over the file system's life: the last checkpoint's counters plus
