@@ -1,5 +1,6 @@
 //! `bitmend mkfs`, `mount`, `fsck`, `scrub`, `stat`: the flash file system on a NAND image.
 
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -281,7 +282,17 @@ pub const EXIT_PROBLEMS: u8 = 4;
 pub fn fsck(a: &CheckArgs) -> Result<u8, String> {
     let nand = open_image(&a.image)?;
     let (mut fs, rep) = Fs::open(nand, FsOptions::default()).map_err(err)?;
-    let c = fs.check(true);
+    let tty = std::io::stderr().is_terminal() && !a.json;
+    let c = fs.check_with_progress(true, &mut |done, total| {
+        if tty {
+            let pct = done * 100 / total.max(1);
+            eprint!("\rfsck: [{:<25}] {done}/{total} logical pages read back", "#".repeat(pct as usize / 4));
+            let _ = std::io::stderr().flush();
+        }
+    });
+    if tty {
+        eprintln!();
+    }
     let st = fs.store().stats();
     if a.json {
         let problems: Vec<String> = c.problems.iter().map(|p| json_str(p)).collect();

@@ -32,6 +32,11 @@ impl Check {
 impl<N: Nand> Fs<N> {
     /// Checks the file system; `read_data` also reads every logical page back.
     pub fn check(&mut self, read_data: bool) -> Check {
+        self.check_with_progress(read_data, &mut |_, _| {})
+    }
+
+    /// As [`check`](Self::check), calling `progress(done, total)` as logical pages are read.
+    pub fn check_with_progress(&mut self, read_data: bool, progress: &mut dyn FnMut(u64, u64)) -> Check {
         let mut c = Check::default();
         let mut links: HashMap<u64, u32> = HashMap::new();
         let mut subdirs: HashMap<u64, u32> = HashMap::new();
@@ -91,7 +96,11 @@ impl<N: Nand> Fs<N> {
             }
         }
         let keys: Vec<(u64, u64)> = self.data.keys().copied().collect();
-        for (ino, index) in keys {
+        let total = keys.len() as u64;
+        for (done, (ino, index)) in keys.into_iter().enumerate() {
+            if done % 256 == 0 {
+                progress(done as u64, total);
+            }
             c.data_pages += 1;
             match self.inodes.get(&ino) {
                 Some(i) if i.attr.kind == FileType::File => {
@@ -109,6 +118,7 @@ impl<N: Nand> Fs<N> {
                 }
             }
         }
+        progress(total, total);
         c
     }
 }
