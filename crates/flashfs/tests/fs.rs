@@ -203,6 +203,30 @@ fn random_operations_match_the_model_across_remounts() {
     eprintln!("model test: {ops} random operations on 12 file systems, checked against the model and across 36 remounts");
 }
 
+/// Incompressible pages are not tried page after page, and a file that turns compressible
+/// is compressed again after the next probe.
+#[test]
+fn incompressible_data_skips_the_compression_attempt_and_text_after_it_compresses() {
+    let mut fs = Fs::format(chip(128), cfg(), opts(Compression::Lz4)).unwrap();
+    let f = fs.create(ROOT, b"mixed", 0o644, 0, 0).unwrap();
+    let mut noise = vec![0u8; 64 * 4096];
+    Rng::new(3).fill(&mut noise);
+    let text: Vec<u8> = (0..64 * 4096).map(|i| b"segment parity page "[i % 20]).collect();
+    let mut all = noise.clone();
+    all.extend_from_slice(&text);
+    fs.write(f.ino, 0, &all).unwrap();
+    fs.sync().unwrap();
+    let st = fs.stats();
+    // 64 random pages: one tried in every 16.
+    assert_eq!(st.compression_skipped, 60, "{st:?}");
+    // The text after them is compressed (after at most 15 pages stored plain).
+    let plain_at_most = (64 + 15) * 4096 + 64 * 4096 / 4;
+    assert!(st.data_stored < plain_at_most as u64, "{st:?}");
+    assert_eq!(fs.read(f.ino, 0, all.len()).unwrap(), all);
+    let (mut fs, _) = Fs::open(fs.unmount().unwrap(), opts(Compression::Lz4)).unwrap();
+    assert_eq!(fs.read(f.ino, 0, all.len()).unwrap(), all, "after remount");
+}
+
 #[test]
 fn compression_saves_space_on_compressible_data() {
     let mut stored = Vec::new();

@@ -127,6 +127,9 @@ pub struct FsStats {
     pub segments_cleaned: u64,
     /// Logical pages the cleaner moved out of them.
     pub pages_moved: u64,
+    /// Logical pages stored plain without a compression attempt, after a page of the same
+    /// file that did not compress.
+    pub compression_skipped: u64,
 }
 
 /// What the file system has had to repair over its life: kept in every checkpoint, so they
@@ -232,7 +235,12 @@ pub struct Fs<N: Nand> {
     pub(crate) health_base: Health,
     /// Scrub passes completed by this mount, and their pages.
     pub(crate) scrubbed: (u64, u64),
+    /// Per file: logical pages still to store plain without trying to compress them.
+    pub(crate) skip_compression: HashMap<u64, u32>,
 }
+
+/// Logical pages of a file stored plain, untried, after one that did not compress.
+pub(crate) const SKIP_AFTER_INCOMPRESSIBLE: u32 = 15;
 
 impl<N: Nand> std::fmt::Debug for Fs<N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -276,6 +284,7 @@ impl<N: Nand> Fs<N> {
             recent: Vec::new(),
             health_base: Health::default(),
             scrubbed: (0, 0),
+            skip_compression: HashMap::new(),
             open_handles: HashMap::new(),
         })
     }

@@ -3,7 +3,7 @@
 
 use bitmend_media::nand::Nand;
 
-use super::{Fs, Loc, PENDING};
+use super::{Fs, Loc, PENDING, SKIP_AFTER_INCOMPRESSIBLE};
 use crate::node::{self, Frag, NodeKind, FLAG_LAST, FRAG_HEADER};
 use crate::store::PageAddr;
 use crate::FsError;
@@ -99,7 +99,29 @@ impl<N: Nand> Fs<N> {
     /// Writes one logical page of file data as a data node, in fragments across as many flash
     /// pages as it needs; the index entry is in place (with pending fragments) on return.
     fn write_data_node(&mut self, ino: u64, index: u64, page: &[u8]) -> Result<(), FsError> {
-        let (payload, codec, _crc) = node::encode_data(page, self.opts.compression.flag());
+        // After a page of a file that did not compress, the next pages of that file are stored
+        // plain without trying (then one is tried again): incompressible data (media, archives,
+        // encrypted files) does not pay for a compression attempt per page.
+        let wanted = self.opts.compression.flag();
+        let attempt = match self.skip_compression.get_mut(&ino) {
+            Some(left) if *left > 0 => {
+                *left -= 1;
+                self.stats.compression_skipped += 1;
+                0
+            }
+            _ => wanted,
+        };
+        let (payload, codec, _crc) = node::encode_data(page, attempt);
+        if attempt != 0 {
+            if codec == 0 {
+                if self.skip_compression.len() >= 4096 {
+                    self.skip_compression.clear();
+                }
+                self.skip_compression.insert(ino, SKIP_AFTER_INCOMPRESSIBLE);
+            } else {
+                self.skip_compression.remove(&ino);
+            }
+        }
         self.stats.data_bytes += page.len() as u64;
         self.stats.data_stored += payload.len() as u64;
         self.version += 1;
