@@ -128,7 +128,7 @@ pub struct FsStats {
     /// Logical pages the cleaner moved out of them.
     pub pages_moved: u64,
     /// Logical pages stored plain without a compression attempt, after a page of the same
-    /// file that did not compress.
+    /// file that compressed by less than an eighth.
     pub compression_skipped: u64,
 }
 
@@ -239,7 +239,7 @@ pub struct Fs<N: Nand> {
     pub(crate) skip_compression: HashMap<u64, u32>,
 }
 
-/// Logical pages of a file stored plain, untried, after one that did not compress.
+/// Logical pages of a file stored plain, untried, after one that compressed poorly.
 pub(crate) const SKIP_AFTER_INCOMPRESSIBLE: u32 = 15;
 
 impl<N: Nand> std::fmt::Debug for Fs<N> {

@@ -99,9 +99,10 @@ impl<N: Nand> Fs<N> {
     /// Writes one logical page of file data as a data node, in fragments across as many flash
     /// pages as it needs; the index entry is in place (with pending fragments) on return.
     fn write_data_node(&mut self, ino: u64, index: u64, page: &[u8]) -> Result<(), FsError> {
-        // After a page of a file that did not compress, the next pages of that file are stored
-        // plain without trying (then one is tried again): incompressible data (media, archives,
-        // encrypted files) does not pay for a compression attempt per page.
+        // After a page of a file that compressed poorly (by less than an eighth), the next
+        // pages of that file are stored plain without trying (then one is tried again): data
+        // that does not compress (media, archives, encrypted files) does not pay for an
+        // attempt per page, which costs more CPU than the whole rest of the write path.
         let wanted = self.opts.compression.flag();
         let attempt = match self.skip_compression.get_mut(&ino) {
             Some(left) if *left > 0 => {
@@ -113,7 +114,8 @@ impl<N: Nand> Fs<N> {
         };
         let (payload, codec, _crc) = node::encode_data(page, attempt);
         if attempt != 0 {
-            if codec == 0 {
+            // The payload carries a 4-byte CRC before the page.
+            if codec == 0 || payload.len() - 4 > page.len() - page.len() / 8 {
                 if self.skip_compression.len() >= 4096 {
                     self.skip_compression.clear();
                 }
