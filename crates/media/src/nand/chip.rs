@@ -59,15 +59,35 @@ impl<C: Cells> Chip<C> {
         g.check_page(page)?;
         let off = self.page_offset(page);
         let mut bytes = 0;
-        if let Some(d) = data {
-            check_len("page data", d.len(), g.page_size)?;
-            self.cells.read_at(off, d)?;
-            bytes += d.len();
-        }
-        if let Some(s) = spare {
-            check_len("spare area", s.len(), g.spare_size)?;
-            self.cells.read_at(off + g.page_size as u64, s)?;
-            bytes += s.len();
+        match (data, spare) {
+            (Some(d), Some(s)) => {
+                check_len("page data", d.len(), g.page_size)?;
+                check_len("spare area", s.len(), g.spare_size)?;
+                // Data and spare are adjacent in the cells: one read (one system call for an
+                // image file) instead of two.
+                let mut both = std::mem::take(&mut self.scratch);
+                let r = self.cells.read_at(off, &mut both);
+                if r.is_ok() {
+                    let (bd, bs) = both.split_at(g.page_size as usize);
+                    d.copy_from_slice(bd);
+                    s.copy_from_slice(bs);
+                }
+                self.scratch = both;
+                r?;
+                bytes = d.len() + s.len();
+            }
+            (data, spare) => {
+                if let Some(d) = data {
+                    check_len("page data", d.len(), g.page_size)?;
+                    self.cells.read_at(off, d)?;
+                    bytes += d.len();
+                }
+                if let Some(s) = spare {
+                    check_len("spare area", s.len(), g.spare_size)?;
+                    self.cells.read_at(off + g.page_size as u64, s)?;
+                    bytes += s.len();
+                }
+            }
         }
         self.counters.reads += 1;
         self.counters.bytes_read += bytes as u64;
