@@ -37,6 +37,12 @@ fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> NandError {
     move |source| NandError::Io { context, source }
 }
 
+/// As [`io`], but the context is only built on an error: for the per-page paths, where
+/// formatting it on every call cost more than the copy.
+fn io_at<'a>(path: &'a str, what: &'static str) -> impl FnOnce(std::io::Error) -> NandError + 'a {
+    move |source| NandError::Io { context: format!("{path}: {what}"), source }
+}
+
 /// Where page 0 starts: after the header and the block table, 4 KiB aligned.
 pub(crate) fn data_offset(g: &Geometry) -> u64 {
     let table = g.blocks as u64 * BLOCK_ENTRY_SIZE;
@@ -117,10 +123,10 @@ pub(crate) struct FileCells {
 
 impl Cells for FileCells {
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), NandError> {
-        self.file.read_exact_at(buf, self.base + offset).map_err(io(format!("{}: read", self.path)))
+        self.file.read_exact_at(buf, self.base + offset).map_err(io_at(&self.path, "read"))
     }
     fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<(), NandError> {
-        self.file.write_all_at(data, self.base + offset).map_err(io(format!("{}: write", self.path)))
+        self.file.write_all_at(data, self.base + offset).map_err(io_at(&self.path, "write"))
     }
     fn fill_ones(&mut self, offset: u64, len: u64) -> Result<(), NandError> {
         let ones = vec![0xFFu8; len.min(1 << 20) as usize];
@@ -135,10 +141,10 @@ impl Cells for FileCells {
     fn store_state(&mut self, block: u32, state: &BlockState) -> Result<(), NandError> {
         self.file
             .write_all_at(&encode_entry(state), HEADER_SIZE + block as u64 * BLOCK_ENTRY_SIZE)
-            .map_err(io(format!("{}: write block table", self.path)))
+            .map_err(io_at(&self.path, "write block table"))
     }
     fn sync(&mut self) -> Result<(), NandError> {
-        self.file.sync_data().map_err(io(format!("{}: sync", self.path)))
+        self.file.sync_data().map_err(io_at(&self.path, "sync"))
     }
 }
 
