@@ -31,7 +31,7 @@ pub fn scrub(a: &ScrubArgs) -> Result<u8, String> {
     if a.json {
         println!(
             "{{\"target\": {}, \"segments\": {}, \"pages_checked\": {}, \"repaired_by_group\": {}, \"repaired_by_segment\": {}, \
-             \"unreadable_pages\": {}, \"parity_damaged\": {}, \"logical_pages_relocated\": {}, {health}}}",
+             \"unreadable_pages\": {}, \"parity_damaged\": {}, \"logical_pages_relocated\": {}, \"segments_healed\": {}, {health}}}",
             json_str(&a.target.display().to_string()),
             r.segments_done,
             r.pages_checked,
@@ -40,11 +40,12 @@ pub fn scrub(a: &ScrubArgs) -> Result<u8, String> {
             r.unreadable_pages,
             r.parity_damaged,
             r.logical_pages_relocated,
+            r.segments_healed,
         );
     } else {
         println!(
             "{}: {} segments, {} pages checked; repaired {} from group parity, {} from segment parity; \
-             {} beyond repair; {} damaged parity pages; {} logical pages rewritten",
+             {} beyond repair; {} damaged parity pages; {} logical pages rewritten; {} segments rewritten under fresh parity",
             a.target.display(),
             r.segments_done,
             r.pages_checked,
@@ -52,7 +53,8 @@ pub fn scrub(a: &ScrubArgs) -> Result<u8, String> {
             r.repaired_by_segment,
             r.unreadable_pages,
             r.parity_damaged,
-            r.logical_pages_relocated
+            r.logical_pages_relocated,
+            r.segments_healed
         );
     }
     Ok(if r.unreadable_pages == 0 { 0 } else { EXIT_PROBLEMS })
@@ -124,6 +126,7 @@ fn mounted(a: &ScrubArgs, tty: bool) -> Result<(ScrubReport, String), String> {
             unreadable_pages: number(&status, "unreadable_pages")?,
             parity_damaged: number(&status, "parity_damaged")?,
             logical_pages_relocated: number(&status, "logical_pages_relocated")?,
+            segments_healed: number(&status, "segments_healed")?,
             done: field(&status, "done") == Some("true"),
         };
         if number(&status, "pass")? >= want {

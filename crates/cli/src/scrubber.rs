@@ -69,7 +69,7 @@ impl Mounted {
         format!(
             "{{\"state\": \"{state}\", \"pass\": {}, \"segments_total\": {}, \"segments_done\": {}, \
              \"pages_checked\": {}, \"repaired_by_group\": {}, \"repaired_by_segment\": {}, \
-             \"unreadable_pages\": {}, \"parity_damaged\": {}, \"logical_pages_relocated\": {}, \"done\": {}, {}}}\n",
+             \"unreadable_pages\": {}, \"parity_damaged\": {}, \"logical_pages_relocated\": {}, \"segments_healed\": {}, \"done\": {}, {}}}\n",
             self.passes_started,
             r.segments_total,
             r.segments_done,
@@ -79,6 +79,7 @@ impl Mounted {
             r.unreadable_pages,
             r.parity_damaged,
             r.logical_pages_relocated,
+            r.segments_healed,
             r.done,
             health_json(&h)
         )
@@ -113,7 +114,7 @@ impl Mounted {
             self.next_due = schedule.every.map(|d| Instant::now() + d);
             let r = self.report;
             eprintln!(
-                "bitmend: scrub pass {}: {} segments, {} pages checked; repaired {} from group parity, {} from segment parity; {} beyond repair; {} damaged parity pages; {} logical pages relocated",
+                "bitmend: scrub pass {}: {} segments, {} pages checked; repaired {} from group parity, {} from segment parity; {} beyond repair; {} damaged parity pages; {} logical pages relocated; {} segments rewritten under fresh parity",
                 self.passes_started,
                 r.segments_done,
                 r.pages_checked,
@@ -121,7 +122,8 @@ impl Mounted {
                 r.repaired_by_segment,
                 r.unreadable_pages,
                 r.parity_damaged,
-                r.logical_pages_relocated
+                r.logical_pages_relocated,
+                r.segments_healed
             );
         }
         !finished

@@ -91,6 +91,8 @@ fn a_pass_on_a_mounted_file_system_repairs_injected_bit_flips() {
     let repaired = number(&report, "repaired_by_group") + number(&report, "repaired_by_segment");
     assert_eq!(repaired + number(&report, "parity_damaged"), 3, "{report}");
     assert_eq!(number(&report, "unreadable_pages"), 0, "{report}");
+    // The damaged segments were rewritten under fresh parity and erased.
+    assert!(number(&report, "segments_healed") >= 1, "{report}");
     assert!(number(&report, "pages_checked") > 200, "{report}");
     for (k, data) in files.iter().enumerate() {
         assert_eq!(&std::fs::read(mnt.join(format!("f{k}"))).unwrap(), data, "f{k} after the scrub");

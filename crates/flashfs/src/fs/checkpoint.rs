@@ -161,6 +161,7 @@ impl<N: Nand> Fs<N> {
 
     /// Writes everything out, then the state as a checkpoint node, and makes it durable.
     pub fn checkpoint(&mut self) -> Result<(), FsError> {
+        self.pinned.clear();
         self.flush_data()?;
         if self.fill > 0 {
             self.seal_page()?;

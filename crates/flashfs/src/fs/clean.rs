@@ -51,7 +51,9 @@ impl<N: Nand> Fs<N> {
         self.store
             .used_segments()
             .into_iter()
-            .filter(|&(logical, phys)| logical < m.segment && Some(phys) != live)
+            .filter(|&(logical, phys)| {
+                logical < m.segment && Some(phys) != live && !self.pinned.contains(&phys)
+            })
             .collect()
     }
 
@@ -99,6 +101,38 @@ impl<N: Nand> Fs<N> {
         Ok(())
     }
 
+    /// Moves the live data out of the segments in `damaged` (physical numbers; segments whose
+    /// parity the scrubber found damaged) and erases them, so that the data is protected by
+    /// fresh parity again. A segment too new for the cleaner is made eligible as the cleaner
+    /// does when it runs out of candidates: a checkpoint, then a new segment naming it.
+    /// Returns how many segments were healed.
+    pub(crate) fn heal_segments(&mut self, damaged: &[u32]) -> Result<u64, FsError> {
+        if damaged.is_empty() || self.cleaning {
+            return Ok(0);
+        }
+        self.cleaning = true;
+        let r = (|| {
+            let eligible = |fs: &Self, phys: u32| fs.candidates().iter().any(|c| c.1 == phys);
+            if damaged
+                .iter()
+                .any(|&p| self.store.used_segments().iter().any(|u| u.1 == p) && !eligible(self, p))
+            {
+                self.checkpoint()?;
+                self.store.finish_segment()?;
+                self.seal_forced_segment_info()?;
+            }
+            let mut healed = 0;
+            for &phys in damaged {
+                if eligible(self, phys) && self.empty_segment(phys)? {
+                    healed += 1;
+                }
+            }
+            Ok(healed)
+        })();
+        self.cleaning = false;
+        r
+    }
+
     /// A page naming the newest checkpoint at the start of the segment just opened.
     fn seal_forced_segment_info(&mut self) -> Result<(), FsError> {
         if self.store.next_page_opens_segment() {
@@ -115,23 +149,27 @@ impl<N: Nand> Fs<N> {
     }
 
     /// Moves the live data out of `phys`, makes the move durable, releases the segment.
-    fn empty_segment(&mut self, phys: u32) -> Result<(), FsError> {
+    fn empty_segment(&mut self, phys: u32) -> Result<bool, FsError> {
         let keys: Vec<(u64, u64)> = self
             .data
             .iter()
             .filter(|(_, loc)| loc.frags.iter().any(|f| self.store.segment_of(PageAddr(f.0)) == Some(phys)))
             .map(|(k, _)| *k)
             .collect();
+        let mut unreadable = false;
         for (ino, index) in keys {
             if self.dirty.contains_key(&(ino, index)) {
                 continue;
             }
-            // An unreadable page stays unreadable (the read reports it); the rest move.
-            if let Ok(page) = self.page(ino, index) {
-                self.dirty.insert((ino, index), page);
-                self.stats.pages_moved += 1;
-            } else {
-                self.data.remove(&(ino, index));
+            match self.page(ino, index) {
+                Ok(page) => {
+                    self.dirty.insert((ino, index), page);
+                    self.stats.pages_moved += 1;
+                }
+                // A page beyond repair keeps its place: erasing the segment would turn a
+                // read that fails (EIO) into one that returns something else.
+                Err(FsError::Unrecoverable { .. }) => unreadable = true,
+                Err(e) => return Err(e),
             }
         }
         self.flush_data()?;
@@ -139,10 +177,15 @@ impl<N: Nand> Fs<N> {
             self.seal_page()?;
         }
         self.store.sync()?;
+        if unreadable {
+            // Kept until the next checkpoint, when it is tried again (the file may be gone).
+            self.pinned.insert(phys);
+            return Ok(false);
+        }
         self.store.release_segment(phys)?;
         // Its pages will be written again: forget any copy of them.
         self.recent.clear();
         self.stats.segments_cleaned += 1;
-        Ok(())
+        Ok(true)
     }
 }

@@ -237,6 +237,9 @@ pub struct Fs<N: Nand> {
     pub(crate) scrubbed: (u64, u64),
     /// Per file: logical pages still to store plain without trying to compress them.
     pub(crate) skip_compression: HashMap<u64, u32>,
+    /// Segments the cleaner must not erase: they hold a live page beyond repair (cleared at
+    /// each checkpoint, when they are tried again).
+    pub(crate) pinned: std::collections::HashSet<u32>,
 }
 
 /// Logical pages of a file stored plain, untried, after one that compressed poorly.
@@ -285,6 +288,7 @@ impl<N: Nand> Fs<N> {
             health_base: Health::default(),
             scrubbed: (0, 0),
             skip_compression: HashMap::new(),
+            pinned: Default::default(),
             open_handles: HashMap::new(),
         })
     }

@@ -1,6 +1,6 @@
 //! Scrubbing: every written page of every segment checked against its signature, data pages
-//! repaired from parity and the logical pages on them rewritten elsewhere, damaged parity
-//! pages counted. A pass goes one segment per step, so that a mounted file system can
+//! repaired from parity and the logical pages on them rewritten elsewhere, and every segment
+//! with a damaged page emptied (its data rewritten under fresh parity) and erased. A pass goes one segment per step, so that a mounted file system can
 //! interleave it with requests (the FUSE daemon's scrubber thread takes the file system's
 //! lock for one step at a time) and the cleaner can run between steps.
 
@@ -27,6 +27,9 @@ pub struct ScrubReport {
     pub parity_damaged: u64,
     /// Logical pages rewritten away from repaired flash pages.
     pub logical_pages_relocated: u64,
+    /// Segments with a damaged page whose data was moved under fresh parity and which were
+    /// erased.
+    pub segments_healed: u64,
     pub done: bool,
 }
 
@@ -35,6 +38,8 @@ pub struct ScrubReport {
 pub struct ScrubPass {
     todo: Vec<u64>,
     repaired: HashSet<u32>,
+    /// Physical segments with a damaged page (data, parity or pad).
+    damaged: Vec<u32>,
     report: ScrubReport,
 }
 
@@ -51,7 +56,7 @@ impl<N: Nand> Fs<N> {
         let mut todo: Vec<u64> = self.store.used_segments().iter().map(|u| u.0).collect();
         todo.reverse(); // popped from the end: oldest first
         let report = ScrubReport { segments_total: todo.len() as u64, ..ScrubReport::default() };
-        ScrubPass { todo, repaired: HashSet::new(), report }
+        ScrubPass { todo, repaired: HashSet::new(), damaged: Vec::new(), report }
     }
 
     /// Checks the next segment of `pass`; after the last, rewrites the logical pages that sat
@@ -64,27 +69,41 @@ impl<N: Nand> Fs<N> {
             let mut buf = vec![0u8; self.buf.len()];
             let pages = self.store.scrub_segment_pages(logical)?;
             self.scrubbed.1 += pages.len() as u64;
+            let mut damaged = Vec::new();
             for (addr, health) in pages {
                 let r = &mut pass.report;
                 r.pages_checked += 1;
                 match health {
                     PageHealth::Sound => {}
-                    PageHealth::Damaged => r.parity_damaged += 1,
+                    PageHealth::Damaged => {
+                        r.parity_damaged += 1;
+                        damaged.push(addr);
+                    }
                     PageHealth::Data => match self.store.read(addr, &mut buf) {
                         Ok(Repaired::No) => {}
-                        Ok(Repaired::ByGroup) => {
-                            r.repaired_by_group += 1;
+                        Ok(how) => {
+                            if how == Repaired::ByGroup {
+                                r.repaired_by_group += 1;
+                            } else {
+                                r.repaired_by_segment += 1;
+                            }
                             pass.repaired.insert(addr.0);
-                        }
-                        Ok(Repaired::BySegment) => {
-                            r.repaired_by_segment += 1;
-                            pass.repaired.insert(addr.0);
+                            damaged.push(addr);
                         }
                         Err(FsError::Unrecoverable { .. }) => r.unreadable_pages += 1,
                         // A torn program (no data ever acknowledged there): nothing to check.
                         Err(FsError::NotWritten { .. }) => {}
                         Err(e) => return Err(e),
                     },
+                }
+            }
+            // A segment with a damaged page, even one repaired, has less redundancy left for
+            // its other pages (the damaged page counts against its group and its stripe).
+            for addr in damaged {
+                if let Some(phys) = self.store.segment_of(addr) {
+                    if !pass.damaged.contains(&phys) {
+                        pass.damaged.push(phys);
+                    }
                 }
             }
             pass.report.segments_done += 1;
@@ -95,6 +114,9 @@ impl<N: Nand> Fs<N> {
         self.relocate(&pass.repaired, &mut pass.report)?;
         self.store.stats.repaired_by_group = counted.repaired_by_group;
         self.store.stats.repaired_by_segment = counted.repaired_by_segment;
+        // A damaged page cannot be rewritten in place (a NAND page is programmed once per
+        // erase): the segment's data moves and the segment is erased.
+        pass.report.segments_healed = self.heal_segments(&pass.damaged)?;
         self.sync()?;
         self.scrubbed.0 += 1;
         pass.report.done = true;
