@@ -169,3 +169,27 @@ fn a_pass_interleaves_with_writes_and_the_cleaner() {
     }
     assert!(fs.check(true).clean());
 }
+
+/// The only segment, the live one, is healed too: two rounds of checkpoint and new segment
+/// make it eligible, then its data moves under fresh parity.
+#[test]
+fn the_live_segment_is_healed_too() {
+    let cfg = FsConfig { parity_pages: 1, parity_blocks: 1, blocks_per_segment: 16 };
+    let mut fs = Fs::format(chip(), cfg, opts()).unwrap();
+    let f = fs.create(ROOT, b"x", 0o644, 0, 0).unwrap();
+    let data = content(1, 30_000);
+    fs.write(f.ino, 0, &data).unwrap();
+    fs.sync().unwrap();
+    let seg = fs.store().used_segments()[0];
+    let p = pages_of(&mut fs, seg.0, PageHealth::Data)[3];
+    fs.store_mut().nand_mut().flip_bits(p.0, 20).unwrap();
+    let r = fs.scrub().unwrap();
+    assert_eq!((r.repaired_by_group, r.segments_healed), (1, 1), "{r:?}");
+    assert!(!fs.store().used_segments().contains(&seg), "{:?}", fs.store().used_segments());
+    let again = fs.scrub().unwrap();
+    assert_eq!(again.repaired_by_group + again.repaired_by_segment + again.parity_damaged, 0, "{again:?}");
+    assert_eq!(fs.read(f.ino, 0, 40_000).unwrap(), data);
+    let (mut fs, _) = Fs::open(fs.unmount().unwrap(), opts()).unwrap();
+    assert_eq!(fs.read(f.ino, 0, 40_000).unwrap(), data);
+    assert!(fs.check(true).clean());
+}

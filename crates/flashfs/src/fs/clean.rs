@@ -113,10 +113,16 @@ impl<N: Nand> Fs<N> {
         self.cleaning = true;
         let r = (|| {
             let eligible = |fs: &Self, phys: u32| fs.candidates().iter().any(|c| c.1 == phys);
-            if damaged
-                .iter()
-                .any(|&p| self.store.used_segments().iter().any(|u| u.1 == p) && !eligible(self, p))
-            {
+            // Twice at most: the segment the first checkpoint lands in (the live one) is the
+            // one mount would start from, so it becomes eligible only after a second.
+            for _ in 0..2 {
+                let waiting = damaged
+                    .iter()
+                    .any(|&p| self.store.used_segments().iter().any(|u| u.1 == p) && !eligible(self, p));
+                // Finishing segments early spends free ones: not when the cleaner needs them.
+                if !waiting || self.store.free_segments() < RESERVE + 2 {
+                    break;
+                }
                 self.checkpoint()?;
                 self.store.finish_segment()?;
                 self.seal_forced_segment_info()?;
