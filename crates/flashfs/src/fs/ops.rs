@@ -407,8 +407,7 @@ impl<N: Nand> Fs<N> {
         }
         let Some(loc) = self.data.get(&(ino, index)).cloned() else { return Ok(vec![0; LOGICAL_PAGE]) };
         let ps = self.buf.len();
-        let mut payload = Vec::new();
-        let mut flash = vec![0u8; ps];
+        let mut payload = Vec::with_capacity(LOGICAL_PAGE + 64);
         let mut repaired = false;
         for &(page, off, len) in &loc.frags {
             let (off, len) = (off as usize, len as usize);
@@ -422,6 +421,8 @@ impl<N: Nand> Fs<N> {
                 payload.extend_from_slice(&bytes[off..off + len]);
                 continue;
             }
+            // The oldest cached page's buffer is reused for this one (no allocation per read).
+            let mut flash = if self.recent.len() == 2 { self.recent.remove(0).1 } else { vec![0u8; ps] };
             let how = match self.store.read(PageAddr(page), &mut flash) {
                 Ok(how) => how != Repaired::No,
                 Err(e) => {
@@ -430,11 +431,8 @@ impl<N: Nand> Fs<N> {
                 }
             };
             payload.extend_from_slice(&flash[off..off + len]);
-            if self.recent.len() == 2 {
-                self.recent.remove(0);
-            }
             repaired |= how;
-            self.recent.push((page, flash.clone(), how));
+            self.recent.push((page, flash, how));
         }
         let Some(page) = node::decode_data(&payload, loc.codec, LOGICAL_PAGE) else {
             self.stats.unreadable += 1;
