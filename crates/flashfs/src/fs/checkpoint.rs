@@ -16,7 +16,8 @@ use crate::store::PageAddr;
 use crate::FsError;
 
 const MAGIC: u32 = 0x434B_5054; // "CKPT"
-/// The optional section after the data section (FORMAT.md 8.4): lifetime health counters.
+/// The optional section after the data section (FORMAT.md section 8, checkpoint payload):
+/// lifetime health counters.
 const HEALTH_MAGIC: u32 = 0x484C_5448; // "HLTH"
 
 /// Where a checkpoint starts: its first flash page and that page's logical segment.

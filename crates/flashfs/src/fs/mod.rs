@@ -49,7 +49,7 @@ pub enum Compression {
 }
 
 impl Compression {
-    /// The superblock's byte for it (FORMAT.md 7.1).
+    /// The superblock's byte for it (FORMAT.md section 7, superblock).
     pub(crate) fn recorded(self) -> u8 {
         match self {
             Compression::None => 1,
@@ -153,7 +153,8 @@ pub struct Health {
 }
 
 impl Health {
-    /// How many counters the checkpoint's health section holds (FORMAT.md 8.4), in this order.
+    /// How many counters the checkpoint's health section holds (FORMAT.md section 8,
+    /// checkpoint payload), in this order.
     pub const COUNTERS: usize = 8;
 
     pub(crate) fn to_array(self) -> [u64; Health::COUNTERS] {
