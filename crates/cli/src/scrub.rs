@@ -10,7 +10,7 @@ use bitmend_flashfs::{Fs, FsOptions, ScrubReport};
 use clap::Args;
 
 use crate::fscmd::{err, EXIT_PROBLEMS};
-use crate::scrubber::{health_json, CONTROL_NAME};
+use crate::scrubber::{health_json, report_json, report_text, CONTROL_NAME};
 
 #[derive(Args, Debug)]
 pub struct ScrubArgs {
@@ -29,33 +29,10 @@ pub fn scrub(a: &ScrubArgs) -> Result<u8, String> {
     let tty = std::io::stderr().is_terminal() && !a.json;
     let (r, health) = if a.target.is_dir() { mounted(a, tty)? } else { image(a, tty)? };
     if a.json {
-        println!(
-            "{{\"target\": {}, \"segments\": {}, \"pages_checked\": {}, \"repaired_by_group\": {}, \"repaired_by_segment\": {}, \
-             \"unreadable_pages\": {}, \"parity_damaged\": {}, \"logical_pages_relocated\": {}, \"segments_healed\": {}, {health}}}",
-            json_str(&a.target.display().to_string()),
-            r.segments_done,
-            r.pages_checked,
-            r.repaired_by_group,
-            r.repaired_by_segment,
-            r.unreadable_pages,
-            r.parity_damaged,
-            r.logical_pages_relocated,
-            r.segments_healed,
-        );
+        let target = json_str(&a.target.display().to_string());
+        println!("{{\"target\": {target}, {}, {health}}}", report_json(&r));
     } else {
-        println!(
-            "{}: {} segments, {} pages checked; repaired {} from group parity, {} from segment parity; \
-             {} beyond repair; {} damaged parity pages; {} logical pages rewritten; {} segments rewritten under fresh parity",
-            a.target.display(),
-            r.segments_done,
-            r.pages_checked,
-            r.repaired_by_group,
-            r.repaired_by_segment,
-            r.unreadable_pages,
-            r.parity_damaged,
-            r.logical_pages_relocated,
-            r.segments_healed
-        );
+        println!("{}: {}", a.target.display(), report_text(&r));
     }
     Ok(if r.unreadable_pages == 0 { 0 } else { EXIT_PROBLEMS })
 }

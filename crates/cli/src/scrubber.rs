@@ -63,24 +63,12 @@ impl Mounted {
 
     /// One line of JSON: the newest pass's progress and the lifetime counters.
     pub fn status(&self) -> String {
-        let r = self.report;
         let h = self.fs.as_ref().map(|fs| fs.health()).unwrap_or_default();
         let state = if self.pass.is_some() || self.requested { "running" } else { "idle" };
         format!(
-            "{{\"state\": \"{state}\", \"pass\": {}, \"segments_total\": {}, \"segments_done\": {}, \
-             \"pages_checked\": {}, \"repaired_by_group\": {}, \"repaired_by_segment\": {}, \
-             \"unreadable_pages\": {}, \"parity_damaged\": {}, \"logical_pages_relocated\": {}, \"segments_healed\": {}, \"done\": {}, {}}}\n",
+            "{{\"state\": \"{state}\", \"pass\": {}, {}, {}}}\n",
             self.passes_started,
-            r.segments_total,
-            r.segments_done,
-            r.pages_checked,
-            r.repaired_by_group,
-            r.repaired_by_segment,
-            r.unreadable_pages,
-            r.parity_damaged,
-            r.logical_pages_relocated,
-            r.segments_healed,
-            r.done,
+            report_json(&self.report),
             health_json(&h)
         )
     }
@@ -112,24 +100,49 @@ impl Mounted {
         if finished {
             self.pass = None;
             self.next_due = schedule.every.map(|d| Instant::now() + d);
-            let r = self.report;
-            eprintln!(
-                "bitmend: scrub pass {}: {} segments, {} pages checked; repaired {} from group parity, {} from segment parity; {} beyond repair; {} damaged parity pages; {} logical pages relocated; {} segments rewritten under fresh parity",
-                self.passes_started,
-                r.segments_done,
-                r.pages_checked,
-                r.repaired_by_group,
-                r.repaired_by_segment,
-                r.unreadable_pages,
-                r.parity_damaged,
-                r.logical_pages_relocated,
-                r.segments_healed
-            );
+            eprintln!("bitmend: scrub pass {}: {}", self.passes_started, report_text(&self.report));
         }
         !finished
     }
 }
 
+/// A pass's report as JSON fields (no braces), for the control file and `bitmend scrub`.
+pub fn report_json(r: &ScrubReport) -> String {
+    format!(
+        "\"segments_total\": {}, \"segments_done\": {}, \"pages_checked\": {}, \"repaired_by_group\": {}, \
+         \"repaired_by_segment\": {}, \"unreadable_pages\": {}, \"parity_damaged\": {}, \
+         \"logical_pages_relocated\": {}, \"segments_healed\": {}, \"done\": {}",
+        r.segments_total,
+        r.segments_done,
+        r.pages_checked,
+        r.repaired_by_group,
+        r.repaired_by_segment,
+        r.unreadable_pages,
+        r.parity_damaged,
+        r.logical_pages_relocated,
+        r.segments_healed,
+        r.done
+    )
+}
+
+/// A pass's report in one line of text, for the daemon's log and `bitmend scrub`.
+pub fn report_text(r: &ScrubReport) -> String {
+    format!(
+        "{} segments, {} pages checked; repaired {} from group parity, {} from segment parity; \
+         {} beyond repair; {} damaged parity pages; {} logical pages rewritten; \
+         {} segments rewritten under fresh parity",
+        r.segments_done,
+        r.pages_checked,
+        r.repaired_by_group,
+        r.repaired_by_segment,
+        r.unreadable_pages,
+        r.parity_damaged,
+        r.logical_pages_relocated,
+        r.segments_healed
+    )
+}
+
+/// The lifetime counters as JSON fields (no braces).
 pub fn health_json(h: &Health) -> String {
     format!(
         "\"lifetime_repaired_by_group\": {}, \"lifetime_repaired_by_segment\": {}, \"lifetime_relocated\": {}, \
