@@ -235,35 +235,46 @@ impl<N: Nand> PageStore<N> {
 }
 
 impl<N: Nand> PageStore<N> {
+    /// The written pages of the first `blocks` blocks of physical segment `phys` (bad blocks
+    /// skipped, each block up to its first erased spare), with their spares where they decode.
+    fn written_pages(&mut self, phys: u32, blocks: u32) -> Result<Vec<(u32, Option<Spare>)>, FsError> {
+        let g = self.layout.g;
+        let mut spare = vec![0u8; g.spare_size as usize];
+        let mut out = Vec::new();
+        for b in 0..blocks {
+            let block = self.layout.block(phys, b);
+            if self.nand.is_bad(block)? {
+                continue;
+            }
+            for i in 0..g.pages_per_block {
+                let page = g.first_page(block) + i;
+                self.nand.read_spare(page, &mut spare)?;
+                if erased(&spare) {
+                    break;
+                }
+                out.push((page, Spare::decode(&spare)));
+            }
+        }
+        Ok(out)
+    }
+
     /// Every data page written in segments from logical segment `from` on, in write order
     /// (the file system replays its nodes from them).
     pub fn log_pages(&mut self, from: u64) -> Result<Vec<crate::PageAddr>, FsError> {
         let layout = self.layout;
-        let mut spare = vec![0u8; layout.g.spare_size as usize];
         let mut out = Vec::new();
         for &(logical, phys) in &self.w.used.clone() {
             if logical < from {
                 continue;
             }
-            for b in 0..layout.data_blocks() {
-                let block = layout.block(phys, b);
-                if self.nand.is_bad(block)? {
-                    continue;
-                }
-                for i in 0..layout.g.pages_per_block {
-                    let page = layout.g.first_page(block) + i;
-                    self.nand.read_spare(page, &mut spare)?;
-                    if erased(&spare) {
-                        break;
-                    }
-                    // A data page with a damaged spare is found by what its neighbours say:
-                    // any page not otherwise accounted for is offered to the reader, which
-                    // repairs it or reports it.
-                    match Spare::decode(&spare) {
-                        Some(s) if s.kind == Kind::Data => out.push((s.seq, crate::PageAddr(page))),
-                        Some(_) => {}
-                        None => out.push((u64::MAX, crate::PageAddr(page))),
-                    }
+            // A data page with a damaged spare is found by what its neighbours say: any page
+            // not otherwise accounted for is offered to the reader, which repairs it or
+            // reports it.
+            for (page, spare) in self.written_pages(phys, layout.data_blocks())? {
+                match spare {
+                    Some(s) if s.kind == Kind::Data => out.push((s.seq, crate::PageAddr(page))),
+                    Some(_) => {}
+                    None => out.push((u64::MAX, crate::PageAddr(page))),
                 }
             }
         }
@@ -302,35 +313,23 @@ impl<N: Nand> PageStore<N> {
     ) -> Result<Vec<(crate::PageAddr, PageHealth)>, FsError> {
         let Some(&(_, phys)) = self.w.used.iter().find(|u| u.0 == logical) else { return Ok(Vec::new()) };
         let layout = self.layout;
-        let mut spare = vec![0u8; layout.g.spare_size as usize];
         let mut data = vec![0u8; layout.g.page_size as usize];
         let mut out = Vec::new();
-        for b in 0..layout.cfg.blocks_per_segment {
-            let block = layout.block(phys, b);
-            if self.nand.is_bad(block)? {
-                continue;
-            }
-            for i in 0..layout.g.pages_per_block {
-                let page = layout.g.first_page(block) + i;
-                self.nand.read_spare(page, &mut spare)?;
-                if erased(&spare) {
-                    break;
-                }
-                let health = match Spare::decode(&spare) {
-                    // A damaged spare: the reader decides whether the page held data.
-                    None => PageHealth::Data,
-                    Some(s) if s.kind == Kind::Data => PageHealth::Data,
-                    Some(s) => {
-                        self.nand.read_data(page, &mut data)?;
-                        if self.signer.sign(&data) == s.sig {
-                            PageHealth::Sound
-                        } else {
-                            PageHealth::Damaged
-                        }
+        for (page, spare) in self.written_pages(phys, layout.cfg.blocks_per_segment)? {
+            let health = match spare {
+                // A damaged spare: the reader decides whether the page held data.
+                None => PageHealth::Data,
+                Some(s) if s.kind == Kind::Data => PageHealth::Data,
+                Some(s) => {
+                    self.nand.read_data(page, &mut data)?;
+                    if self.signer.sign(&data) == s.sig {
+                        PageHealth::Sound
+                    } else {
+                        PageHealth::Damaged
                     }
-                };
-                out.push((crate::PageAddr(page), health));
-            }
+                }
+            };
+            out.push((crate::PageAddr(page), health));
         }
         Ok(out)
     }
