@@ -8,7 +8,10 @@ use bitmend_media::nand::Geometry;
 use crate::FsError;
 
 /// The on-media version of the flash layout this build reads and writes.
-pub const FS_VERSION: u32 = 1;
+pub const FS_VERSION: u32 = 2;
+/// The oldest version this build still reads: 1 lacks the recorded compression and the
+/// checkpoint's health section, which read as "not recorded" and zeros.
+pub const FS_VERSION_OLDEST: u32 = 1;
 
 const MAGIC: [u8; 8] = *b"BMFLASH\0";
 /// Erase blocks 0 and 1 hold the superblock (page 0 of each).
@@ -226,7 +229,7 @@ impl Superblock {
         if get(60) != crc32c(&page[..60]) {
             return Err(not("superblock checksum mismatch"));
         }
-        if get(8) != FS_VERSION {
+        if !(FS_VERSION_OLDEST..=FS_VERSION).contains(&get(8)) {
             return Err(FsError::Version { found: get(8), supported: FS_VERSION });
         }
         Ok(Superblock {
@@ -264,6 +267,23 @@ mod tests {
         b[10] ^= 1;
         assert_eq!(Spare::decode(&b), None);
         assert_eq!(Spare::decode(&[0xFF; 64]), None, "an erased spare is no spare");
+    }
+
+    #[test]
+    fn superblock_versions_1_and_2_are_read_and_later_ones_refused() {
+        let sb = Superblock { g: Geometry::RCFFS, cfg: FsConfig::default(), fs_id: 7, compression: 2 };
+        let mut page = vec![0u8; 2048];
+        for (version, ok) in [(1, true), (2, true), (3, false), (0, false)] {
+            sb.encode(&mut page);
+            page[8..12].copy_from_slice(&(version as u32).to_le_bytes());
+            let crc = crc32c(&page[..60]);
+            page[60..64].copy_from_slice(&crc.to_le_bytes());
+            match Superblock::decode(&page) {
+                Ok(d) => assert!(ok && d == sb, "version {version}"),
+                Err(FsError::Version { found, .. }) => assert!(!ok && found == version, "version {version}"),
+                Err(e) => panic!("version {version}: {e}"),
+            }
+        }
     }
 
     #[test]

@@ -5,8 +5,14 @@
 use bitmend_flashfs::{Compression, FileType, Fs, FsConfig, FsOptions, ROOT};
 use bitmend_media::nand::{FileNand, Geometry};
 
+/// `fs-v1.img` was written by version 1 (no compression byte); `fs-v2.img` by the current
+/// version (writer below).
+fn golden_v(version: u32) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/golden/fs-v{version}.img"))
+}
+
 fn golden() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/fs-v1.img")
+    golden_v(bitmend_flashfs::FS_VERSION)
 }
 
 fn text(i: u64, len: usize) -> Vec<u8> {
@@ -24,8 +30,14 @@ fn opts(c: Compression) -> FsOptions {
 
 #[test]
 fn golden_file_system_reads_back() {
-    let copy = std::env::temp_dir().join(format!("bitmend-fs-golden-{}", std::process::id()));
-    std::fs::copy(golden(), &copy).unwrap();
+    for version in [1, 2] {
+        read_back(version);
+    }
+}
+
+fn read_back(version: u32) {
+    let copy = std::env::temp_dir().join(format!("bitmend-fs-golden-{}-v{version}", std::process::id()));
+    std::fs::copy(golden_v(version), &copy).unwrap();
     let (mut fs, report) = Fs::open(FileNand::open(&copy).unwrap(), opts(Compression::Lz4)).unwrap();
     assert_eq!(report.pages_repaired, 0);
     let get = |fs: &mut Fs<FileNand>, dir: u64, name: &[u8]| fs.lookup(dir, name).unwrap();
@@ -48,6 +60,8 @@ fn golden_file_system_reads_back() {
     let h = fs.health();
     assert_eq!((h.scrub_passes, h.pages_scrubbed > 0), (1, true), "{h:?}");
     assert!(fs.check(true).clean());
+    let recorded = if version == 1 { None } else { Some(Compression::Lz4) };
+    assert_eq!(fs.recorded_compression(), recorded, "version {version}");
     let _ = std::fs::remove_file(copy);
 }
 
@@ -95,9 +109,9 @@ fn the_compression_chosen_at_mkfs_is_recorded() {
         let (fs, _) = Fs::open(fs.unmount().unwrap(), opts(Compression::None)).unwrap();
         assert_eq!(fs.recorded_compression(), Some(c));
     }
-    // The golden image predates the record: none.
+    // The version 1 golden image predates the record: none.
     let copy = std::env::temp_dir().join(format!("bitmend-fs-golden-codec-{}", std::process::id()));
-    std::fs::copy(golden(), &copy).unwrap();
+    std::fs::copy(golden_v(1), &copy).unwrap();
     let (fs, _) = Fs::open(FileNand::open(&copy).unwrap(), opts(Compression::Lz4)).unwrap();
     assert_eq!(fs.recorded_compression(), None);
     drop(fs);
