@@ -273,9 +273,9 @@ mod tests {
     fn superblock_versions_1_and_2_are_read_and_later_ones_refused() {
         let sb = Superblock { g: Geometry::RCFFS, cfg: FsConfig::default(), fs_id: 7, compression: 2 };
         let mut page = vec![0u8; 2048];
-        for (version, ok) in [(1, true), (2, true), (3, false), (0, false)] {
+        for (version, ok) in [(1u32, true), (2, true), (3, false), (0, false)] {
             sb.encode(&mut page);
-            page[8..12].copy_from_slice(&(version as u32).to_le_bytes());
+            page[8..12].copy_from_slice(&version.to_le_bytes());
             let crc = crc32c(&page[..60]);
             page[60..64].copy_from_slice(&crc.to_le_bytes());
             match Superblock::decode(&page) {
