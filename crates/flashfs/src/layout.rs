@@ -8,14 +8,17 @@ use bitmend_media::nand::Geometry;
 use crate::FsError;
 
 /// The on-media version of the flash layout this build reads and writes.
-pub const FS_VERSION: u32 = 2;
+pub const FS_VERSION: u32 = 3;
 /// The oldest version this build still reads: 1 lacks the recorded compression and the
-/// checkpoint's health section, which read as "not recorded" and zeros.
+/// checkpoint's health section, which read as "not recorded" and zeros; 1 and 2 lack the
+/// anchor log and the successor queue in the spares, and are mounted by scanning.
 pub const FS_VERSION_OLDEST: u32 = 1;
 
 const MAGIC: [u8; 8] = *b"BMFLASH\0";
-/// Erase blocks 0 and 1 hold the superblock (page 0 of each).
+/// Erase blocks 0 and 1 hold the superblock (page 0 of each) and the anchor log (pages 1 on).
 pub(crate) const RESERVED_BLOCKS: u32 = 2;
+/// Successor slots a spare can carry at most (fewer when the spare is small).
+pub const QUEUE_SLOTS: usize = 4;
 /// Spare bytes the file system needs per page.
 pub const MIN_SPARE: u32 = 40;
 
@@ -123,6 +126,8 @@ pub enum Kind {
     Pad = 4,
     /// The superblock.
     Superblock = 5,
+    /// A page of the anchor log (reserved blocks, pages 1 on).
+    Anchor = 6,
 }
 
 impl Kind {
@@ -133,6 +138,7 @@ impl Kind {
             3 => Kind::SegmentParity,
             4 => Kind::Pad,
             5 => Kind::Superblock,
+            6 => Kind::Anchor,
             _ => return None,
         })
     }
@@ -155,6 +161,22 @@ pub struct Spare {
     /// The logical segment (how many segments were opened before this one).
     pub segment: u64,
     pub sig: Sig64,
+    /// The segment's successor queue: the physical segments, in order, of which the first
+    /// still free when this one fills is written next (mount follows it). The same on every
+    /// page of a segment; `None` in unused slots, and in every slot before version 3.
+    pub queue: [Option<u32>; QUEUE_SLOTS],
+}
+
+/// Where successor slot `i` lives in a spare of `n` bytes, if it fits: bytes 4..8, then
+/// from byte 32 on, before the CRC.
+fn queue_slot(i: usize, n: usize) -> Option<std::ops::Range<usize>> {
+    let at = if i == 0 { 4 } else { 32 + 4 * (i - 1) };
+    (at + 4 <= n - 4).then_some(at..at + 4)
+}
+
+/// Successor slots a spare of `n` bytes holds.
+pub(crate) fn queue_len(n: usize) -> usize {
+    (0..QUEUE_SLOTS).take_while(|&i| queue_slot(i, n).is_some()).count()
 }
 
 impl Spare {
@@ -168,6 +190,12 @@ impl Spare {
         out[16..24].copy_from_slice(&self.segment.to_le_bytes());
         out[24..32].copy_from_slice(&self.sig.to_u64().to_le_bytes());
         let n = out.len();
+        for (i, q) in self.queue.iter().enumerate() {
+            if let (Some(q), Some(r)) = (q, queue_slot(i, n)) {
+                // Stored plus one: zero is an empty slot.
+                out[r].copy_from_slice(&(q + 1).to_le_bytes());
+            }
+        }
         let crc = crc32c(&out[..n - 4]);
         out[n - 4..].copy_from_slice(&crc.to_le_bytes());
     }
@@ -178,6 +206,12 @@ impl Spare {
         if u32::from_le_bytes(b[n - 4..].try_into().unwrap()) != crc32c(&b[..n - 4]) {
             return None;
         }
+        let mut queue = [None; QUEUE_SLOTS];
+        for (i, q) in queue.iter_mut().enumerate() {
+            if let Some(r) = queue_slot(i, n) {
+                *q = u32::from_le_bytes(b[r].try_into().unwrap()).checked_sub(1);
+            }
+        }
         Some(Spare {
             kind: Kind::from_u8(b[0])?,
             index: b[1],
@@ -186,7 +220,65 @@ impl Spare {
             seq: u64::from_le_bytes(b[8..16].try_into().unwrap()),
             segment: u64::from_le_bytes(b[16..24].try_into().unwrap()),
             sig: Sig64::from_u64(u64::from_le_bytes(b[24..32].try_into().unwrap())),
+            queue,
         })
+    }
+}
+
+/// One page of the anchor log: where the newest checkpoint starts, so that mount reads it
+/// and follows the successor chain from its segment instead of scanning every segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Anchor {
+    /// Anchors written before this one, over the file system's life.
+    pub seq: u64,
+    /// `None`: the chain was broken since (a segment was opened outside its predecessor's
+    /// queue); mount scans every segment until the next checkpoint is anchored.
+    pub ckpt: Option<AnchorCkpt>,
+}
+
+/// The checkpoint an anchor names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AnchorCkpt {
+    /// The checkpoint's first page.
+    pub page: u32,
+    /// The logical and physical number of that page's segment.
+    pub segment: u64,
+    pub phys: u32,
+}
+
+const ANCHOR_MAGIC: [u8; 8] = *b"BMANCHOR";
+
+impl Anchor {
+    pub fn encode(&self, fs_id: u64, page: &mut [u8]) {
+        page.fill(0);
+        page[0..8].copy_from_slice(&ANCHOR_MAGIC);
+        page[8..16].copy_from_slice(&fs_id.to_le_bytes());
+        page[16..24].copy_from_slice(&self.seq.to_le_bytes());
+        if let Some(c) = self.ckpt {
+            page[24] = 1;
+            page[28..32].copy_from_slice(&c.page.to_le_bytes());
+            page[32..40].copy_from_slice(&c.segment.to_le_bytes());
+            page[40..44].copy_from_slice(&c.phys.to_le_bytes());
+        } else {
+            page[24] = 2;
+        }
+        let crc = crc32c(&page[..44]);
+        page[44..48].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    /// `None` unless the page is a whole anchor of file system `fs_id`.
+    pub fn decode(fs_id: u64, page: &[u8]) -> Option<Anchor> {
+        let u32_at = |o: usize| u32::from_le_bytes(page[o..o + 4].try_into().unwrap());
+        let u64_at = |o: usize| u64::from_le_bytes(page[o..o + 8].try_into().unwrap());
+        if page[0..8] != ANCHOR_MAGIC || u32_at(44) != crc32c(&page[..44]) || u64_at(8) != fs_id {
+            return None;
+        }
+        let ckpt = match page[24] {
+            1 => Some(AnchorCkpt { page: u32_at(28), segment: u64_at(32), phys: u32_at(40) }),
+            2 => None,
+            _ => return None,
+        };
+        Some(Anchor { seq: u64_at(16), ckpt })
     }
 }
 
@@ -260,20 +352,41 @@ mod tests {
             seq: 123_456,
             segment: 7,
             sig: Sig64::from_u64(0xDEAD_BEEF_0123),
+            queue: [Some(0), Some(9), None, Some(70_000)],
         };
         let mut b = [0u8; 64];
         s.encode(&mut b);
         assert_eq!(Spare::decode(&b), Some(s));
+        // A 40-byte spare keeps the first two successors.
+        let mut small = [0u8; 40];
+        s.encode(&mut small);
+        let d = Spare::decode(&small).unwrap();
+        assert_eq!(d.queue, [Some(0), Some(9), None, None]);
+        assert_eq!((queue_len(40), queue_len(64)), (2, 4));
         b[10] ^= 1;
         assert_eq!(Spare::decode(&b), None);
         assert_eq!(Spare::decode(&[0xFF; 64]), None, "an erased spare is no spare");
     }
 
     #[test]
-    fn superblock_versions_1_and_2_are_read_and_later_ones_refused() {
+    fn anchor_round_trips_and_rejects_other_file_systems() {
+        let mut page = vec![0u8; 2048];
+        let a = Anchor { seq: 9, ckpt: Some(AnchorCkpt { page: 4711, segment: 33, phys: 12 }) };
+        a.encode(5, &mut page);
+        assert_eq!(Anchor::decode(5, &page), Some(a));
+        assert_eq!(Anchor::decode(6, &page), None, "another file system's anchor");
+        page[30] ^= 4;
+        assert_eq!(Anchor::decode(5, &page), None);
+        let r = Anchor { seq: 10, ckpt: None };
+        r.encode(5, &mut page);
+        assert_eq!(Anchor::decode(5, &page), Some(r));
+    }
+
+    #[test]
+    fn superblock_versions_1_to_3_are_read_and_later_ones_refused() {
         let sb = Superblock { g: Geometry::RCFFS, cfg: FsConfig::default(), fs_id: 7, compression: 2 };
         let mut page = vec![0u8; 2048];
-        for (version, ok) in [(1u32, true), (2, true), (3, false), (0, false)] {
+        for (version, ok) in [(1u32, true), (2, true), (3, true), (4, false), (0, false)] {
             sb.encode(&mut page);
             page[8..12].copy_from_slice(&version.to_le_bytes());
             let crc = crc32c(&page[..60]);

@@ -15,6 +15,7 @@
 //! Still to come (see the issue): the on-flash index and checkpoint for fast mount, the
 //! segment summary and cleaner, zstd.
 
+mod chain;
 mod error;
 mod fs;
 mod layout;

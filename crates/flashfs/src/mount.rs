@@ -29,6 +29,13 @@ pub struct Mount {
     pub pages_protected_at_mount: u32,
     /// The newest segment was full but its parity blocks incomplete: written at mount.
     pub resealed: bool,
+    /// Mounted by scanning every segment (no usable anchor: a format before version 3, or a
+    /// chain broken since the last checkpoint), not by following the chain.
+    pub scanned: bool,
+    /// Segments followed along the successor chain from the anchored checkpoint's.
+    pub chain_length: u32,
+    /// Pages read in the reserved blocks to find the newest anchor.
+    pub anchor_pages_read: u32,
 }
 
 fn erased(b: &[u8]) -> bool {
@@ -36,12 +43,22 @@ fn erased(b: &[u8]) -> bool {
 }
 
 impl<N: Nand> PageStore<N> {
-    /// Mounts the store on `nand`.
-    pub fn open(mut nand: N) -> Result<(PageStore<N>, Mount), FsError> {
+    /// Mounts the store on `nand` by scanning: the first page of every segment. Correct on
+    /// any version of the format, on its own; the file system mounts through the anchor
+    /// log instead ([`open_anchored`](Self::open_anchored)) when it can.
+    pub fn open(nand: N) -> Result<(PageStore<N>, Mount), FsError> {
+        let mut store = Self::with_superblock(nand)?;
+        let mut report = Mount::default();
+        store.scan_segments(&mut report)?;
+        Ok((store, report))
+    }
+
+    /// Reads the superblock (from whichever reserved block has a good one) and assembles
+    /// the store, with nothing known yet about its segments.
+    pub(crate) fn with_superblock(mut nand: N) -> Result<PageStore<N>, FsError> {
         let g = nand.geometry();
         let mut page = vec![0u8; g.page_size as usize];
         let mut spare = vec![0u8; g.spare_size as usize];
-        let mut sb = None;
         let mut why = FsError::NotAFs { why: "no readable superblock".into() };
         for b in 0..RESERVED_BLOCKS.min(g.blocks) {
             if nand.is_bad(b)? {
@@ -49,28 +66,34 @@ impl<N: Nand> PageStore<N> {
             }
             nand.read_page(g.first_page(b), &mut page, &mut spare)?;
             match Superblock::decode(&page) {
-                Ok(s) if s.g == g => {
-                    sb = Some(s);
-                    break;
+                Ok(sb) if sb.g == g => {
+                    let layout = Layout::new(g, sb.cfg)?;
+                    let mut store = PageStore::assemble(nand, layout, sb.fs_id)?;
+                    store.compression = sb.compression;
+                    return Ok(store);
                 }
                 Ok(_) => why = FsError::NotAFs { why: "superblock geometry differs from the chip's".into() },
                 Err(e) => why = e,
             }
         }
-        let sb = sb.ok_or(why)?;
-        let layout = Layout::new(g, sb.cfg)?;
-        let mut store = PageStore::assemble(nand, layout, sb.fs_id)?;
-        store.compression = sb.compression;
-        let mut report = Mount::default();
+        Err(why)
+    }
+
+    /// Finds the segments in use from the first written page of every segment, then the
+    /// write position in the newest.
+    pub(crate) fn scan_segments(&mut self, report: &mut Mount) -> Result<(), FsError> {
+        let layout = self.layout;
+        let mut spare = vec![0u8; layout.g.spare_size as usize];
+        report.scanned = true;
         // The first written page of each segment names its logical number.
         let mut found: Vec<(u64, u32)> = Vec::new();
         for phys in 0..layout.segments {
             for b in 0..layout.data_blocks() {
                 let block = layout.block(phys, b);
-                if store.nand.is_bad(block)? {
+                if self.nand.is_bad(block)? {
                     continue;
                 }
-                store.nand.read_spare(g.first_page(block), &mut spare)?;
+                self.nand.read_spare(layout.g.first_page(block), &mut spare)?;
                 report.spares_read += 1;
                 if let Some(s) = Spare::decode(&spare) {
                     found.push((s.segment, phys));
@@ -80,21 +103,27 @@ impl<N: Nand> PageStore<N> {
         }
         report.segments_in_use = found.len() as u32;
         found.sort();
-        store.w.used = found.clone();
+        self.w.used = found.clone();
         let Some(&(live, live_phys)) = found.iter().max() else {
-            return Ok((store, report));
+            self.w.free = (0..layout.segments).collect();
+            return Ok(());
         };
         report.live_segment = Some(live);
         let used: std::collections::HashSet<u32> = found.iter().map(|f| f.1).collect();
-        store.w.free = (1..=layout.segments)
+        self.w.free = (1..=layout.segments)
             .map(|d| (live_phys + d) % layout.segments)
             .filter(|p| !used.contains(p))
             .collect();
-        store.w.seg = Some((live_phys, live));
-        store.w.seg_parity_valid = false;
-        store.w.seg_pages = 1;
-        store.find_position(live_phys, &mut report)?;
-        Ok((store, report))
+        self.resume_at(live_phys, live, report)
+    }
+
+    /// Makes physical segment `phys` (logical `logical`) the one being written, at its write
+    /// position.
+    pub(crate) fn resume_at(&mut self, phys: u32, logical: u64, report: &mut Mount) -> Result<(), FsError> {
+        self.w.seg = Some((phys, logical));
+        self.w.seg_parity_valid = false;
+        self.w.seg_pages = 1;
+        self.find_position(phys, report)
     }
 
     /// Scans the live segment for the write position and the open group.
@@ -123,6 +152,9 @@ impl<N: Nand> PageStore<N> {
                 }
                 if let Some(s) = s {
                     max_seq = max_seq.max(s.seq);
+                    if self.w.queue.is_empty() && s.segment == self.w.seg.map_or(0, |w| w.1) {
+                        self.w.queue = s.queue.iter().flatten().copied().collect();
+                    }
                     if s.kind == Kind::Data && s.index == 1 {
                         self.w.last_marked = Some(crate::PageAddr(layout.g.first_page(block) + i));
                     }

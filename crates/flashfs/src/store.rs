@@ -79,6 +79,20 @@ pub(crate) struct Writer {
     /// Blocks that failed a program since mount: retired (marked bad) when their segment is
     /// released.
     pub(crate) failing: std::collections::BTreeSet<u32>,
+    /// The successor queue of the segment being written, in every spare of it: the next
+    /// segment opened is the first of these still free (docs/DESIGN.md, "mount").
+    pub(crate) queue: Vec<u32>,
+    /// The queue of the newest segment that got a page: where to go when the segment being
+    /// written got none (every data block bad), since its own queue is on no page.
+    pub(crate) prev_queue: Vec<u32>,
+    /// The anchor log's write position: (reserved block, next page), and anchors written.
+    pub(crate) anchor: Option<(u32, u32)>,
+    pub(crate) anchor_seq: u64,
+    /// The newest anchor names a checkpoint (rather than saying "scan").
+    pub(crate) anchor_chained: bool,
+    /// Set while an anchored mount waits for the checkpoint's table: a segment that fills
+    /// is sealed, and the next one opened by the next append, once the free ones are known.
+    pub(crate) defer_open: bool,
 }
 
 /// The page store on a NAND chip.
@@ -129,6 +143,12 @@ impl<N: Nand> PageStore<N> {
                 seg_pages: 0,
                 last_marked: None,
                 failing: Default::default(),
+                queue: Vec::new(),
+                prev_queue: Vec::new(),
+                anchor: None,
+                anchor_seq: 0,
+                anchor_chained: false,
+                defer_open: false,
             },
             nand,
             layout,
@@ -176,6 +196,8 @@ impl<N: Nand> PageStore<N> {
             let spare = store.spare_for(Kind::Superblock, 0, 0, 0, &page);
             if store.nand.program(g.first_page(b), &page, &spare).is_ok() {
                 written += 1;
+                // The anchor log starts after the first superblock written.
+                store.w.anchor = store.w.anchor.or(Some((b, 1)));
             }
         }
         if written == 0 {
@@ -214,7 +236,14 @@ impl<N: Nand> PageStore<N> {
         self.layout.g.page_size as usize
     }
 
-    fn spare_for(&mut self, kind: Kind, index: u8, group_first: u32, group_len: u32, data: &[u8]) -> Vec<u8> {
+    pub(crate) fn spare_for(
+        &mut self,
+        kind: Kind,
+        index: u8,
+        group_first: u32,
+        group_len: u32,
+        data: &[u8],
+    ) -> Vec<u8> {
         let segment = self.w.seg.map_or(0, |s| s.1);
         let spare = Spare {
             kind,
@@ -224,30 +253,44 @@ impl<N: Nand> PageStore<N> {
             seq: self.w.seq,
             segment,
             sig: self.signer.sign(data),
+            queue: std::array::from_fn(|i| self.w.queue.get(i).copied()),
         };
         let mut b = vec![0u8; self.layout.g.spare_size as usize];
         spare.encode(&mut b);
         b
     }
 
-    /// Opens the next free segment (erasing its first usable block happens as blocks start).
+    /// Opens the next segment: the first of the successor queue still free, which mount will
+    /// find by following the queue. Only when none is left (the file system was full when
+    /// the queue was chosen) is the chain broken: the anchor log then says "scan", first.
     fn open_segment(&mut self) -> Result<(), FsError> {
-        // Wear leveling: of the free segments, the one whose blocks were erased least.
-        let mut best: Option<(u64, usize)> = None;
-        for (i, &phys) in self.w.free.iter().enumerate() {
-            let mut wear = 0u64;
-            for b in 0..self.layout.cfg.blocks_per_segment {
-                wear += self.nand.erase_count(self.layout.block(phys, b))? as u64;
+        let (logical, choices) = match self.w.seg {
+            // Not a page went into it (every data block bad): it is dropped, not freed, and
+            // its number goes to the next, chosen from the same queue.
+            Some((phys, logical)) if self.w.seg_pages == 0 => {
+                self.w.used.retain(|u| u.1 != phys);
+                (logical, self.w.prev_queue.clone())
             }
-            if best.is_none_or(|(w, _)| wear < w) {
-                best = Some((wear, i));
+            Some((_, logical)) => {
+                self.w.prev_queue = self.w.queue.clone();
+                (logical + 1, self.w.queue.clone())
             }
-        }
-        let phys = match best {
-            Some((_, i)) => self.w.free.remove(i).expect("index from the list"),
-            None => return Err(FsError::NoSpace),
+            None => (0, self.w.queue.clone()),
         };
-        let logical = self.w.seg.map_or(0, |s| s.1 + 1);
+        let phys = match choices.iter().find(|q| self.w.free.contains(q)) {
+            Some(&q) => q,
+            None => {
+                let Some(&(_, q)) = self.least_worn_free(1)?.first() else { return Err(FsError::NoSpace) };
+                if self.w.anchor_chained && self.w.seg.is_some() {
+                    self.write_anchor(None)?;
+                }
+                q
+            }
+        };
+        self.w.free.retain(|&f| f != phys);
+        // Wear leveling: the successors are the least worn of the free segments.
+        let k = crate::layout::queue_len(self.layout.g.spare_size as usize);
+        self.w.queue = self.least_worn_free(k)?.into_iter().map(|q| q.1).collect();
         self.w.seg = Some((phys, logical));
         self.w.used.push((logical, phys));
         self.w.block = 0;
@@ -263,13 +306,38 @@ impl<N: Nand> PageStore<N> {
         self.start_block()
     }
 
+    /// The `k` free segments whose blocks were erased least, as (wear, physical), least worn
+    /// first; segments with no good data block are never chosen.
+    fn least_worn_free(&self, k: usize) -> Result<Vec<(u64, u32)>, FsError> {
+        let mut wear = Vec::with_capacity(self.w.free.len());
+        for &phys in &self.w.free {
+            let mut sum = 0u64;
+            let mut good = false;
+            for b in 0..self.layout.cfg.blocks_per_segment {
+                let block = self.layout.block(phys, b);
+                sum += self.nand.erase_count(block)? as u64;
+                good |= b < self.layout.data_blocks() && !self.nand.is_bad(block)?;
+            }
+            if good {
+                wear.push((sum, phys));
+            }
+        }
+        wear.sort_unstable();
+        wear.truncate(k);
+        Ok(wear)
+    }
+
     /// Erases the current block before its first page; skips blocks that are or turn bad.
     pub(crate) fn start_block(&mut self) -> Result<(), FsError> {
         loop {
             let (phys, _) = self.w.seg.expect("segment open");
             if self.w.block == self.layout.data_blocks() {
-                if !self.w.sealed {
+                if !self.w.sealed && self.w.seg_pages > 0 {
                     self.reseal()?;
+                }
+                if self.w.defer_open {
+                    // Mounting, free segments not known yet: the next append opens it.
+                    return Ok(());
                 }
                 return self.open_segment();
             }

@@ -420,6 +420,8 @@ fn power_cut_at_every_nand_operation_keeps_every_synced_state() {
         // The only page a cut may leave unreadable is the one it tore (a program cut when its
         // spare was complete but its data not): unsynced by definition.
         assert!(rep.pages_lost <= 1, "cut {cut}: {rep:?}");
+        // Mounted by the anchor and the successor chain, never by a scan.
+        assert!(!rep.store.scanned && rep.store.chain_length >= 1, "cut {cut}: {rep:?}");
         // Past the first segment, replay starts at a checkpoint (unless the cut tore the page
         // naming it: then it replays all that is left of the log, which is also correct).
         from_ckpt += rep.from_checkpoint as u32;
@@ -525,6 +527,7 @@ fn power_cuts_while_the_cleaner_runs() {
     assert!(cleaned > 3, "the workload makes the cleaner run: {cleaned}");
     let ops = probe.store().nand().ops() - ops0;
     let mut cuts = 0;
+    let mut chains = 0;
     for cut in (0..ops).step_by(3) {
         let (mut fs, _) = Fs::open(FaultyNand::new(base.clone(), cut), opts(Compression::None)).unwrap();
         fs.store_mut().nand_mut().cut_power_at(ops0 + cut);
@@ -537,6 +540,8 @@ fn power_cuts_while_the_cleaner_runs() {
         let (mut fs, rep) =
             Fs::open(nand, opts(Compression::None)).unwrap_or_else(|e| panic!("cut {cut}: mount: {e}"));
         assert!(rep.pages_lost <= 1, "cut {cut}: {rep:?}");
+        assert!(!rep.store.scanned, "cut {cut}: {rep:?}");
+        chains = chains.max(rep.store.chain_length);
         let check = fs.check(true);
         assert!(check.clean(), "cut {cut}: {:?}", check.problems);
         // Files the interrupted round does not touch are exactly as last synced.
@@ -552,8 +557,17 @@ fn power_cuts_while_the_cleaner_runs() {
             }
         }
         cuts += 1;
+        // And it mounts again, by the chain, after working on (anchors written at the cut
+        // mount and by the cleaner's checkpoints must lead to the same state).
+        round(&mut fs, 200 + done).ok();
+        fs.sync().unwrap();
+        let want = snapshot(&mut fs);
+        let (mut fs, rep) = Fs::open(fs.unmount().unwrap(), opts(Compression::None))
+            .unwrap_or_else(|e| panic!("cut {cut}: second mount: {e}"));
+        assert!(!rep.store.scanned, "cut {cut}: second mount {rep:?}");
+        assert!(snapshot(&mut fs).files == want.files, "cut {cut}: second mount differs");
     }
-    eprintln!("power cuts with cleaning: {cuts} cut points over {rounds} rounds ({cleaned} segments cleaned in the uncut run); fsck clean after each");
+    eprintln!("power cuts with cleaning: {cuts} cut points over {rounds} rounds ({cleaned} segments cleaned in the uncut run); fsck clean after each; every mount by the anchor chain (longest chain {chains} segments), and again after more work");
 }
 
 #[test]
@@ -619,15 +633,17 @@ fn special_files_keep_their_type_and_device_number_across_a_remount() {
 #[test]
 fn new_segments_are_the_least_worn() {
     use bitmend_media::nand::Nand as _;
-    let mut fs = Fs::format(chip(66), cfg(), opts(Compression::None)).unwrap();
-    // Wear out the blocks of free segments 1..=4 (nothing is stored there yet).
+    // Wear out the blocks of segments 1..=4 before the file system is made (the successor
+    // queues are chosen a segment ahead, so wear that comes later counts one segment later).
+    let mut nand = chip(66);
     for seg in 1..=4u32 {
         for b in 0..4 {
             for _ in 0..10 {
-                fs.store_mut().nand_mut().erase(2 + seg * 4 + b).unwrap();
+                nand.erase(2 + seg * 4 + b).unwrap();
             }
         }
     }
+    let mut fs = Fs::format(nand, cfg(), opts(Compression::None)).unwrap();
     let f = fs.create(ROOT, b"data", 0o644, 0, 0).unwrap();
     fs.write(f.ino, 0, &content(1, 200_000)).unwrap();
     fs.sync().unwrap();

@@ -19,6 +19,9 @@ const MAGIC: u32 = 0x434B_5054; // "CKPT"
 /// The optional section after the data section (FORMAT.md section 8, checkpoint payload):
 /// lifetime health counters.
 const HEALTH_MAGIC: u32 = 0x484C_5448; // "HLTH"
+/// The optional section after the health section (version 3): the segments in use, which
+/// mount needs for the segments older than the checkpoint's (FORMAT.md section 8).
+const TABLE_MAGIC: u32 = 0x5447_4553; // "SEGT"
 
 /// Where a checkpoint starts: its first flash page and that page's logical segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +66,8 @@ pub(crate) struct State {
     pub data: HashMap<(u64, u64), Loc>,
     pub next_ino: u64,
     pub health: Health,
+    /// The segments in use when the checkpoint was taken, as (logical, physical).
+    pub segments: Option<Vec<(u64, u32)>>,
 }
 
 pub(crate) fn decode(b: &[u8]) -> Option<State> {
@@ -111,7 +116,16 @@ pub(crate) fn decode(b: &[u8]) -> Option<State> {
         }
         health = Health::from_array(counters);
     }
-    Some(State { inodes, dirs, data, next_ino, health })
+    let mut segments = None;
+    if r.u32() == Some(TABLE_MAGIC) {
+        let n = r.u32()?;
+        let mut t = Vec::with_capacity(n.min(1 << 20) as usize);
+        for _ in 0..n {
+            t.push((r.u64()?, r.u32()?));
+        }
+        segments = Some(t);
+    }
+    Some(State { inodes, dirs, data, next_ino, health, segments })
 }
 
 impl<N: Nand> Fs<N> {
@@ -156,6 +170,13 @@ impl<N: Nand> Fs<N> {
         put_u32(&mut v, health.len() as u32);
         for c in health {
             put_u64(&mut v, c);
+        }
+        let table = self.store.used_segments();
+        put_u32(&mut v, TABLE_MAGIC);
+        put_u32(&mut v, table.len() as u32);
+        for (logical, phys) in table {
+            put_u64(&mut v, logical);
+            put_u32(&mut v, phys);
         }
         v
     }
@@ -207,8 +228,11 @@ impl<N: Nand> Fs<N> {
         let addr = self.seal_page_with(first.is_none())?;
         let first = first.unwrap_or(addr.0);
         let segment = self.segment_logical(PageAddr(first)).unwrap_or(0);
-        self.ckpt = Some(CkptAt { page: first, segment });
         self.store.sync()?;
+        // Durable: now mount may start from it. Only an anchored checkpoint lets the
+        // cleaner release the segments before it (the chain starts there).
+        self.store.record_checkpoint(PageAddr(first))?;
+        self.ckpt = Some(CkptAt { page: first, segment });
         self.stats.checkpoints += 1;
         self.stats.checkpoint_bytes = blob.len() as u64;
         Ok(())

@@ -224,6 +224,8 @@ pub struct Fs<N: Nand> {
     pub(crate) ckpt: Option<checkpoint::CkptAt>,
     /// The checkpoint a mount would start from now (the one the newest segment names).
     pub(crate) mount_ckpt: Option<checkpoint::CkptAt>,
+    /// The segment table of the checkpoint the mount replayed (handed to the store).
+    pub(crate) ckpt_table: Option<Vec<(u64, u32)>>,
     /// The cleaner is running (its own writes must not start it again).
     pub(crate) cleaning: bool,
     /// The last flash pages read (verified), newest last: consecutive logical pages share
@@ -284,6 +286,7 @@ impl<N: Nand> Fs<N> {
             stats: FsStats::default(),
             ckpt: None,
             mount_ckpt: None,
+            ckpt_table: None,
             cleaning: false,
             recent: Vec::new(),
             health_base: Health::default(),

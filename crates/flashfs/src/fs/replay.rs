@@ -42,12 +42,14 @@ struct Partial {
 impl<N: Nand> Fs<N> {
     /// Mounts the file system on `nand`, replaying its log.
     pub fn open(nand: N, opts: FsOptions) -> Result<(Fs<N>, MountReport), FsError> {
-        let (store, m) = PageStore::open(nand)?;
+        let (store, m, anchored) = PageStore::open_anchored(nand)?;
         let mut fs = Fs::with_store(store, opts)?;
         let mut report = MountReport { store: m, ..MountReport::default() };
-        // Start from the checkpoint the newest segment names (or from the beginning).
-        let start = match fs.store.live_segment() {
-            Some((phys, _)) => match fs.store.first_page_of(phys)? {
+        // Start from the anchored checkpoint, or else from the one the newest segment names
+        // (or from the beginning).
+        let start = match (anchored, fs.store.live_segment()) {
+            (Some(c), _) => Some(super::checkpoint::CkptAt { page: c.page, segment: c.segment }),
+            (None, Some((phys, _))) => match fs.store.first_page_of(phys)? {
                 Some(first) => {
                     let mut page = vec![0u8; fs.buf.len()];
                     match fs.store.read(first, &mut page) {
@@ -57,7 +59,7 @@ impl<N: Nand> Fs<N> {
                 }
                 None => None,
             },
-            None => None,
+            (None, None) => None,
         };
         fs.mount_ckpt = start;
         // The newest checkpoint may be in the segment being written (an unmount writes one):
@@ -74,8 +76,15 @@ impl<N: Nand> Fs<N> {
             // Last resort: all that is left of the log (correct, only slower).
             candidates.push(None);
         }
+        // Until the table is adopted, the store knows only the segments from the anchored
+        // checkpoint's on; replaying from the beginning needs them all.
+        let mut table_adopted = anchored.is_none();
         for (i, cand) in candidates.iter().enumerate() {
             let last = i + 1 == candidates.len();
+            if cand.is_none() && !table_adopted {
+                fs.store.adopt_table(None, &mut report.store)?;
+                table_adopted = true;
+            }
             fs.inodes.clear();
             fs.dirs.clear();
             fs.data.clear();
@@ -88,11 +97,34 @@ impl<N: Nand> Fs<N> {
                 break;
             }
         }
+        if !table_adopted {
+            let table = fs.ckpt_table.take();
+            fs.store.adopt_table(table.as_deref(), &mut report.store)?;
+        }
         if !fs.inodes.contains_key(&ROOT) {
             return Err(FsError::NotAFs { why: "no root directory in the log".into() });
         }
         fs.rebuild_dirs();
         fs.next_ino = fs.next_ino.max(fs.inodes.keys().max().copied().unwrap_or(ROOT) + 1);
+        // The next mount should follow the chain from the checkpoint this one ended with: a
+        // scan, or a replay from no checkpoint, writes a new one; a checkpoint newer than the
+        // anchored one (an unmount cut before its anchor) is anchored now.
+        if report.store.scanned || !report.from_checkpoint {
+            // A full chip mounts as it is; the next checkpoint will anchor it. A segment
+            // written before successor queues existed cannot start a chain: the checkpoint
+            // goes into a new one.
+            let moved = if fs.store.live_segment().is_some() && !fs.store.has_successors() {
+                fs.store.finish_segment()
+            } else {
+                Ok(())
+            };
+            match moved.and_then(|()| fs.checkpoint()) {
+                Ok(()) | Err(FsError::NoSpace) => {}
+                Err(e) => return Err(e),
+            }
+        } else if let Some(c) = fs.ckpt.filter(|c| anchored.is_none_or(|a| a.page != c.page)) {
+            fs.store.record_checkpoint(crate::PageAddr(c.page))?;
+        }
         Ok((fs, report))
     }
 
@@ -240,6 +272,7 @@ impl<N: Nand> Fs<N> {
                 self.data = state.data;
                 self.next_ino = state.next_ino;
                 self.health_base = state.health;
+                self.ckpt_table = state.segments;
                 dirent_versions.clear();
                 if let Some(&(page, _, _)) = n.frags.first() {
                     let segment = self.segment_logical(crate::PageAddr(page)).unwrap_or(0);

@@ -1,0 +1,326 @@
+//! Mounting without scanning: the anchor log and the successor chain.
+//!
+//! Pages 1 onward of the two reserved blocks are an append-only log of anchors, one per
+//! checkpoint: where the checkpoint starts and in which segment. Every page of a segment
+//! carries, in its spare, the segment's successor queue: the segments of which the first
+//! still free will be written next. Mount reads the newest anchor (a binary search over the
+//! written pages of each reserved block), then follows the chain from the checkpoint's
+//! segment: for each segment, the first of its successors whose first page carries the next
+//! logical number. It reads pages in proportion to the segments written since the
+//! checkpoint, not to the chip. The checkpoint holds the table of older segments in use,
+//! which the file system hands back with [`PageStore::adopt_table`].
+
+use bitmend_media::nand::{Nand, NandError};
+
+use crate::layout::{Anchor, AnchorCkpt, Kind, Spare, Superblock, RESERVED_BLOCKS};
+use crate::store::{PageAddr, PageStore};
+use crate::{FsError, Mount};
+
+fn erased(b: &[u8]) -> bool {
+    b.iter().all(|&x| x == 0xFF)
+}
+
+impl<N: Nand> PageStore<N> {
+    /// Mounts by the anchor log when it names a checkpoint whose segment is still where it
+    /// says; otherwise scans (and says so in the report). Returns the anchored checkpoint.
+    /// The segments older than the checkpoint's are unknown until the caller passes the
+    /// checkpoint's table to [`adopt_table`](Self::adopt_table); until then only the chain's
+    /// segments are in use and none free (a full live segment is sealed, not left).
+    pub(crate) fn open_anchored(nand: N) -> Result<(PageStore<N>, Mount, Option<AnchorCkpt>), FsError> {
+        let mut store = Self::with_superblock(nand)?;
+        let mut report = Mount::default();
+        let anchor = store.find_anchor(&mut report)?;
+        if let Some(c) = anchor.and_then(|a| a.ckpt) {
+            if let Some(chain) = store.walk_chain(c, &mut report)? {
+                let &(live, live_phys) = chain.last().expect("the chain starts at the checkpoint");
+                report.chain_length = chain.len() as u32;
+                report.live_segment = Some(live);
+                store.w.used = chain;
+                store.w.free.clear();
+                // The live segment's successors: where the next segment goes.
+                store.w.queue = store
+                    .first_spare(live_phys, &mut report)?
+                    .map_or(Vec::new(), |s| s.queue.iter().flatten().copied().collect());
+                // With no successor (chosen when the chip was full), resuming might need a
+                // segment the table has not yet said is free: scan instead.
+                if !store.w.queue.is_empty() {
+                    store.w.defer_open = true;
+                    store.resume_at(live_phys, live, &mut report)?;
+                    store.w.defer_open = false;
+                    return Ok((store, report, Some(c)));
+                }
+                store.w.used.clear();
+                store.w.queue.clear();
+            }
+        }
+        store.scan_segments(&mut report)?;
+        Ok((store, report, None))
+    }
+
+    /// Completes an anchored mount with the checkpoint's table of segments in use, as
+    /// (logical, physical): those older than the chain are in use unless the chain reused
+    /// them; every other segment with a good data block is free. `None` (the checkpoint had
+    /// no table) rebuilds both by scanning.
+    pub(crate) fn adopt_table(
+        &mut self,
+        table: Option<&[(u64, u32)]>,
+        report: &mut Mount,
+    ) -> Result<(), FsError> {
+        let Some(table) = table else {
+            let mut scan = Mount::default();
+            let live = self.w.seg;
+            self.scan_used(&mut scan)?;
+            report.spares_read += scan.spares_read;
+            report.scanned = true;
+            self.w.seg = live;
+            return Ok(());
+        };
+        let chain_from = self.w.used.iter().map(|u| u.0).min().unwrap_or(0);
+        let mut used: Vec<(u64, u32)> = table
+            .iter()
+            .filter(|t| {
+                t.0 < chain_from && t.1 < self.layout.segments && !self.w.used.iter().any(|u| u.1 == t.1)
+            })
+            .copied()
+            .collect();
+        used.extend_from_slice(&self.w.used);
+        used.sort_unstable();
+        used.dedup_by_key(|u| u.1);
+        self.w.used = used;
+        report.segments_in_use = self.w.used.len() as u32;
+        self.rebuild_free()
+    }
+
+    /// Every segment not in use and with a good data block is free (kept in successor order
+    /// first, so the queue's choice stands).
+    fn rebuild_free(&mut self) -> Result<(), FsError> {
+        let mut free: std::collections::VecDeque<u32> = Default::default();
+        for phys in 0..self.layout.segments {
+            if self.w.used.iter().any(|u| u.1 == phys) {
+                continue;
+            }
+            let mut good = false;
+            for b in 0..self.layout.data_blocks() {
+                good |= !self.nand.is_bad(self.layout.block(phys, b))?;
+            }
+            if good {
+                free.push_back(phys);
+            }
+        }
+        self.w.free = free;
+        Ok(())
+    }
+
+    /// The scan of [`scan_segments`](Self::scan_segments) without resuming: the segments in
+    /// use and the free ones.
+    fn scan_used(&mut self, report: &mut Mount) -> Result<(), FsError> {
+        let layout = self.layout;
+        let mut found = Vec::new();
+        for phys in 0..layout.segments {
+            if let Some(s) = self.first_spare(phys, report)? {
+                found.push((s.segment, phys));
+            }
+        }
+        found.sort_unstable();
+        self.w.used = found;
+        self.rebuild_free()
+    }
+
+    /// The first spare that decodes among the written pages of the first written data block
+    /// of physical segment `phys` (torn pages skipped); `None` if nothing was written.
+    pub(crate) fn first_spare(&mut self, phys: u32, report: &mut Mount) -> Result<Option<Spare>, FsError> {
+        let g = self.layout.g;
+        let mut spare = vec![0u8; g.spare_size as usize];
+        for b in 0..self.layout.data_blocks() {
+            let block = self.layout.block(phys, b);
+            if self.nand.is_bad(block)? {
+                continue;
+            }
+            for i in 0..g.pages_per_block {
+                self.nand.read_spare(g.first_page(block) + i, &mut spare)?;
+                report.spares_read += 1;
+                if erased(&spare) {
+                    return Ok(None);
+                }
+                if let Some(s) = Spare::decode(&spare) {
+                    return Ok(Some(s));
+                }
+            }
+            // Every page of the block torn or failed: the writer went on to the next block.
+        }
+        Ok(None)
+    }
+
+    /// The segments from the anchored checkpoint's to the newest, as (logical, physical);
+    /// `None` if the checkpoint's segment no longer holds it.
+    fn walk_chain(&mut self, c: AnchorCkpt, report: &mut Mount) -> Result<Option<Vec<(u64, u32)>>, FsError> {
+        if c.phys >= self.layout.segments {
+            return Ok(None);
+        }
+        let Some(first) = self.first_spare(c.phys, report)? else { return Ok(None) };
+        if first.segment != c.segment {
+            return Ok(None);
+        }
+        let mut chain = vec![(c.segment, c.phys)];
+        let mut queue: Vec<u32> = first.queue.iter().flatten().copied().collect();
+        // Each step moves to a segment not yet in the chain: the walk ends.
+        'walk: while chain.len() <= self.layout.segments as usize {
+            let next = chain.last().expect("not empty").0 + 1;
+            for q in queue {
+                if q >= self.layout.segments || chain.iter().any(|c| c.1 == q) {
+                    continue;
+                }
+                if let Some(s) = self.first_spare(q, report)? {
+                    if s.segment == next {
+                        chain.push((next, q));
+                        queue = s.queue.iter().flatten().copied().collect();
+                        continue 'walk;
+                    }
+                }
+            }
+            break;
+        }
+        Ok(Some(chain))
+    }
+
+    /// Reads the newest anchor and sets the anchor log's write position after it.
+    fn find_anchor(&mut self, report: &mut Mount) -> Result<Option<Anchor>, FsError> {
+        let g = self.layout.g;
+        let mut page = vec![0u8; g.page_size as usize];
+        let mut spare = vec![0u8; g.spare_size as usize];
+        let mut newest: Option<(Anchor, u32, u32)> = None;
+        let mut positions = Vec::new();
+        for block in 0..RESERVED_BLOCKS {
+            if self.nand.is_bad(block)? {
+                continue;
+            }
+            // Written pages are a prefix of the block (page 0 is the superblock): the first
+            // erased spare, by binary search.
+            let (mut lo, mut hi) = (1, g.pages_per_block);
+            while lo < hi {
+                let mid = (lo + hi) / 2;
+                self.nand.read_spare(g.first_page(block) + mid, &mut spare)?;
+                report.anchor_pages_read += 1;
+                if erased(&spare) {
+                    hi = mid;
+                } else {
+                    lo = mid + 1;
+                }
+            }
+            let mut end = lo;
+            // A program cut before it reached the spare leaves the page unusable still.
+            while end < g.pages_per_block {
+                self.nand.read_page(g.first_page(block) + end, &mut page, &mut spare)?;
+                report.anchor_pages_read += 1;
+                if erased(&page) && erased(&spare) {
+                    break;
+                }
+                end += 1;
+            }
+            positions.push((block, end));
+            // The newest whole anchor of the block: torn ones at the end are stepped over.
+            for i in (1..lo).rev() {
+                self.nand.read_page(g.first_page(block) + i, &mut page, &mut spare)?;
+                report.anchor_pages_read += 1;
+                if let Some(a) = Anchor::decode(self.fs_id, &page) {
+                    if newest.is_none_or(|n| a.seq > n.0.seq) {
+                        newest = Some((a, block, end));
+                    }
+                    break;
+                }
+            }
+        }
+        self.w.anchor = match newest {
+            Some((a, block, end)) => {
+                self.w.anchor_seq = a.seq;
+                self.w.anchor_chained = a.ckpt.is_some();
+                Some((block, end))
+            }
+            // No anchor yet: the log starts in the first reserved block with room.
+            None => positions.first().copied(),
+        };
+        Ok(newest.map(|n| n.0))
+    }
+
+    /// Whether the segment being written names successors (every segment opened by this
+    /// version does, unless the chip was full; those of version 2 and before do not).
+    pub fn has_successors(&self) -> bool {
+        !self.w.queue.is_empty()
+    }
+
+    /// Records in the anchor log that the newest checkpoint starts at `page`, so that mount
+    /// follows the chain from its segment. Called once the checkpoint is durable.
+    pub fn record_checkpoint(&mut self, page: PageAddr) -> Result<(), FsError> {
+        let Some((phys, _, _)) = self.layout.locate(page.0) else {
+            return Err(FsError::Invalid { why: format!("page {} is not in a segment", page.0) });
+        };
+        let Some(&(segment, _)) = self.w.used.iter().find(|u| u.1 == phys) else {
+            return Err(FsError::Invalid { why: format!("page {} is in no segment in use", page.0) });
+        };
+        self.write_anchor(Some(AnchorCkpt { page: page.0, segment, phys }))
+    }
+
+    /// Appends an anchor; when its block is full, erases the other reserved block, writes
+    /// the superblock into it and goes on there (into the same block when the other is bad:
+    /// then a cut between erase and superblock leaves no superblock, the price of a chip
+    /// whose reserved block failed).
+    pub(crate) fn write_anchor(&mut self, ckpt: Option<AnchorCkpt>) -> Result<(), FsError> {
+        let g = self.layout.g;
+        let mut page = vec![0u8; g.page_size as usize];
+        let anchor = Anchor { seq: self.w.anchor_seq + 1, ckpt };
+        anchor.encode(self.fs_id, &mut page);
+        let spare = self.spare_for(Kind::Anchor, 0, 0, 0, &page);
+        // Each attempt either programs the anchor or moves on by a page or a block.
+        for _ in 0..4 * g.pages_per_block {
+            let Some((block, next)) = self.w.anchor else { break };
+            if next < g.pages_per_block && !self.nand.is_bad(block)? {
+                self.w.anchor = Some((block, next + 1));
+                match self.nand.program(g.first_page(block) + next, &page, &spare) {
+                    Ok(()) => {
+                        self.nand.sync()?;
+                        self.w.anchor_seq = anchor.seq;
+                        self.w.anchor_chained = ckpt.is_some();
+                        return Ok(());
+                    }
+                    Err(NandError::ProgramFailed { .. }) => {
+                        self.stats.program_failures += 1;
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            self.w.anchor = self.fresh_anchor_block(block)?;
+        }
+        Err(FsError::Config { why: "no reserved block can hold the anchor log".into() })
+    }
+
+    /// Erases the reserved block after `full` (or `full` itself when the other is bad) and
+    /// writes the superblock into its page 0; the anchor log goes on at page 1.
+    fn fresh_anchor_block(&mut self, full: u32) -> Result<Option<(u32, u32)>, FsError> {
+        let g = self.layout.g;
+        let other = (full + 1) % RESERVED_BLOCKS;
+        for target in [other, full] {
+            if self.nand.is_bad(target)? {
+                continue;
+            }
+            match self.nand.erase(target) {
+                Ok(()) => {}
+                Err(NandError::EraseFailed { .. }) => {
+                    self.stats.erase_failures += 1;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            }
+            let mut sb = vec![0u8; g.page_size as usize];
+            Superblock { g, cfg: self.layout.cfg, fs_id: self.fs_id, compression: self.compression }
+                .encode(&mut sb);
+            let spare = self.spare_for(Kind::Superblock, 0, 0, 0, &sb);
+            match self.nand.program(g.first_page(target), &sb, &spare) {
+                Ok(()) | Err(NandError::ProgramFailed { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+            return Ok(Some((target, 1)));
+        }
+        Ok(None)
+    }
+}

@@ -1,0 +1,122 @@
+//! Mount by the anchor log and the successor chain (docs/DESIGN.md, "mount"): the pages read
+//! do not grow with the chip, the anchor log survives wrapping between the two reserved
+//! blocks, and a stale or missing anchor is never trusted.
+
+use bitmend_flashfs::{Compression, Fs, FsConfig, FsOptions, MountReport, ROOT};
+use bitmend_media::nand::{Geometry, Nand, RamNand, Timing};
+
+fn chip(blocks: u32) -> RamNand {
+    RamNand::new(Geometry::new(2048, 64, 16, blocks).unwrap()).unwrap().with_timing(Timing::NONE)
+}
+
+fn cfg() -> FsConfig {
+    FsConfig { parity_pages: 1, parity_blocks: 1, blocks_per_segment: 4 }
+}
+
+fn opts() -> FsOptions {
+    FsOptions { compression: Compression::None, dirty_limit: 32 << 10 }
+}
+
+fn content(seed: u64, len: usize) -> Vec<u8> {
+    (0..len as u64).map(|i| (i.wrapping_mul(2654435761) ^ seed.wrapping_mul(0x9E37)) as u8 >> 1).collect()
+}
+
+/// The same workload on a chip of `blocks` blocks; returns the mount's report and the chip
+/// reads it made, after a clean unmount or after dropping the file system (a crash after
+/// the last sync).
+fn mount_after_workload(blocks: u32, clean: bool) -> (MountReport, u64) {
+    let mut fs = Fs::format(chip(blocks), cfg(), opts()).unwrap();
+    for i in 0..12u64 {
+        let f = fs.create(ROOT, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
+        fs.write(f.ino, 0, &content(i, 9_000)).unwrap();
+        fs.sync().unwrap();
+    }
+    let nand = if clean { fs.unmount().unwrap() } else { fs.into_nand() };
+    let before = nand.counters().reads;
+    let (mut fs, rep) = Fs::open(nand, opts()).unwrap();
+    let reads = fs.store().nand().counters().reads - before;
+    for i in 0..12u64 {
+        let f = fs.lookup(ROOT, format!("f{i}").as_bytes()).unwrap();
+        assert_eq!(fs.read(f.ino, 0, 20_000).unwrap(), content(i, 9_000), "{blocks} blocks, f{i}");
+    }
+    (rep, reads)
+}
+
+#[test]
+fn mount_reads_the_same_pages_on_a_chip_64_times_larger() {
+    for clean in [true, false] {
+        let (small, small_reads) = mount_after_workload(128, clean);
+        let (large, large_reads) = mount_after_workload(8192, clean);
+        eprintln!(
+            "mount ({}): {small_reads} chip reads at 128 blocks ({} segments), {large_reads} at 8,192 ({}); chain of {} segments, {} anchor pages, {} spares",
+            if clean { "clean" } else { "after a crash" },
+            (128 - 2) / 4,
+            (8192 - 2) / 4,
+            large.store.chain_length,
+            large.store.anchor_pages_read,
+            large.store.spares_read,
+        );
+        for rep in [&small, &large] {
+            assert!(!rep.store.scanned && rep.store.chain_length >= 1, "{rep:?}");
+        }
+        // The binary search over the anchor log may take one more step; nothing else differs.
+        assert!(large_reads <= small_reads + 2, "{small_reads} reads at 128 blocks, {large_reads} at 8,192");
+        // A scan would read one spare per segment: 2,047 at 8,192 blocks. (The rest of the
+        // reads after a crash are the replay of the log written since the checkpoint.)
+        let store_reads = large.store.spares_read + large.store.anchor_pages_read as u64;
+        assert!(store_reads < 100, "{large:?}");
+    }
+}
+
+#[test]
+fn the_anchor_log_wraps_between_the_reserved_blocks() {
+    // 16 pages per reserved block: 15 anchors each. 50 mount cycles wrap it three times.
+    let mut fs = Fs::format(chip(64), cfg(), opts()).unwrap();
+    let f = fs.create(ROOT, b"log", 0o644, 0, 0).unwrap().ino;
+    let mut want = Vec::new();
+    for cycle in 0..50u64 {
+        let more = content(cycle, 700);
+        fs.write(f, want.len() as u64, &more).unwrap();
+        want.extend_from_slice(&more);
+        let (again, rep) = Fs::open(fs.unmount().unwrap(), opts()).unwrap();
+        fs = again;
+        assert!(!rep.store.scanned, "cycle {cycle}: {rep:?}");
+        assert!(rep.store.anchor_pages_read <= 16, "cycle {cycle}: {rep:?}");
+        assert_eq!(fs.read(f, 0, 1 << 20).unwrap(), want, "cycle {cycle}");
+    }
+    // Both reserved blocks still begin with a superblock.
+    let nand = fs.unmount().unwrap();
+    for b in 0..2 {
+        let mut page = vec![0u8; 2048];
+        let mut spare = vec![0u8; 64];
+        let mut n = nand.clone();
+        n.read_page(b * 16, &mut page, &mut spare).unwrap();
+        assert_eq!(&page[..8], b"BMFLASH\0", "reserved block {b}");
+    }
+}
+
+#[test]
+fn a_lost_anchor_log_falls_back_to_a_scan() {
+    // Wipe the anchor log (erase both reserved blocks' anchors by rewriting the chip
+    // without them): mount must fall back to a scan, and say so, and lose nothing.
+    let mut fs = Fs::format(chip(64), cfg(), opts()).unwrap();
+    let f = fs.create(ROOT, b"a", 0o644, 0, 0).unwrap().ino;
+    fs.write(f, 0, &content(5, 30_000)).unwrap();
+    let mut nand = fs.unmount().unwrap();
+    // Keep each reserved block's superblock, drop its anchors.
+    let g = nand.geometry();
+    for b in 0..2 {
+        let mut sb = vec![0u8; 2048];
+        let mut spare = vec![0u8; 64];
+        nand.read_page(b * 16, &mut sb, &mut spare).unwrap();
+        nand.erase(b).unwrap();
+        nand.program(g.first_page(b), &sb, &spare).unwrap();
+    }
+    let (mut fs, rep) = Fs::open(nand, opts()).unwrap();
+    assert!(rep.store.scanned, "{rep:?}");
+    assert_eq!(fs.read(f, 0, 1 << 20).unwrap(), content(5, 30_000));
+    // The scan wrote an anchored checkpoint: the next mount follows the chain.
+    let (mut fs, rep) = Fs::open(fs.unmount().unwrap(), opts()).unwrap();
+    assert!(!rep.store.scanned, "{rep:?}");
+    assert_eq!(fs.read(f, 0, 1 << 20).unwrap(), content(5, 30_000));
+}
