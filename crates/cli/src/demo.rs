@@ -77,7 +77,7 @@ pub fn run(a: &DemoArgs) -> Result<(), String> {
     let mut nand = FaultyNand::new(FileNand::open(&path).map_err(e)?, a.seed);
     let (store_pages, _) = {
         let (mut fs, _) = Fs::open(&mut nand, opts).map_err(e)?;
-        let pages = fs.store_mut().log_pages(0).map_err(e)?;
+        let pages = fs.store_mut().log_pages(0, None).map_err(e)?;
         (pages, ())
     };
     // One damaged page per erase block, so that every one is within the configured redundancy.

@@ -45,7 +45,7 @@ impl<N: Nand> PageStore<N> {
                 // segment the table has not yet said is free: scan instead.
                 if !store.w.queue.is_empty() {
                     store.w.defer_open = true;
-                    store.resume_at(live_phys, live, &mut report)?;
+                    store.resume_at(live_phys, live, true, &mut report)?;
                     store.w.defer_open = false;
                     return Ok((store, report, Some(c)));
                 }

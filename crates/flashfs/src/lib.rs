@@ -12,8 +12,8 @@
 //!   as nodes into that log, keeps a RAM index of where every node lives (with the CRC-32C of
 //!   every logical page, checked end to end), and offers the POSIX-like operations.
 //!
-//! Still to come (see the issue): the on-flash index and checkpoint for fast mount, the
-//! segment summary and cleaner, zstd.
+//! Still to come (see the issue): the on-flash index with bounded RAM (the checkpoint holds
+//! the whole index today; mount reads it and the log after it).
 
 mod chain;
 mod error;

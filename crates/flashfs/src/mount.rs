@@ -11,7 +11,7 @@
 use bitmend_media::nand::Nand;
 
 use crate::layout::{Kind, Layout, Spare, Superblock, RESERVED_BLOCKS};
-use crate::store::PageStore;
+use crate::store::{PageAddr, PageStore};
 use crate::FsError;
 
 /// What mounting found.
@@ -114,20 +114,27 @@ impl<N: Nand> PageStore<N> {
             .map(|d| (live_phys + d) % layout.segments)
             .filter(|p| !used.contains(p))
             .collect();
-        self.resume_at(live_phys, live, report)
+        self.resume_at(live_phys, live, false, report)
     }
 
     /// Makes physical segment `phys` (logical `logical`) the one being written, at its write
-    /// position.
-    pub(crate) fn resume_at(&mut self, phys: u32, logical: u64, report: &mut Mount) -> Result<(), FsError> {
+    /// position. `skip_full` reads one spare of each full block (its last) instead of all:
+    /// enough when the newest checkpoint is known from the anchor, not from the spares.
+    pub(crate) fn resume_at(
+        &mut self,
+        phys: u32,
+        logical: u64,
+        skip_full: bool,
+        report: &mut Mount,
+    ) -> Result<(), FsError> {
         self.w.seg = Some((phys, logical));
         self.w.seg_parity_valid = false;
         self.w.seg_pages = 1;
-        self.find_position(phys, report)
+        self.find_position(phys, skip_full, report)
     }
 
     /// Scans the live segment for the write position and the open group.
-    fn find_position(&mut self, phys: u32, report: &mut Mount) -> Result<(), FsError> {
+    fn find_position(&mut self, phys: u32, skip_full: bool, report: &mut Mount) -> Result<(), FsError> {
         let layout = self.layout;
         let ppb = layout.g.pages_per_block;
         let mut spare = vec![0u8; layout.g.spare_size as usize];
@@ -136,6 +143,32 @@ impl<N: Nand> PageStore<N> {
             let block = layout.block(phys, b);
             if self.nand.is_bad(block)? {
                 continue;
+            }
+            if skip_full {
+                // Pages are programmed in order: a written last page means a full block.
+                self.nand.read_spare(layout.g.first_page(block) + ppb - 1, &mut spare)?;
+                report.spares_read += 1;
+                if !erased(&spare) {
+                    // The newest page that decodes gives the block's last sequence number,
+                    // counting the torn pages after it as if they had one each.
+                    let mut newest = None;
+                    for i in (0..ppb).rev() {
+                        if i < ppb - 1 {
+                            self.nand.read_spare(layout.g.first_page(block) + i, &mut spare)?;
+                            report.spares_read += 1;
+                        }
+                        if let Some(s) = Spare::decode(&spare) {
+                            newest = Some(s.seq + (ppb - 1 - i) as u64);
+                            break;
+                        }
+                    }
+                    match newest {
+                        Some(seq) => max_seq = max_seq.max(seq),
+                        // Not one page of the block decodes: read everything the slow way.
+                        None => return self.find_position(phys, false, report),
+                    }
+                    continue;
+                }
             }
             let mut spares: Vec<Option<Spare>> = Vec::new();
             let mut next = ppb;
@@ -269,10 +302,17 @@ impl<N: Nand> PageStore<N> {
 impl<N: Nand> PageStore<N> {
     /// The written pages of the first `blocks` blocks of physical segment `phys` (bad blocks
     /// skipped, each block up to its first erased spare), with their spares where they decode.
-    fn written_pages(&mut self, phys: u32, blocks: u32) -> Result<Vec<(u32, Option<Spare>)>, FsError> {
+    /// Pages before `from` (a page of this segment) are left out.
+    fn written_pages(
+        &mut self,
+        phys: u32,
+        blocks: u32,
+        from: Option<u32>,
+    ) -> Result<Vec<(u32, Option<Spare>)>, FsError> {
         let g = self.layout.g;
         let mut spare = vec![0u8; g.spare_size as usize];
         let mut out = Vec::new();
+        let from = from.filter(|&p| self.layout.locate(p).is_some_and(|l| l.0 == phys));
         for b in 0..blocks {
             let block = self.layout.block(phys, b);
             if self.nand.is_bad(block)? {
@@ -280,6 +320,9 @@ impl<N: Nand> PageStore<N> {
             }
             for i in 0..g.pages_per_block {
                 let page = g.first_page(block) + i;
+                if from.is_some_and(|f| page < f) {
+                    continue;
+                }
                 self.nand.read_spare(page, &mut spare)?;
                 if erased(&spare) {
                     break;
@@ -291,8 +334,9 @@ impl<N: Nand> PageStore<N> {
     }
 
     /// Every data page written in segments from logical segment `from` on, in write order
-    /// (the file system replays its nodes from them).
-    pub fn log_pages(&mut self, from: u64) -> Result<Vec<crate::PageAddr>, FsError> {
+    /// (the file system replays its nodes from them); in segment `from`, only from page
+    /// `first` on, when given (pages before it are older).
+    pub fn log_pages(&mut self, from: u64, first: Option<PageAddr>) -> Result<Vec<PageAddr>, FsError> {
         let layout = self.layout;
         let mut out = Vec::new();
         for &(logical, phys) in &self.w.used.clone() {
@@ -302,7 +346,8 @@ impl<N: Nand> PageStore<N> {
             // A data page with a damaged spare is found by what its neighbours say: any page
             // not otherwise accounted for is offered to the reader, which repairs it or
             // reports it.
-            for (page, spare) in self.written_pages(phys, layout.data_blocks())? {
+            let start = if logical == from { first.map(|p| p.0) } else { None };
+            for (page, spare) in self.written_pages(phys, layout.data_blocks(), start)? {
                 match spare {
                     Some(s) if s.kind == Kind::Data => out.push((s.seq, crate::PageAddr(page))),
                     Some(_) => {}
@@ -347,7 +392,7 @@ impl<N: Nand> PageStore<N> {
         let layout = self.layout;
         let mut data = vec![0u8; layout.g.page_size as usize];
         let mut out = Vec::new();
-        for (page, spare) in self.written_pages(phys, layout.cfg.blocks_per_segment)? {
+        for (page, spare) in self.written_pages(phys, layout.cfg.blocks_per_segment, None)? {
             let health = match spare {
                 // A damaged spare: the reader decides whether the page held data.
                 None => PageHealth::Data,

@@ -576,6 +576,15 @@ impl<N: Nand> PageStore<N> {
         self.w.seg
     }
 
+    /// The most erases any block of physical segment `phys` has had.
+    pub fn segment_wear(&self, phys: u32) -> Result<u32, FsError> {
+        let mut most = 0;
+        for b in 0..self.layout.cfg.blocks_per_segment {
+            most = most.max(self.nand.erase_count(self.layout.block(phys, b))?);
+        }
+        Ok(most)
+    }
+
     /// The physical segment holding `addr`.
     pub fn segment_of(&self, addr: PageAddr) -> Option<u32> {
         self.layout.locate(addr.0).map(|l| l.0)

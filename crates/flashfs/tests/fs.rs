@@ -291,7 +291,7 @@ fn repair_under_files(c: Compression, text: bool) {
     }
     fs.sync().unwrap();
     // Damage: 1, 10, 100, 1000 flipped bits and lost pages, one page per group.
-    let pages = fs.store_mut().log_pages(0).unwrap();
+    let pages = fs.store_mut().log_pages(0, None).unwrap();
     let mut injected = 0;
     for (k, p) in pages.iter().enumerate().step_by(9).skip(1) {
         let n = [1u32, 10, 100, 1000][k % 4];
@@ -334,7 +334,7 @@ fn damage_beyond_the_redundancy_is_eio_for_that_range_only() {
     // One page beyond both levels: two bad pages in its group (p = 1) and two in its stripe
     // (s = 1): the page itself, the next page of its group, and the same page index in the
     // next block.
-    let pages = fs.store_mut().log_pages(0).unwrap();
+    let pages = fs.store_mut().log_pages(0, None).unwrap();
     let p = pages[6].0;
     for q in [p, p + 1, p + 16] {
         fs.store_mut().nand_mut().lose_page(q).unwrap();
@@ -565,7 +565,7 @@ fn power_cuts_while_the_cleaner_runs() {
         let (mut fs, rep) = Fs::open(fs.unmount().unwrap(), opts(Compression::None))
             .unwrap_or_else(|e| panic!("cut {cut}: second mount: {e}"));
         assert!(!rep.store.scanned, "cut {cut}: second mount {rep:?}");
-        assert!(snapshot(&mut fs).files == want.files, "cut {cut}: second mount differs");
+        assert!(snapshot(&mut fs).files == want.files, "cut {cut}: second mount differs: {rep:?}");
     }
     eprintln!("power cuts with cleaning: {cuts} cut points over {rounds} rounds ({cleaned} segments cleaned in the uncut run); fsck clean after each; every mount by the anchor chain (longest chain {chains} segments), and again after more work");
 }
@@ -690,5 +690,6 @@ fn cold_data_does_not_pin_its_blocks() {
         "wear beside cold data: 3,000 synced 8 KiB overwrites next to 600 KB written once: erase counts {min}..{max} over {} blocks",
         counts.len()
     );
-    assert!(min >= 100 && max - min <= 4, "erase counts {min}..{max}");
+    // The cleaner moves a segment for wear once it lags the most worn by 8 erases.
+    assert!(min >= 50 && max - min <= 10, "erase counts {min}..{max}");
 }

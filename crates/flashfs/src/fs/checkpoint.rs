@@ -11,11 +11,13 @@ use std::collections::{BTreeMap, HashMap};
 use bitmend_media::nand::Nand;
 
 use super::{Fs, Health, Inode, Loc, PENDING};
-use crate::node::{self, Frag, NodeKind, FLAG_LAST, FRAG_HEADER};
+use crate::node::{self, Frag, NodeKind, FLAG_LAST, FLAG_ZSTD, FRAG_HEADER};
 use crate::store::PageAddr;
 use crate::FsError;
 
 const MAGIC: u32 = 0x434B_5054; // "CKPT"
+/// The fewest log pages between two checkpoints written because the log grew.
+pub const CHECKPOINT_MIN_PAGES: u64 = 256;
 /// The optional section after the data section (FORMAT.md section 8, checkpoint payload):
 /// lifetime health counters.
 const HEALTH_MAGIC: u32 = 0x484C_5448; // "HLTH"
@@ -70,7 +72,29 @@ pub(crate) struct State {
     pub segments: Option<Vec<(u64, u32)>>,
 }
 
-pub(crate) fn decode(b: &[u8]) -> Option<State> {
+/// The state as a checkpoint payload: zstd-compressed (its length, u32, then one zstd frame)
+/// when that is smaller, which it is but for the smallest states; the flag says which.
+fn compress_state(state: Vec<u8>) -> (Vec<u8>, bool) {
+    match zstd::bulk::compress(&state, 1) {
+        Ok(z) if z.len() + 4 < state.len() => {
+            let mut v = (state.len() as u32).to_le_bytes().to_vec();
+            v.extend_from_slice(&z);
+            (v, true)
+        }
+        _ => (state, false),
+    }
+}
+
+/// Decodes a checkpoint payload whose first fragment carried `flags`.
+pub(crate) fn decode_payload(flags: u8, b: &[u8]) -> Option<State> {
+    if flags & FLAG_ZSTD == 0 {
+        return decode(b);
+    }
+    let len = u32::from_le_bytes(b.get(..4)?.try_into().ok()?) as usize;
+    decode(&zstd::bulk::decompress(&b[4..], len).ok()?)
+}
+
+fn decode(b: &[u8]) -> Option<State> {
     let mut r = Reader(b);
     if r.u32()? != MAGIC {
         return None;
@@ -181,14 +205,45 @@ impl<N: Nand> Fs<N> {
         v
     }
 
+    /// Writes a checkpoint when the log since the last one has grown to
+    /// max([`CHECKPOINT_MIN_PAGES`], 8 x the last checkpoint's pages): replay after a crash
+    /// then reads at most that much, for at most an eighth more pages written. (A state so
+    /// large that this exceeds the mount budget is what the on-flash index is for.)
+    pub(crate) fn maybe_checkpoint(&mut self) -> Result<(), FsError> {
+        if self.cleaning || self.checkpointing {
+            return Ok(());
+        }
+        let since = self.log_pages_written().saturating_sub(self.ckpt_mark.0);
+        if since < CHECKPOINT_MIN_PAGES.max(8 * self.ckpt_mark.1) {
+            return Ok(());
+        }
+        self.checkpoint()
+    }
+
+    /// Pages written into data blocks since the store was opened: what a replay reads (the
+    /// spares of all, the data pages whole).
+    fn log_pages_written(&self) -> u64 {
+        let s = self.store.stats();
+        s.data_pages + s.group_parity_pages + s.pad_pages
+    }
+
     /// Writes everything out, then the state as a checkpoint node, and makes it durable.
     pub fn checkpoint(&mut self) -> Result<(), FsError> {
+        self.checkpointing = true;
+        let r = self.write_checkpoint();
+        self.checkpointing = false;
+        r
+    }
+
+    fn write_checkpoint(&mut self) -> Result<(), FsError> {
         self.pinned.clear();
         self.flush_data()?;
         if self.fill > 0 {
             self.seal_page()?;
         }
-        let blob = self.encode_state();
+        let blob = compress_state(self.encode_state());
+        let codec = if blob.1 { FLAG_ZSTD } else { 0 };
+        let blob = blob.0;
         self.version += 1;
         let version = self.version;
         let mut first: Option<u32> = None;
@@ -206,7 +261,7 @@ impl<N: Nand> Fs<N> {
             let n = room.min(blob.len() - done);
             let f = Frag {
                 kind: NodeKind::Checkpoint,
-                flags: if done + n == blob.len() { FLAG_LAST } else { 0 },
+                flags: codec | if done + n == blob.len() { FLAG_LAST } else { 0 },
                 len: n as u16,
                 total: blob.len() as u32,
                 key: 0,
@@ -234,6 +289,8 @@ impl<N: Nand> Fs<N> {
         self.store.record_checkpoint(PageAddr(first))?;
         self.ckpt = Some(CkptAt { page: first, segment });
         self.stats.checkpoints += 1;
+        let pages = blob.len().div_ceil(self.buf.len() - FRAG_HEADER) as u64;
+        self.ckpt_mark = (self.log_pages_written(), pages);
         self.stats.checkpoint_bytes = blob.len() as u64;
         Ok(())
     }

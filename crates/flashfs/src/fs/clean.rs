@@ -19,6 +19,9 @@ use crate::FsError;
 /// Free segments below which the cleaner runs (room to move a segment's data and write a
 /// checkpoint).
 pub(crate) const RESERVE: usize = 3;
+/// Erases by which a segment may lag the most worn one before the cleaner moves its data
+/// for wear's sake alone.
+const WEAR_GAP: u32 = 8;
 
 impl<N: Nand> Fs<N> {
     pub(crate) fn maybe_clean(&mut self) -> Result<(), FsError> {
@@ -96,6 +99,7 @@ impl<N: Nand> Fs<N> {
                 // Every candidate is full of live data: moving one would free nothing.
                 return Ok(());
             }
+            let victim = self.wear_victim(&cands)?.unwrap_or(victim);
             self.empty_segment(victim)?;
         }
         Ok(())
@@ -137,6 +141,24 @@ impl<N: Nand> Fs<N> {
         })();
         self.cleaning = false;
         r
+    }
+
+    /// Static wear leveling: a candidate whose blocks were erased [`WEAR_GAP`] times fewer
+    /// than the most worn segment's holds cold data; moving it lets its blocks take their
+    /// share of erases (cost-benefit alone never picks a segment full of live data).
+    fn wear_victim(&self, cands: &[(u64, u32)]) -> Result<Option<u32>, FsError> {
+        let mut most = 0;
+        for phys in 0..self.store.segments() {
+            most = most.max(self.store.segment_wear(phys)?);
+        }
+        let mut coldest: Option<(u32, u32)> = None;
+        for &(_, phys) in cands {
+            let w = self.store.segment_wear(phys)?;
+            if w + WEAR_GAP < most && coldest.is_none_or(|c| w < c.0) {
+                coldest = Some((w, phys));
+            }
+        }
+        Ok(coldest.map(|c| c.1))
     }
 
     /// A page naming the newest checkpoint at the start of the segment just opened.

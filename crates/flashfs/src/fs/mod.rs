@@ -224,6 +224,11 @@ pub struct Fs<N: Nand> {
     pub(crate) ckpt: Option<checkpoint::CkptAt>,
     /// The checkpoint a mount would start from now (the one the newest segment names).
     pub(crate) mount_ckpt: Option<checkpoint::CkptAt>,
+    /// A checkpoint is being written (the flushes inside it must not start another).
+    pub(crate) checkpointing: bool,
+    /// The store's data-page counter when the last checkpoint ended, and the pages it took:
+    /// the next is written once the log since is some multiple of it (see `maybe_checkpoint`).
+    pub(crate) ckpt_mark: (u64, u64),
     /// The segment table of the checkpoint the mount replayed (handed to the store).
     pub(crate) ckpt_table: Option<Vec<(u64, u32)>>,
     /// The cleaner is running (its own writes must not start it again).
@@ -287,6 +292,8 @@ impl<N: Nand> Fs<N> {
             ckpt: None,
             mount_ckpt: None,
             ckpt_table: None,
+            checkpointing: false,
+            ckpt_mark: (0, 0),
             cleaning: false,
             recent: Vec::new(),
             health_base: Health::default(),

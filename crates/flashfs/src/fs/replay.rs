@@ -66,7 +66,10 @@ impl<N: Nand> Fs<N> {
         // its first page is marked in its spare. Try it first; if it was cut short, fall
         // back to the one the segment names.
         let mut candidates = Vec::new();
-        if let (Some(page), Some((_, live))) = (fs.store.last_marked(), fs.store.live_segment()) {
+        // (With an anchor, a newer checkpoint, whose anchor was cut, is replayed as a node.)
+        if let (Some(page), Some((_, live)), None) =
+            (fs.store.last_marked(), fs.store.live_segment(), anchored)
+        {
             if start.map(|c| c.page) != Some(page.0) {
                 candidates.push(Some(super::checkpoint::CkptAt { page: page.0, segment: live }));
             }
@@ -136,7 +139,8 @@ impl<N: Nand> Fs<N> {
         report: &mut MountReport,
     ) -> Result<bool, FsError> {
         let fs = self;
-        let mut pages = fs.store.log_pages(start.map_or(0, |c| c.segment))?;
+        let mut pages =
+            fs.store.log_pages(start.map_or(0, |c| c.segment), start.map(|c| crate::PageAddr(c.page)))?;
         if let Some(c) = start {
             match pages.iter().position(|p| p.0 == c.page) {
                 Some(i) => {
@@ -266,7 +270,9 @@ impl<N: Nand> Fs<N> {
                 self.data.insert(key, Loc { frags: n.frags, codec: n.head.flags & CODEC_FLAGS, version: v });
             }
             NodeKind::Checkpoint => {
-                let Some(state) = super::checkpoint::decode(&n.payload) else { return false };
+                let Some(state) = super::checkpoint::decode_payload(n.head.flags, &n.payload) else {
+                    return false;
+                };
                 self.inodes = state.inodes;
                 self.dirs = state.dirs;
                 self.data = state.data;

@@ -172,7 +172,8 @@ impl<N: Nand> Fs<N> {
                 self.commit(vec![n])?;
             }
         }
-        self.maybe_clean()
+        self.maybe_clean()?;
+        self.maybe_checkpoint()
     }
 
     /// Writes out everything and makes it durable and correctable.
