@@ -16,6 +16,8 @@ use crate::store::PageAddr;
 use crate::FsError;
 
 const MAGIC: u32 = 0x434B_5054; // "CKPT"
+/// The largest checkpoint state a mount will decompress (a million files is about 150 MB).
+const MAX_STATE: usize = 1 << 30;
 /// The fewest log pages between two checkpoints written because the log grew.
 pub const CHECKPOINT_MIN_PAGES: u64 = 256;
 /// The optional section after the data section (FORMAT.md section 8, checkpoint payload):
@@ -91,6 +93,10 @@ pub(crate) fn decode_payload(flags: u8, b: &[u8]) -> Option<State> {
         return decode(b);
     }
     let len = u32::from_le_bytes(b.get(..4)?.try_into().ok()?) as usize;
+    // The length is read from the flash: a damaged one must not make a huge allocation.
+    if len > MAX_STATE {
+        return None;
+    }
     decode(&zstd::bulk::decompress(&b[4..], len).ok()?)
 }
 

@@ -411,14 +411,17 @@ impl<N: Nand> Fs<N> {
         let mut repaired = false;
         for &(page, off, len) in &loc.frags {
             let (off, len) = (off as usize, len as usize);
+            // A fragment outside its page can only come from a damaged (or hostile) index:
+            // the logical page is unreadable, never a panic.
+            let bad = || FsError::Unrecoverable { page };
             if page == PENDING {
-                payload.extend_from_slice(&self.buf[off..off + len]);
+                payload.extend_from_slice(self.buf.get(off..off + len).ok_or_else(bad)?);
                 continue;
             }
             if let Some((_, bytes, was_repaired)) = self.recent.iter().find(|r| r.0 == page) {
                 // A page repaired when it was read repairs every logical page on it.
                 repaired |= *was_repaired;
-                payload.extend_from_slice(&bytes[off..off + len]);
+                payload.extend_from_slice(bytes.get(off..off + len).ok_or_else(bad)?);
                 continue;
             }
             // The oldest cached page's buffer is reused for this one (no allocation per read).
@@ -430,7 +433,11 @@ impl<N: Nand> Fs<N> {
                     return Err(e);
                 }
             };
-            payload.extend_from_slice(&flash[off..off + len]);
+            let Some(bytes) = flash.get(off..off + len) else {
+                self.stats.unreadable += 1;
+                return Err(bad());
+            };
+            payload.extend_from_slice(bytes);
             repaired |= how;
             self.recent.push((page, flash, how));
         }
