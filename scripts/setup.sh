@@ -10,6 +10,7 @@ packages=(
   fuse3 libfuse3-dev  # the FUSE mount
   libclang-dev        # bindgen, for littlefs (the littlefs2 crate): the flash file system anchor
   fio stress-ng rsync # tools with their own verification, run on the mount by fuse-suites.sh
+  mtd-utils           # mkfs.ubifs: the anchor of `bitmend bench corpus`
 )
 
 missing=()

@@ -5,6 +5,7 @@
 //! machine hits both alike; the figures are medians.
 
 pub mod code;
+pub mod corpus;
 pub mod flashfs;
 pub mod harness;
 pub mod littlefs;

@@ -19,6 +19,9 @@ pub struct BenchArgs {
     /// Samples per figure; the median is reported.
     #[arg(long)]
     samples: Option<usize>,
+    /// The tree of files for `corpus` (default: this machine's /usr/lib/python3.N).
+    #[arg(long, value_name = "DIR")]
+    corpus: Option<std::path::PathBuf>,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -28,6 +31,9 @@ enum Suite {
     /// The flash file system on a modelled RCFFS chip (128 MiB, 2 KiB pages): throughput,
     /// write amplification, sync cost, repair time and mount time.
     Flashfs,
+    /// The space a real tree of files takes with each codec, beside mkfs.ubifs images of the
+    /// same tree (lz4 beside LZO, zstd beside zstd).
+    Corpus,
     /// The PRIMS log's small writes beside mprotect, PMDK transactions and bare persists
     /// (the paper's Figure 2), ns per write.
     Nvlog,
@@ -63,6 +69,19 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
                 );
             }
             bitmend_bench::code::run(&opts, &mut emit);
+        }
+        Suite::Corpus => {
+            let dir = match args.corpus.or_else(bitmend_bench::corpus::default_corpus) {
+                Some(d) => d,
+                None => return Err("no corpus: give --corpus DIR (no /usr/lib/python3.N here)".into()),
+            };
+            if !json {
+                eprintln!(
+                    "bench corpus: {} into the flash file system and into mkfs.ubifs images",
+                    dir.display()
+                );
+            }
+            bitmend_bench::corpus::run(&opts, &dir, &mut emit)?;
         }
         Suite::Flashfs => {
             if !json {

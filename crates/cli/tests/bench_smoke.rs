@@ -113,3 +113,33 @@ fn bench_flashfs_quick_json_rows() {
         }
     }
 }
+
+#[test]
+fn bench_corpus_quick_json_rows_beside_ubifs() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../flashfs/src");
+    let out = Command::new(env!("CARGO_BIN_EXE_bitmend"))
+        .args(["bench", "corpus", "--quick", "--json", "--corpus", dir])
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    for l in &lines {
+        assert_eq!(field(l, "bench"), "\"corpus\"");
+        assert!(l.contains("lz4"), "{l}");
+        let ours: f64 = field(l, "ours").parse().unwrap();
+        assert!(ours > 0.0, "{l}");
+        if std::process::Command::new("mkfs.ubifs").arg("--version").output().is_ok() {
+            let theirs: f64 = field(l, "anchor_value").parse().unwrap();
+            assert!(theirs > 0.0, "mkfs.ubifs made no image: {l}");
+        }
+    }
+    // A corpus that is not there is a clear error.
+    let out = Command::new(env!("CARGO_BIN_EXE_bitmend"))
+        .args(["bench", "corpus", "--quick", "--corpus", "/nonexistent/corpus"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/corpus"));
+}

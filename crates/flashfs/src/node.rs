@@ -194,7 +194,7 @@ pub(crate) fn decode_dirent(b: &[u8]) -> Option<(u64, Vec<u8>)> {
 }
 
 /// Data payload: the CRC-32C of the uncompressed logical page, then the page, compressed
-/// with `codec` when that saves space. Returns the payload, the codec flag actually used
+/// with `codec` when that saves space (else plain, without its trailing zeros). Returns the payload, the codec flag actually used
 /// (0 when stored plain) and the CRC, which is the end-to-end check the page cache reuses.
 pub(crate) fn encode_data(page: &[u8], codec: u8) -> (Vec<u8>, u8, u32) {
     let crc = crc32c(page);
@@ -204,11 +204,13 @@ pub(crate) fn encode_data(page: &[u8], codec: u8) -> (Vec<u8>, u8, u32) {
         FLAG_ZSTD => zstd::bulk::compress(page, 3).ok(),
         _ => None,
     };
-    if let Some(c) = packed.filter(|c| c.len() < page.len()) {
+    // Stored plain, the page leaves out its trailing zeros (the end of a file's last page).
+    let plain = &page[..page.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1)];
+    if let Some(c) = packed.filter(|c| c.len() < plain.len()) {
         v.extend_from_slice(&c);
         return (v, codec, crc);
     }
-    v.extend_from_slice(page);
+    v.extend_from_slice(plain);
     (v, 0, crc)
 }
 
@@ -220,7 +222,11 @@ pub(crate) fn decode_data(b: &[u8], codec: u8, page_len: usize) -> Option<Vec<u8
     }
     let crc = u32::from_le_bytes(b[..4].try_into().unwrap());
     let page = match codec {
-        0 => b[4..].to_vec(),
+        0 if b.len() - 4 <= page_len => {
+            let mut p = b[4..].to_vec();
+            p.resize(page_len, 0);
+            p
+        }
         FLAG_LZ4 => lz4_flex::block::decompress(&b[4..], page_len).ok()?,
         FLAG_ZSTD => zstd::bulk::decompress(&b[4..], page_len).ok()?,
         _ => return None,
@@ -231,6 +237,26 @@ pub(crate) fn decode_data(b: &[u8], codec: u8, page_len: usize) -> Option<Vec<u8
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plain_page_leaves_out_its_trailing_zeros() {
+        let mut page = vec![0u8; 4096];
+        page[..1000].iter_mut().enumerate().for_each(|(i, b)| *b = (i * 7919 % 251) as u8 | 1);
+        let (payload, codec, crc) = encode_data(&page, 0);
+        assert_eq!((payload.len(), codec, crc), (4 + 1000, 0, crc32c(&page)));
+        assert_eq!(decode_data(&payload, 0, 4096).as_deref(), Some(&page[..]));
+        // All zeros: the CRC alone.
+        let (zeros, _, _) = encode_data(&[0u8; 4096], 0);
+        assert_eq!(zeros.len(), 4);
+        assert_eq!(decode_data(&zeros, 0, 4096), Some(vec![0u8; 4096]));
+        // Longer than a page, or the wrong bytes: refused.
+        let mut long = payload.clone();
+        long.resize(4 + 4097, 1);
+        assert_eq!(decode_data(&long, 0, 4096), None);
+        let mut bad = payload;
+        bad[10] ^= 1;
+        assert_eq!(decode_data(&bad, 0, 4096), None);
+    }
 
     #[test]
     fn forms_round_trip() {

@@ -529,6 +529,13 @@ impl<N: Nand> Fs<N> {
 impl<N: Nand> Fs<N> {
     /// File data as the index knows it: (logical bytes in pages written, bytes they take
     /// in nodes). Their ratio is the compression ratio.
+    /// Bytes the live file data takes in flash pages, fragment headers included (what a
+    /// copy of the data occupies, before parity; the checkpoint holds the rest).
+    pub fn data_footprint(&self) -> u64 {
+        let frag = crate::node::FRAG_HEADER as u64;
+        self.data.values().flat_map(|l| l.frags.iter()).map(|f| f.2 as u64 + frag).sum()
+    }
+
     pub fn data_space(&self) -> (u64, u64) {
         let stored = self.data.values().map(|l| l.frags.iter().map(|f| f.2 as u64).sum::<u64>()).sum();
         (self.data.len() as u64 * LOGICAL_PAGE as u64, stored)

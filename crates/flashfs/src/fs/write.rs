@@ -114,8 +114,10 @@ impl<N: Nand> Fs<N> {
         };
         let (payload, codec, _crc) = node::encode_data(page, attempt);
         if attempt != 0 {
-            // The payload carries a 4-byte CRC before the page.
-            if codec == 0 || payload.len() - 4 > page.len() - page.len() / 8 {
+            // The payload carries a 4-byte CRC before the page. Judged on the page's bytes up
+            // to its trailing zeros: a short last page (or a hole) says nothing of the rest.
+            let content = page.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+            if content >= page.len() / 2 && (codec == 0 || payload.len() - 4 > content - content / 8) {
                 if self.skip_compression.len() >= 4096 {
                     self.skip_compression.clear();
                 }
