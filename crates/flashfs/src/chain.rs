@@ -242,6 +242,12 @@ impl<N: Nand> PageStore<N> {
         Ok(newest.map(|n| n.0))
     }
 
+    /// Whether the newest anchor names a checkpoint (mount follows the chain from it), rather
+    /// than saying "scan".
+    pub fn anchored(&self) -> bool {
+        self.w.anchor_chained
+    }
+
     /// Whether the segment being written names successors (every segment opened by this
     /// version does, unless the chip was full; those of version 2 and before do not).
     pub fn has_successors(&self) -> bool {

@@ -528,7 +528,7 @@ fn power_cuts_while_the_cleaner_runs() {
     let ops = probe.store().nand().ops() - ops0;
     let mut cuts = 0;
     let mut chains = 0;
-    for cut in (0..ops).step_by(3) {
+    for cut in (0..ops).step_by(2) {
         let (mut fs, _) = Fs::open(FaultyNand::new(base.clone(), cut), opts(Compression::None)).unwrap();
         fs.store_mut().nand_mut().cut_power_at(ops0 + cut);
         let mut done = 0;
@@ -571,13 +571,14 @@ fn power_cuts_while_the_cleaner_runs() {
 }
 
 #[test]
-fn the_cleaner_keeps_working_at_85_percent_full() {
-    // 63 segments of 4 blocks (3 for data, 45 pages each); fill 85% of the space with live
-    // data, then overwrite at random: the cleaner must find room every time.
+fn the_cleaner_keeps_working_at_90_percent_full() {
+    // 63 segments of 4 blocks (3 for data, 45 pages each), 60 of them usable (3 are the
+    // cleaner's reserve); fill 90% of that with live data, then overwrite at random (no
+    // locality, the cleaner's worst case): the cleaner must find room every time.
     let mut fs = Fs::format(chip(254), cfg(), opts(Compression::None)).unwrap();
     let (total, _) = fs.statfs();
     let files = 20u64;
-    let per = (total as f64 * 0.85 / files as f64) as usize / 4096 * 4096;
+    let per = (total as f64 * 0.90 / files as f64) as usize / 4096 * 4096;
     let mut inos = Vec::new();
     for i in 0..files {
         let f = fs.create(ROOT, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
@@ -591,7 +592,9 @@ fn the_cleaner_keeps_working_at_85_percent_full() {
         let k = r.below(files) as usize;
         let at = r.below(per as u64 / 4096) * 4096;
         let page = content(10_000 + step, 4096);
-        fs.write(inos[k], at, &page).unwrap_or_else(|e| panic!("step {step}: {e}"));
+        if let Err(e) = fs.write(inos[k], at, &page) {
+            panic!("step {step}: {e}; {:?}, {:?}", fs.stats(), fs.statfs());
+        }
         model[k][at as usize..at as usize + 4096].copy_from_slice(&page);
         if step % 20 == 0 {
             fs.sync().unwrap();
@@ -602,11 +605,13 @@ fn the_cleaner_keeps_working_at_85_percent_full() {
         assert_eq!(fs.read(*ino, 0, per).unwrap(), model[k]);
     }
     assert!(fs.check(true).clean());
+    let moved = fs.stats().pages_moved;
     eprintln!(
-        "cleaner at 85% full: {} segments cleaned, {} pages moved",
-        fs.stats().segments_cleaned,
-        fs.stats().pages_moved
+        "cleaner at 90% full: 600 random 4 KiB overwrites; {} segments cleaned, {moved} pages moved",
+        fs.stats().segments_cleaned
     );
+    // Uniform random overwrites at 90% cost LFS a few moves per write, not a spiral.
+    assert!(moved < 20 * 600, "{moved} pages moved");
 }
 
 #[test]

@@ -235,9 +235,11 @@ impl<N: Nand> Fs<N> {
 
     /// Writes everything out, then the state as a checkpoint node, and makes it durable.
     pub fn checkpoint(&mut self) -> Result<(), FsError> {
-        self.checkpointing = true;
+        // Restored, not cleared: a checkpoint the cleaner writes inside this one's flush
+        // must not let the flush start yet another.
+        let was = std::mem::replace(&mut self.checkpointing, true);
         let r = self.write_checkpoint();
-        self.checkpointing = false;
+        self.checkpointing = was;
         r
     }
 

@@ -62,7 +62,10 @@ impl<N: Nand> Fs<N> {
 
     /// Cleans until `want` segments are free or nothing more can be cleaned.
     fn clean_until(&mut self, want: usize) -> Result<(), FsError> {
+        // A checkpoint makes the segments written since eligible; another is worth writing
+        // only once a segment was freed since the last (else nothing more can be cleaned).
         let mut forced = false;
+        let mut wear_moved = false;
         // Each pass frees a segment; a bound keeps a full file system from cleaning forever.
         let mut passes = 2 * self.store.segments() as usize;
         while self.store.free_segments() < want && passes > 0 {
@@ -72,11 +75,17 @@ impl<N: Nand> Fs<N> {
                 if forced {
                     return Ok(());
                 }
-                // Make every finished segment eligible: a checkpoint, then a new segment that
-                // names it.
+                // Make every segment before the live one eligible: a checkpoint. Anchored, it
+                // is where mount starts at once; otherwise (the chain is broken, mount scans
+                // and starts where the newest segment says) a new segment must name it, at
+                // the cost of the rest of the live one.
                 self.checkpoint()?;
-                self.store.finish_segment()?;
-                self.seal_forced_segment_info()?;
+                if self.store.anchored() {
+                    self.mount_ckpt = self.ckpt;
+                } else {
+                    self.store.finish_segment()?;
+                    self.seal_forced_segment_info()?;
+                }
                 forced = true;
                 cands = self.candidates();
                 if cands.is_empty() {
@@ -86,21 +95,42 @@ impl<N: Nand> Fs<N> {
             let live = self.live_bytes();
             let capacity = self.segment_capacity() as f64;
             let newest = self.store.used_segments().iter().map(|u| u.0).max().unwrap_or(0);
-            let (score, victim) = cands
+            let mut ranked: Vec<(f64, u32, f64)> = cands
                 .iter()
                 .map(|&(logical, phys)| {
                     let u = (*live.get(&phys).unwrap_or(&0) as f64 / capacity).min(1.0);
                     let age = (newest - logical + 1) as f64;
-                    ((1.0 - u) * age / (1.0 + u), phys)
+                    ((1.0 - u) * age / (1.0 + u), phys, u)
                 })
-                .max_by(|a, b| a.0.total_cmp(&b.0))
-                .expect("candidates");
-            if score <= 0.0 {
+                .filter(|r| r.0 > 0.0)
+                .collect();
+            if ranked.is_empty() {
                 // Every candidate is full of live data: moving one would free nothing.
                 return Ok(());
             }
-            let victim = self.wear_victim(&cands)?.unwrap_or(victim);
-            self.empty_segment(victim)?;
+            ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
+            // The best victims whose live data fits in the free segments but one (at least
+            // one victim), moved together under one sync.
+            let budget = (self.store.free_segments() as f64 - 1.0).max(0.0);
+            let mut victims = Vec::new();
+            let mut load = 0.0;
+            for &(_, phys, u) in &ranked {
+                if !victims.is_empty() && load + u > budget {
+                    break;
+                }
+                victims.push(phys);
+                load += u;
+            }
+            // At most one move for wear per call: it frees nothing, the others must.
+            if !wear_moved {
+                if let Some(cold) = self.wear_victim(&cands)? {
+                    wear_moved = true;
+                    victims = vec![cold];
+                }
+            }
+            if self.empty_segments(&victims)? > 0 {
+                forced = false;
+            }
         }
         Ok(())
     }
@@ -178,13 +208,47 @@ impl<N: Nand> Fs<N> {
 
     /// Moves the live data out of `phys`, makes the move durable, releases the segment.
     fn empty_segment(&mut self, phys: u32) -> Result<bool, FsError> {
+        Ok(self.empty_segments(&[phys])? == 1)
+    }
+
+    /// Moves the live data out of each of `victims`, makes the moves durable with one sync
+    /// (a sync closes a group with its parity: one per victim costs, on a nearly full chip,
+    /// about what a victim frees), and releases every victim whose data all moved. Returns
+    /// how many were released.
+    fn empty_segments(&mut self, victims: &[u32]) -> Result<usize, FsError> {
+        let mut movable = Vec::new();
+        for &phys in victims {
+            if self.move_out(phys)? {
+                movable.push(phys);
+            } else {
+                // Kept until the next checkpoint, when it is tried again (the file may be gone).
+                self.pinned.insert(phys);
+            }
+        }
+        self.flush_data()?;
+        if self.fill > 0 {
+            self.seal_page()?;
+        }
+        self.store.sync()?;
+        for &phys in &movable {
+            self.store.release_segment(phys)?;
+            self.stats.segments_cleaned += 1;
+        }
+        // Their pages will be written again: forget any copy of them.
+        self.recent.clear();
+        Ok(movable.len())
+    }
+
+    /// Marks the live data of `phys` dirty, so that the next flush writes it elsewhere;
+    /// false if a page of it is beyond repair.
+    fn move_out(&mut self, phys: u32) -> Result<bool, FsError> {
         let keys: Vec<(u64, u64)> = self
             .data
             .iter()
             .filter(|(_, loc)| loc.frags.iter().any(|f| self.store.segment_of(PageAddr(f.0)) == Some(phys)))
             .map(|(k, _)| *k)
             .collect();
-        let mut unreadable = false;
+        let mut readable = true;
         for (ino, index) in keys {
             if self.dirty.contains_key(&(ino, index)) {
                 continue;
@@ -196,24 +260,10 @@ impl<N: Nand> Fs<N> {
                 }
                 // A page beyond repair keeps its place: erasing the segment would turn a
                 // read that fails (EIO) into one that returns something else.
-                Err(FsError::Unrecoverable { .. }) => unreadable = true,
+                Err(FsError::Unrecoverable { .. }) => readable = false,
                 Err(e) => return Err(e),
             }
         }
-        self.flush_data()?;
-        if self.fill > 0 {
-            self.seal_page()?;
-        }
-        self.store.sync()?;
-        if unreadable {
-            // Kept until the next checkpoint, when it is tried again (the file may be gone).
-            self.pinned.insert(phys);
-            return Ok(false);
-        }
-        self.store.release_segment(phys)?;
-        // Its pages will be written again: forget any copy of them.
-        self.recent.clear();
-        self.stats.segments_cleaned += 1;
-        Ok(true)
+        Ok(readable)
     }
 }

@@ -512,17 +512,18 @@ impl<N: Nand> Fs<N> {
 
     /// Space, in logical bytes: (total, free) as the page store's segments allow.
     ///
-    /// Free space counts what the cleaner can reclaim, not only the erased segments: total
-    /// less the live file data, an allowance per inode for metadata and the checkpoint, and
-    /// the segments the cleaner keeps in reserve.
+    /// Total is what data can ever use: the data pages of every segment but the ones the
+    /// cleaner keeps in reserve (like parity, they are never the user's). Free counts what
+    /// the cleaner can reclaim, not only the erased segments: total less the live file data
+    /// and an allowance per inode for metadata and the checkpoint.
     pub fn statfs(&self) -> (u64, u64) {
         let l = &self.store.layout;
         let per_segment = (l.data_blocks() * l.max_group()) as u64 * l.g.page_size as u64;
-        let total = l.segments as u64 * per_segment;
+        let reserve = super::clean::RESERVE as u64;
+        let total = (l.segments as u64).saturating_sub(reserve) * per_segment;
         let (_, stored) = self.data_space();
         let metadata = 2 * (self.inodes.len() as u64 * 128 + self.data.len() as u64 * 40);
-        let reserve = super::clean::RESERVE as u64 * per_segment;
-        (total, total.saturating_sub(stored + metadata + reserve))
+        (total, total.saturating_sub(stored + metadata))
     }
 }
 
