@@ -165,7 +165,8 @@ impl<N: Nand> PageStore<N> {
         let mut queue: Vec<u32> = first.queue.iter().flatten().copied().collect();
         // Each step moves to a segment not yet in the chain: the walk ends.
         'walk: while chain.len() <= self.layout.segments as usize {
-            let next = chain.last().expect("not empty").0 + 1;
+            // Numbers come from the flash: a damaged one must end the walk, not overflow.
+            let Some(next) = chain.last().expect("not empty").0.checked_add(1) else { break };
             for q in queue {
                 if q >= self.layout.segments || chain.iter().any(|c| c.1 == q) {
                     continue;

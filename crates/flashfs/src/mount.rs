@@ -158,7 +158,7 @@ impl<N: Nand> PageStore<N> {
                             report.spares_read += 1;
                         }
                         if let Some(s) = Spare::decode(&spare) {
-                            newest = Some(s.seq + (ppb - 1 - i) as u64);
+                            newest = Some(s.seq.saturating_add((ppb - 1 - i) as u64));
                             break;
                         }
                     }
@@ -198,7 +198,7 @@ impl<N: Nand> PageStore<N> {
                 continue;
             }
             // The write position is in this block.
-            self.w.seq = max_seq + 1;
+            self.w.seq = max_seq.saturating_add(1);
             self.w.block = b;
             self.w.next = next;
             if next == 0 {
@@ -208,7 +208,7 @@ impl<N: Nand> PageStore<N> {
             return self.reopen_group(block, &spares, report);
         }
         // Every data block is full: the segment is sealed, or its sealing was cut.
-        self.w.seq = max_seq + 1;
+        self.w.seq = max_seq.saturating_add(1);
         self.w.block = layout.data_blocks();
         self.w.next = 0;
         if layout.cfg.parity_blocks > 0 && !self.segment_sealed(phys)? {

@@ -273,7 +273,7 @@ impl<N: Nand> PageStore<N> {
             }
             Some((_, logical)) => {
                 self.w.prev_queue = self.w.queue.clone();
-                (logical + 1, self.w.queue.clone())
+                (logical.saturating_add(1), self.w.queue.clone())
             }
             None => (0, self.w.queue.clone()),
         };

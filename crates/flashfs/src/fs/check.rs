@@ -104,7 +104,7 @@ impl<N: Nand> Fs<N> {
             c.data_pages += 1;
             match self.inodes.get(&ino) {
                 Some(i) if i.attr.kind == FileType::File => {
-                    if index * LOGICAL_PAGE as u64 >= i.attr.size {
+                    if index.saturating_mul(LOGICAL_PAGE as u64) >= i.attr.size {
                         c.problems.push(format!("inode {ino}: page {index} past its size {}", i.attr.size));
                     }
                 }

@@ -465,7 +465,7 @@ impl<N: Nand> Fs<N> {
         if off >= size {
             return Ok(Vec::new());
         }
-        let end = size.min(off + len as u64);
+        let end = size.min(off.saturating_add(len as u64));
         let mut out = Vec::with_capacity((end - off) as usize);
         let mut pos = off;
         while pos < end {
@@ -487,7 +487,9 @@ impl<N: Nand> Fs<N> {
             _ => return Err(FsError::Invalid { why: "not a regular file".into() }),
         }
         let mut pos = off;
-        let end = off + data.len() as u64;
+        let Some(end) = off.checked_add(data.len() as u64) else {
+            return Err(FsError::Invalid { why: "a write past the largest offset".into() });
+        };
         while pos < end {
             let index = pos / LOGICAL_PAGE as u64;
             let within = (pos % LOGICAL_PAGE as u64) as usize;

@@ -307,7 +307,7 @@ impl<N: Nand> Fs<N> {
         }
         let inodes = &self.inodes;
         self.data.retain(|k, _| {
-            inodes.get(&k.0).is_some_and(|i| k.1 * (super::LOGICAL_PAGE as u64) < i.attr.size)
+            inodes.get(&k.0).is_some_and(|i| k.1.saturating_mul(super::LOGICAL_PAGE as u64) < i.attr.size)
         });
     }
 }
