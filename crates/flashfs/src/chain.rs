@@ -111,9 +111,9 @@ impl<N: Nand> PageStore<N> {
         Ok(())
     }
 
-    /// The scan of [`scan_segments`](Self::scan_segments) without resuming: the segments in
-    /// use and the free ones.
-    fn scan_used(&mut self, report: &mut Mount) -> Result<(), FsError> {
+    /// The segments in use, from the first written page of every segment (which names its
+    /// logical number), and the free ones.
+    pub(crate) fn scan_used(&mut self, report: &mut Mount) -> Result<(), FsError> {
         let layout = self.layout;
         let mut found = Vec::new();
         for phys in 0..layout.segments {

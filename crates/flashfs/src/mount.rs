@@ -82,38 +82,11 @@ impl<N: Nand> PageStore<N> {
     /// Finds the segments in use from the first written page of every segment, then the
     /// write position in the newest.
     pub(crate) fn scan_segments(&mut self, report: &mut Mount) -> Result<(), FsError> {
-        let layout = self.layout;
-        let mut spare = vec![0u8; layout.g.spare_size as usize];
         report.scanned = true;
-        // The first written page of each segment names its logical number.
-        let mut found: Vec<(u64, u32)> = Vec::new();
-        for phys in 0..layout.segments {
-            for b in 0..layout.data_blocks() {
-                let block = layout.block(phys, b);
-                if self.nand.is_bad(block)? {
-                    continue;
-                }
-                self.nand.read_spare(layout.g.first_page(block), &mut spare)?;
-                report.spares_read += 1;
-                if let Some(s) = Spare::decode(&spare) {
-                    found.push((s.segment, phys));
-                }
-                break;
-            }
-        }
-        report.segments_in_use = found.len() as u32;
-        found.sort();
-        self.w.used = found.clone();
-        let Some(&(live, live_phys)) = found.iter().max() else {
-            self.w.free = (0..layout.segments).collect();
-            return Ok(());
-        };
+        self.scan_used(report)?;
+        report.segments_in_use = self.w.used.len() as u32;
+        let Some(&(live, live_phys)) = self.w.used.iter().max() else { return Ok(()) };
         report.live_segment = Some(live);
-        let used: std::collections::HashSet<u32> = found.iter().map(|f| f.1).collect();
-        self.w.free = (1..=layout.segments)
-            .map(|d| (live_phys + d) % layout.segments)
-            .filter(|p| !used.contains(p))
-            .collect();
         self.resume_at(live_phys, live, false, report)
     }
 
