@@ -16,18 +16,19 @@ fn content(seed: u64, len: usize) -> Vec<u8> {
 #[test]
 fn program_and_erase_failures_retire_blocks_and_lose_nothing() {
     let seeds: u64 = std::env::var("BITMEND_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(8);
-    let (mut programs, mut erases) = (0, 0);
+    let (mut programs, mut erases, mut retired) = (0, 0, 0);
     for seed in 0..seeds {
-        let (p, e) = run(seed);
+        let (p, e, r) = run(seed);
         programs += p;
         erases += e;
+        retired += r;
     }
-    eprintln!("failing chip: {programs} program and {erases} erase failures injected over {seeds} seeds");
+    eprintln!("failing chip: {programs} program and {erases} erase failures injected over {seeds} seeds; {retired} blocks retired");
     assert!(programs > 0 && erases > 0, "no failures injected");
 }
 
-/// Returns the program and erase failures injected.
-fn run(seed: u64) -> (usize, usize) {
+/// Returns the program and erase failures injected and the blocks retired.
+fn run(seed: u64) -> (usize, usize, u64) {
     let g = Geometry::new(2048, 64, 16, 130).unwrap();
     let mut nand = FaultyNand::new(RamNand::new(g).unwrap().with_timing(Timing::NONE), seed);
     nand.set_program_fail_rate(0.002);
@@ -93,5 +94,5 @@ fn run(seed: u64) -> (usize, usize) {
         st.blocks_retired,
         cleaned
     );
-    (st.program_failures as usize, failed_erases)
+    (st.program_failures as usize, failed_erases, st.blocks_retired)
 }
