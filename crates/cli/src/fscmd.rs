@@ -223,8 +223,9 @@ pub fn mount(a: &MountArgs) -> Result<(), String> {
         fs.set_compression(c);
     }
     eprintln!(
-        "bitmend: mounted {} ({} pages replayed{}, {} repaired on the way)",
+        "bitmend: mounted {} ({}; {} pages replayed{}, {} repaired on the way)",
         a.image.display(),
+        mount_method(&rep),
         rep.pages,
         if rep.from_checkpoint { " from a checkpoint" } else { "" },
         rep.pages_repaired
@@ -368,11 +369,15 @@ pub fn stat(a: &StatArgs) -> Result<(), String> {
         println!(
             "{{\"image\": {}, \"bytes_total\": {total}, \"bytes_free\": {free}, \"inodes\": {}, \"file_data_bytes\": {logical}, \
              \"stored_bytes\": {stored}, \"compression\": \"{codec}\", \"compression_ratio\": {ratio:.3}, \"segments\": {segs}, \"segments_used\": {used}, \
-             \"bad_blocks\": {}, \"repaired_at_mount\": {}, {}, \"erase_histogram\": [{}]}}",
+             \"bad_blocks\": {}, \"repaired_at_mount\": {}, \"mounted_by\": \"{}\", \"chain_segments\": {}, \"pages_replayed\": {}, \
+             {}, \"erase_histogram\": [{}]}}",
             json_str(&a.image.display().to_string()),
             fs.inode_count(),
             s.bad.len(),
             rep.pages_repaired,
+            if rep.store.scanned { "scan" } else { "anchor" },
+            rep.store.chain_length,
+            rep.pages,
             crate::scrubber::health_json(&fs.health()),
             h.join(", ")
         );
@@ -391,7 +396,12 @@ pub fn stat(a: &StatArgs) -> Result<(), String> {
         stored >> 10
     );
     println!("  bad blocks     {}", s.bad.len());
-    println!("  mount          {} pages replayed, {} repaired on the way", rep.pages, rep.pages_repaired);
+    println!(
+        "  mount          {}; {} pages replayed, {} repaired on the way",
+        mount_method(&rep),
+        rep.pages,
+        rep.pages_repaired
+    );
     let h = fs.health();
     println!(
         "  repairs so far {} pages from group parity, {} from segment parity, {} logical pages relocated, \
@@ -410,4 +420,19 @@ pub fn stat(a: &StatArgs) -> Result<(), String> {
         println!("    {range:>12} {count:>7} {bar}");
     }
     Ok(())
+}
+
+/// How a mount found the file system: by the anchor log and the successor chain, or by a
+/// scan of every segment (an image made before format 3, or a broken chain).
+fn mount_method(rep: &bitmend_flashfs::MountReport) -> String {
+    if rep.store.scanned {
+        format!("by a scan of every segment ({} spares read)", rep.store.spares_read)
+    } else {
+        format!(
+            "by the anchor log and a chain of {} segment{} ({} spares read)",
+            rep.store.chain_length,
+            if rep.store.chain_length == 1 { "" } else { "s" },
+            rep.store.spares_read
+        )
+    }
 }

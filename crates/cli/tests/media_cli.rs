@@ -141,3 +141,25 @@ fn mkfs_records_the_compression_and_stat_reports_it() {
     let out = bitmend(&["mkfs", &temp_path("codec-bad.img"), "--compress", "gzip"]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("gzip"));
 }
+
+#[test]
+fn stat_says_a_version_2_image_was_scanned_once_then_followed_by_its_anchor() {
+    let img = temp_path("v2-upgrade.img");
+    std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/../flashfs/tests/golden/fs-v2.img"), &img).unwrap();
+    let mut methods = Vec::new();
+    for _ in 0..2 {
+        let out = bitmend(&["stat", &img, "--json"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let json = String::from_utf8_lossy(&out.stdout).to_string();
+        methods.push(if json.contains("\"mounted_by\": \"scan\"") {
+            "scan"
+        } else if json.contains("\"mounted_by\": \"anchor\"") {
+            "anchor"
+        } else {
+            panic!("{json}")
+        });
+    }
+    assert_eq!(methods, ["scan", "anchor"]);
+    let text = String::from_utf8_lossy(&bitmend(&["stat", &img]).stdout).to_string();
+    assert!(text.contains("by the anchor log and a chain of 1 segment"), "{text}");
+}
