@@ -13,12 +13,9 @@
 use bitmend_media::nand::{Nand, NandError};
 
 use crate::layout::{Anchor, AnchorCkpt, Kind, Spare, Superblock, RESERVED_BLOCKS};
+use crate::mount::erased;
 use crate::store::{PageAddr, PageStore};
 use crate::{FsError, Mount};
-
-fn erased(b: &[u8]) -> bool {
-    b.iter().all(|&x| x == 0xFF)
-}
 
 impl<N: Nand> PageStore<N> {
     /// Mounts by the anchor log when it names a checkpoint whose segment is still where it

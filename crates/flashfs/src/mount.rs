@@ -38,7 +38,8 @@ pub struct Mount {
     pub anchor_pages_read: u32,
 }
 
-fn erased(b: &[u8]) -> bool {
+/// Whether bytes read back are all ones: an erased page (or spare).
+pub(crate) fn erased(b: &[u8]) -> bool {
     b.iter().all(|&x| x == 0xFF)
 }
 
