@@ -119,7 +119,7 @@ pub fn run(opts: &Options, dir: &Path, emit: &mut dyn FnMut(Row)) -> Result<(), 
         let blocks = (((2 * bytes) >> 17) as u32 + 64).max(1024).next_power_of_two();
         let g = Geometry::new(2048, 64, 64, blocks).map_err(|e| e.to_string())?;
         let nand = RamNand::new(g).map_err(|e| e.to_string())?.with_timing(Timing::NONE);
-        let fsopts = FsOptions { compression: codec, dirty_limit: 1 << 20 };
+        let fsopts = FsOptions { compression: codec, dirty_limit: 1 << 20, ..FsOptions::default() };
         let mut fs = Fs::format(nand, FsConfig::default(), fsopts).map_err(|e| e.to_string())?;
         copy(&mut fs, ROOT, &tree)?;
         fs.checkpoint().map_err(|e| e.to_string())?;

@@ -211,7 +211,7 @@ fn repair(opts: &Options, emit: &mut dyn FnMut(Row)) {
 fn mount(opts: &Options, emit: &mut dyn FnMut(Row)) {
     use bitmend_flashfs::{Compression, Fs, FsOptions, ROOT};
     let sizes: &[(u32, &str)] = &[(1024, "128 MiB"), (8192, "1 GiB")];
-    let fsopts = FsOptions { compression: Compression::Lz4, dirty_limit: 1 << 20 };
+    let fsopts = FsOptions { compression: Compression::Lz4, dirty_limit: 1 << 20, ..FsOptions::default() };
     let big = if opts.quick { 2 << 20 } else { 16 << 20 };
     let mut rng = Rng::new(5);
     for &(blocks, name) in sizes {
@@ -286,7 +286,7 @@ pub fn run_fs(opts: &Options, emit: &mut dyn FnMut(Row)) {
     let t = Timing::TYPICAL;
     let prog_page_ns = t.program_ns as f64 + g.raw_page_size() as f64 * t.transfer_ns_per_byte;
     let read_page_ns = t.read_ns as f64 + g.raw_page_size() as f64 * t.transfer_ns_per_byte;
-    let fsopts = FsOptions { compression: Compression::Lz4, dirty_limit: 1 << 20 };
+    let fsopts = FsOptions { compression: Compression::Lz4, dirty_limit: 1 << 20, ..FsOptions::default() };
     let mut rng = Rng::new(9);
 
     // 1000 copies of a 5 KiB incompressible file into one directory, then sync.
@@ -539,7 +539,8 @@ pub fn postmark(opts: &Options, emit: &mut dyn FnMut(Row)) {
     let lfs_name =
         |name: &str| if lfs.is_some() { name.to_string() } else { format!("{name}: out of space") };
     for sync_each in [false, true] {
-        let fsopts = FsOptions { compression: Compression::Lz4, dirty_limit: 1 << 20 };
+        let fsopts =
+            FsOptions { compression: Compression::Lz4, dirty_limit: 1 << 20, ..FsOptions::default() };
         let mut fs =
             Fs::format(RamNand::new(Geometry::RCFFS).expect("geometry"), FsConfig::default(), fsopts)
                 .expect("mkfs");
@@ -673,7 +674,7 @@ pub fn codecs(opts: &Options, emit: &mut dyn FnMut(Row)) {
     for (name, compression) in
         [("none", Compression::None), ("lz4", Compression::Lz4), ("zstd", Compression::Zstd)]
     {
-        let fsopts = FsOptions { compression, dirty_limit: 1 << 20 };
+        let fsopts = FsOptions { compression, dirty_limit: 1 << 20, ..FsOptions::default() };
         let mut fs =
             Fs::format(RamNand::new(g).expect("geometry"), FsConfig::default(), fsopts).expect("mkfs");
         let f = fs.create(ROOT, b"text", 0o644, 0, 0).expect("create");

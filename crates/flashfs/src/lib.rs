@@ -26,7 +26,7 @@ mod store;
 
 pub use fs::{
     Check, Compression, DirEntry, Fs, FsOptions, FsStats, Health, MountReport, ScrubPass, ScrubReport,
-    SetAttr, LOGICAL_PAGE, NAME_MAX, ROOT,
+    SetAttr, CHUNK_PAGES, DEFAULT_INDEX_CHUNKS, LOGICAL_PAGE, NAME_MAX, ROOT,
 };
 pub use node::{Attr, FileType};
 

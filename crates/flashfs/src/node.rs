@@ -25,8 +25,12 @@ pub(crate) enum NodeKind {
     Commit = 4,
     /// The first page of each segment: where the newest checkpoint starts.
     SegmentInfo = 5,
-    /// The whole file-system state (inodes, entries, index), from which replay starts.
+    /// The file-system state (inodes, entries, where each chunk's map is), from which
+    /// replay starts.
     Checkpoint = 6,
+    /// A chunk of a file's index (key: ino, chunk number; payload: its pages' locations),
+    /// written before the checkpoint that refers to it (format version 4).
+    Map = 7,
 }
 
 impl NodeKind {
@@ -38,6 +42,7 @@ impl NodeKind {
             4 => NodeKind::Commit,
             5 => NodeKind::SegmentInfo,
             6 => NodeKind::Checkpoint,
+            7 => NodeKind::Map,
             _ => return None,
         })
     }

@@ -15,7 +15,9 @@ fn cfg() -> FsConfig {
 }
 
 fn opts(c: Compression) -> FsOptions {
-    FsOptions { compression: c, dirty_limit: 64 << 10 }
+    // A small index window: chunks are evicted and read back from their map nodes all the
+    // time, under every test here.
+    FsOptions { compression: c, dirty_limit: 64 << 10, index_chunks: 2 }
 }
 
 fn content(seed: u64, len: usize) -> Vec<u8> {
@@ -180,6 +182,7 @@ fn random_op<N: Nand>(fs: &mut Fs<N>, m: &mut Model, r: &mut Rng) {
 #[test]
 fn random_operations_match_the_model_across_remounts() {
     let mut ops = 0;
+    let mut loaded = 0;
     for seed in 0..12u64 {
         let c = [Compression::Lz4, Compression::None, Compression::Zstd][seed as usize % 3];
         let mut fs = Fs::format(chip(256), cfg(), opts(c)).unwrap();
@@ -197,10 +200,17 @@ fn random_operations_match_the_model_across_remounts() {
                 assert_eq!(snapshot(&mut fs), m, "seed {seed} step {step}, after remount");
                 let check = fs.check(true);
                 assert!(check.clean(), "seed {seed}: {:?}", check.problems);
+                // The bound on index chunks in RAM holds (2 clean, and those changed since
+                // the last checkpoint, which stays under 32 here).
+                let (in_ram, dirty) = fs.index_in_ram();
+                assert!(in_ram <= 2 + dirty, "seed {seed}: {in_ram} chunks in RAM, {dirty} dirty");
+                loaded += fs.stats().maps_loaded;
             }
         }
     }
-    eprintln!("model test: {ops} random operations on 12 file systems, checked against the model and across 36 remounts");
+    // With 2 chunks in RAM, reads went back to the map nodes on the flash.
+    assert!(loaded > 100, "{loaded} map nodes loaded");
+    eprintln!("model test: {ops} random operations on 12 file systems, checked against the model and across 36 remounts; {loaded} index chunks read back from their map nodes");
 }
 
 /// Incompressible pages are not tried page after page, and a file that turns compressible
@@ -695,6 +705,8 @@ fn cold_data_does_not_pin_its_blocks() {
         "wear beside cold data: 3,000 synced 8 KiB overwrites next to 600 KB written once: erase counts {min}..{max} over {} blocks",
         counts.len()
     );
-    // The cleaner moves a segment for wear once it lags the most worn by 8 erases.
-    assert!(min >= 50 && max - min <= 10, "erase counts {min}..{max}");
+    // The cleaner moves a segment for wear once it lags the most worn by 8 erases (the spread
+    // was 72..77 with the index in RAM; with map nodes, which the cleaner must see rewritten
+    // by a checkpoint before it erases their segment, 80..91).
+    assert!(min >= 50 && max - min <= 12, "erase counts {min}..{max}");
 }

@@ -25,12 +25,12 @@ fn noise(i: u64, len: usize) -> Vec<u8> {
 }
 
 fn opts(c: Compression) -> FsOptions {
-    FsOptions { compression: c, dirty_limit: 64 << 10 }
+    FsOptions { compression: c, dirty_limit: 64 << 10, ..FsOptions::default() }
 }
 
 #[test]
 fn golden_file_system_reads_back() {
-    for version in [1, 2, 3] {
+    for version in [1, 2, 3, 4] {
         read_back(version);
     }
 }

@@ -10,7 +10,7 @@ use bitmend_media::nand::{Geometry, Nand, RamNand, RawAccess, Timing};
 use bitmend_media::rng::Rng;
 
 fn opts() -> FsOptions {
-    FsOptions { compression: Compression::Lz4, dirty_limit: 32 << 10 }
+    FsOptions { compression: Compression::Lz4, dirty_limit: 32 << 10, ..FsOptions::default() }
 }
 
 fn content(seed: u64, len: usize) -> Vec<u8> {

@@ -14,7 +14,7 @@ fn cfg() -> FsConfig {
 }
 
 fn opts() -> FsOptions {
-    FsOptions { compression: Compression::None, dirty_limit: 32 << 10 }
+    FsOptions { compression: Compression::None, dirty_limit: 32 << 10, ..FsOptions::default() }
 }
 
 fn content(seed: u64, len: usize) -> Vec<u8> {

@@ -12,7 +12,7 @@ fn chip() -> FaultyNand<RamNand> {
 }
 
 fn opts() -> FsOptions {
-    FsOptions { compression: Compression::Lz4, dirty_limit: 64 << 10 }
+    FsOptions { compression: Compression::Lz4, dirty_limit: 64 << 10, ..FsOptions::default() }
 }
 
 fn cfg() -> FsConfig {

@@ -95,30 +95,83 @@ impl<N: Nand> Fs<N> {
                 c.problems.push(format!("inode {ino} is not in any directory"));
             }
         }
-        let keys: Vec<(u64, u64)> = self.data.keys().copied().collect();
-        let total = keys.len() as u64;
-        for (done, (ino, index)) in keys.into_iter().enumerate() {
-            if done % 256 == 0 {
-                progress(done as u64, total);
-            }
-            c.data_pages += 1;
-            match self.inodes.get(&ino) {
-                Some(i) if i.attr.kind == FileType::File => {
-                    if index.saturating_mul(LOGICAL_PAGE as u64) >= i.attr.size {
-                        c.problems.push(format!("inode {ino}: page {index} past its size {}", i.attr.size));
-                    }
+        // The index, a chunk at a time (loaded and evicted as reads do, within the bound).
+        let chunks = self.index.all_chunks();
+        let total = self.index.totals.pages;
+        let mut done = 0u64;
+        for ck in chunks {
+            match self.load_chunk(ck) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    c.problems.push(format!("inode {}: index chunk {} unreadable: {e}", ck.0, ck.1));
+                    continue;
                 }
-                _ => c.problems.push(format!("data page {index} of inode {ino}, which is not a file")),
             }
-            if read_data {
-                let before = self.stats.relocated;
-                match self.page(ino, index) {
-                    Ok(_) => c.repaired_pages += self.stats.relocated - before,
-                    Err(_) => c.unreadable_pages += 1,
+            let keys: Vec<u64> = self.index.loaded[&ck].pages.keys().copied().collect();
+            for index in keys {
+                let ino = ck.0;
+                if done.is_multiple_of(256) {
+                    progress(done, total);
+                }
+                done += 1;
+                c.data_pages += 1;
+                match self.inodes.get(&ino) {
+                    Some(i) if i.attr.kind == FileType::File => {
+                        if index.saturating_mul(LOGICAL_PAGE as u64) >= i.attr.size {
+                            c.problems
+                                .push(format!("inode {ino}: page {index} past its size {}", i.attr.size));
+                        }
+                    }
+                    _ => c.problems.push(format!("data page {index} of inode {ino}, which is not a file")),
+                }
+                if read_data {
+                    let before = self.stats.relocated;
+                    match self.page(ino, index) {
+                        Ok(_) => c.repaired_pages += self.stats.relocated - before,
+                        Err(_) => c.unreadable_pages += 1,
+                    }
                 }
             }
         }
-        progress(total, total);
+        // The segment usage table and the totals kept as the index changed must be what the
+        // index adds up to (the cleaner's choices and statfs rest on them).
+        let (usage, totals, lost) = self.recount();
+        if lost == 0 {
+            if totals != self.index.totals {
+                c.problems.push(format!(
+                    "index totals {:?}, but the chunks add up to {totals:?}",
+                    self.index.totals
+                ));
+            }
+            let mut kept: Vec<(u32, u64)> =
+                self.index.usage.iter().filter(|u| *u.1 > 0).map(|(&p, &b)| (p, b)).collect();
+            let mut real: Vec<(u32, u64)> = usage.into_iter().collect();
+            kept.sort_unstable();
+            real.sort_unstable();
+            if kept != real {
+                let diff: Vec<String> = real
+                    .iter()
+                    .filter(|r| !kept.contains(r))
+                    .map(|r| {
+                        format!(
+                            "segment {}: {} live bytes, table says {}",
+                            r.0,
+                            r.1,
+                            self.index.usage.get(&r.0).copied().unwrap_or(0)
+                        )
+                    })
+                    .chain(
+                        kept.iter()
+                            .filter(|k| !real.iter().any(|r| r.0 == k.0))
+                            .map(|k| format!("segment {}: table says {} live bytes, none found", k.0, k.1)),
+                    )
+                    .take(4)
+                    .collect();
+                c.problems.push(format!("segment usage table differs: {}", diff.join("; ")));
+            }
+        }
+        progress(done, done);
         c
     }
 }

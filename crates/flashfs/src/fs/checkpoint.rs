@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use bitmend_media::nand::Nand;
 
+use super::index::{MapAt, Totals};
 use super::{Fs, Health, Inode, Loc, PENDING};
 use crate::node::{self, Frag, NodeKind, FLAG_LAST, FLAG_ZSTD, FRAG_HEADER};
 use crate::store::PageAddr;
@@ -26,6 +27,11 @@ const HEALTH_MAGIC: u32 = 0x484C_5448; // "HLTH"
 /// The optional section after the health section (version 3): the segments in use, which
 /// mount needs for the segments older than the checkpoint's (FORMAT.md section 8).
 const TABLE_MAGIC: u32 = 0x5447_4553; // "SEGT"
+/// Version 4's sections after the table: where each index chunk's map node is, the segment
+/// usage table, and the totals of file data (FORMAT.md section 8).
+const MAPS_MAGIC: u32 = 0x5350_414D; // "MAPS"
+const USAGE_MAGIC: u32 = 0x4741_5355; // "USAG"
+const TOTALS_MAGIC: u32 = 0x4C54_4F54; // "TOTL"
 
 /// Where a checkpoint starts: its first flash page and that page's logical segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,10 +47,10 @@ fn put_u32(v: &mut Vec<u8>, x: u32) {
     v.extend_from_slice(&x.to_le_bytes());
 }
 
-struct Reader<'a>(&'a [u8]);
+pub(crate) struct Reader<'a>(pub &'a [u8]);
 
 impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Option<&[u8]> {
+    pub fn take(&mut self, n: usize) -> Option<&[u8]> {
         if self.0.len() < n {
             return None;
         }
@@ -52,13 +58,13 @@ impl Reader<'_> {
         self.0 = b;
         Some(a)
     }
-    fn u64(&mut self) -> Option<u64> {
+    pub fn u64(&mut self) -> Option<u64> {
         Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
     }
-    fn u32(&mut self) -> Option<u32> {
+    pub fn u32(&mut self) -> Option<u32> {
         Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
     }
-    fn u16(&mut self) -> Option<u16> {
+    pub fn u16(&mut self) -> Option<u16> {
         Some(u16::from_le_bytes(self.take(2)?.try_into().ok()?))
     }
 }
@@ -72,6 +78,11 @@ pub(crate) struct State {
     pub health: Health,
     /// The segments in use when the checkpoint was taken, as (logical, physical).
     pub segments: Option<Vec<(u64, u32)>>,
+    /// Version 4: the index by chunk (the data section is then empty), the usage table and
+    /// the totals.
+    pub maps: Option<BTreeMap<(u64, u64), MapAt>>,
+    pub usage: HashMap<u32, u64>,
+    pub totals: Totals,
 }
 
 /// The state as a checkpoint payload: zstd-compressed (its length, u32, then one zstd frame)
@@ -131,7 +142,7 @@ fn decode(b: &[u8]) -> Option<State> {
         for _ in 0..n {
             frags.push((r.u32()?, r.u16()?, r.u16()?));
         }
-        data.insert(key, Loc { frags, codec, version });
+        data.insert(key, Loc { frags, codec, version, crc: None });
     }
     // Checkpoints written before the health section existed end here: zeros.
     let mut health = Health::default();
@@ -155,7 +166,32 @@ fn decode(b: &[u8]) -> Option<State> {
         }
         segments = Some(t);
     }
-    Some(State { inodes, dirs, data, next_ino, health, segments })
+    let (mut maps, mut usage, mut totals) = (None, HashMap::new(), Totals::default());
+    if r.u32() == Some(MAPS_MAGIC) {
+        let mut m = BTreeMap::new();
+        for _ in 0..r.u32()? {
+            let key = (r.u64()?, r.u64()?);
+            let version = r.u64()?;
+            let n = r.u16()? as usize;
+            let mut frags = Vec::with_capacity(n);
+            for _ in 0..n {
+                frags.push((r.u32()?, r.u16()?, r.u16()?));
+            }
+            m.insert(key, MapAt { frags, version });
+        }
+        maps = Some(m);
+        if r.u32()? != USAGE_MAGIC {
+            return None;
+        }
+        for _ in 0..r.u32()? {
+            usage.insert(r.u32()?, r.u64()?);
+        }
+        if r.u32()? != TOTALS_MAGIC {
+            return None;
+        }
+        totals = Totals { pages: r.u64()?, stored: r.u64()?, footprint: r.u64()? };
+    }
+    Some(State { inodes, dirs, data, next_ino, health, segments, maps, usage, totals })
 }
 
 impl<N: Nand> Fs<N> {
@@ -181,20 +217,8 @@ impl<N: Nand> Fs<N> {
                 v.extend_from_slice(name);
             }
         }
-        put_u32(&mut v, self.data.len() as u32);
-        for ((ino, index), loc) in &self.data {
-            put_u64(&mut v, *ino);
-            put_u64(&mut v, *index);
-            put_u64(&mut v, loc.version);
-            v.push(loc.codec);
-            v.extend_from_slice(&(loc.frags.len() as u16).to_le_bytes());
-            for &(page, off, len) in &loc.frags {
-                debug_assert_ne!(page, PENDING, "a checkpoint is taken with no page pending");
-                put_u32(&mut v, page);
-                v.extend_from_slice(&off.to_le_bytes());
-                v.extend_from_slice(&len.to_le_bytes());
-            }
-        }
+        // Version 4 keeps the index in map nodes: no page is listed here.
+        put_u32(&mut v, 0);
         let health = self.health().to_array();
         put_u32(&mut v, HEALTH_MAGIC);
         put_u32(&mut v, health.len() as u32);
@@ -208,6 +232,34 @@ impl<N: Nand> Fs<N> {
             put_u64(&mut v, logical);
             put_u32(&mut v, phys);
         }
+        put_u32(&mut v, MAPS_MAGIC);
+        put_u32(&mut v, self.index.maps.len() as u32);
+        for (&(ino, chunk), m) in &self.index.maps {
+            put_u64(&mut v, ino);
+            put_u64(&mut v, chunk);
+            put_u64(&mut v, m.version);
+            v.extend_from_slice(&(m.frags.len() as u16).to_le_bytes());
+            for &(page, off, len) in &m.frags {
+                debug_assert_ne!(page, PENDING, "a checkpoint is taken with no map pending");
+                put_u32(&mut v, page);
+                v.extend_from_slice(&off.to_le_bytes());
+                v.extend_from_slice(&len.to_le_bytes());
+            }
+        }
+        let mut usage: Vec<(u32, u64)> =
+            self.index.usage.iter().map(|(&p, &b)| (p, b)).filter(|u| u.1 > 0).collect();
+        usage.sort_unstable();
+        put_u32(&mut v, USAGE_MAGIC);
+        put_u32(&mut v, usage.len() as u32);
+        for (phys, bytes) in usage {
+            put_u32(&mut v, phys);
+            put_u64(&mut v, bytes);
+        }
+        let t = self.index.totals;
+        put_u32(&mut v, TOTALS_MAGIC);
+        for x in [t.pages, t.stored, t.footprint] {
+            put_u64(&mut v, x);
+        }
         v
     }
 
@@ -220,7 +272,9 @@ impl<N: Nand> Fs<N> {
             return Ok(());
         }
         let since = self.log_pages_written().saturating_sub(self.ckpt_mark.0);
-        if since < CHECKPOINT_MIN_PAGES.max(8 * self.ckpt_mark.1) {
+        // Chunks changed since the last checkpoint stay in RAM until one writes their maps.
+        let dirty_bound = self.index.dirty_chunks() > (self.opts.index_chunks / 2).max(32);
+        if since < CHECKPOINT_MIN_PAGES.max(8 * self.ckpt_mark.1) && !dirty_bound {
             return Ok(());
         }
         self.checkpoint()
@@ -246,6 +300,12 @@ impl<N: Nand> Fs<N> {
     fn write_checkpoint(&mut self) -> Result<(), FsError> {
         self.pinned.clear();
         self.flush_data()?;
+        if self.fill > 0 {
+            self.seal_page()?;
+        }
+        // The index chunks changed since the last checkpoint, before the checkpoint that
+        // refers to them (their data is on the flash already).
+        self.write_maps()?;
         if self.fill > 0 {
             self.seal_page()?;
         }
@@ -296,6 +356,7 @@ impl<N: Nand> Fs<N> {
         // cleaner release the segments before it (the chain starts there).
         self.store.record_checkpoint(PageAddr(first))?;
         self.ckpt = Some(CkptAt { page: first, segment });
+        self.ckpt_maps = self.index.map_segments(|p| self.store.segment_of(PageAddr(p)));
         self.stats.checkpoints += 1;
         let pages = blob.len().div_ceil(self.buf.len() - FRAG_HEADER) as u64;
         self.ckpt_mark = (self.log_pages_written(), pages);

@@ -8,7 +8,7 @@
 //! segment is old enough, it writes a checkpoint and starts a new segment, which makes every
 //! older one eligible.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 
 use bitmend_media::nand::Nand;
 
@@ -32,19 +32,6 @@ impl<N: Nand> Fs<N> {
         let r = self.clean_until(RESERVE);
         self.cleaning = false;
         r
-    }
-
-    /// Live bytes of file data per physical segment, from the index.
-    fn live_bytes(&self) -> HashMap<u32, u64> {
-        let mut live = HashMap::new();
-        for loc in self.data.values() {
-            for &(page, _, len) in &loc.frags {
-                if let Some(phys) = self.store.segment_of(PageAddr(page)) {
-                    *live.entry(phys).or_insert(0) += len as u64;
-                }
-            }
-        }
-        live
     }
 
     /// Segments the cleaner may empty: older than the mount checkpoint's segment, not live.
@@ -81,7 +68,7 @@ impl<N: Nand> Fs<N> {
                 // the cost of the rest of the live one.
                 self.checkpoint()?;
                 if self.store.anchored() {
-                    self.mount_ckpt = self.ckpt;
+                    self.set_mount_ckpt();
                 } else {
                     self.store.finish_segment()?;
                     self.seal_forced_segment_info()?;
@@ -92,7 +79,7 @@ impl<N: Nand> Fs<N> {
                     return Ok(());
                 }
             }
-            let live = self.live_bytes();
+            let live = &self.index.usage;
             let capacity = self.segment_capacity() as f64;
             let newest = self.store.used_segments().iter().map(|u| u.0).max().unwrap_or(0);
             let mut ranked: Vec<(f64, u32, f64)> = cands
@@ -196,7 +183,7 @@ impl<N: Nand> Fs<N> {
         if self.store.next_page_opens_segment() {
             let info = self.segment_info_page();
             self.store.append(&info)?;
-            self.mount_ckpt = self.ckpt;
+            self.set_mount_ckpt();
         }
         Ok(())
     }
@@ -213,25 +200,45 @@ impl<N: Nand> Fs<N> {
 
     /// Moves the live data out of each of `victims`, makes the moves durable with one sync
     /// (a sync closes a group with its parity: one per victim costs, on a nearly full chip,
-    /// about what a victim frees), and releases every victim whose data all moved. Returns
+    /// about what a victim frees), and releases every victim whose data all moved. A victim
+    /// holding a map node that a checkpoint mount may start from refers to is released only
+    /// after a newer checkpoint, which no longer does, is the one mount starts from. Returns
     /// how many were released.
     fn empty_segments(&mut self, victims: &[u32]) -> Result<usize, FsError> {
         let mut movable = Vec::new();
+        let mut maps_inside = false;
         for &phys in victims {
-            if self.move_out(phys)? {
+            let (readable, maps) = self.move_out(phys)?;
+            maps_inside |= maps;
+            if readable {
                 movable.push(phys);
             } else {
                 // Kept until the next checkpoint, when it is tried again (the file may be gone).
                 self.pinned.insert(phys);
             }
         }
-        self.flush_data()?;
-        if self.fill > 0 {
-            self.seal_page()?;
+        if maps_inside {
+            self.checkpoint()?;
+            if self.store.anchored() {
+                self.set_mount_ckpt();
+            } else {
+                self.store.finish_segment()?;
+                self.seal_forced_segment_info()?;
+            }
+            let held = self.map_holding_segments();
+            movable.retain(|p| !held.contains(p));
+        } else {
+            self.flush_data()?;
+            if self.fill > 0 {
+                self.seal_page()?;
+            }
+            self.store.sync()?;
         }
-        self.store.sync()?;
         for &phys in &movable {
             self.store.release_segment(phys)?;
+            // Whatever is left counted there (a chunk dropped with its map beyond repair)
+            // is not there any more.
+            self.index.usage.remove(&phys);
             self.stats.segments_cleaned += 1;
         }
         // Their pages will be written again: forget any copy of them.
@@ -239,15 +246,28 @@ impl<N: Nand> Fs<N> {
         Ok(movable.len())
     }
 
-    /// Marks the live data of `phys` dirty, so that the next flush writes it elsewhere;
-    /// false if a page of it is beyond repair.
-    fn move_out(&mut self, phys: u32) -> Result<bool, FsError> {
-        let keys: Vec<(u64, u64)> = self
-            .data
-            .iter()
-            .filter(|(_, loc)| loc.frags.iter().any(|f| self.store.segment_of(PageAddr(f.0)) == Some(phys)))
-            .map(|(k, _)| *k)
+    /// Segments holding map nodes a checkpoint that mount may start from refers to.
+    fn map_holding_segments(&self) -> HashSet<u32> {
+        let mut held = self.index.map_segments(|p| self.store.segment_of(PageAddr(p)));
+        held.extend(self.ckpt_maps.iter().chain(self.mount_maps.iter()));
+        held
+    }
+
+    /// Marks the live data of `phys` dirty, so that the next flush writes it elsewhere, and
+    /// the index chunks whose map node is there, so that the next checkpoint does. Returns
+    /// whether every live page could be read, and whether a map node that matters is there.
+    fn move_out(&mut self, phys: u32) -> Result<(bool, bool), FsError> {
+        let Some(&(logical, _)) = self.store.used_segments().iter().find(|u| u.1 == phys) else {
+            return Ok((true, false));
+        };
+        let pages: Vec<u32> = self
+            .store
+            .scrub_segment_pages(logical)?
+            .into_iter()
+            .filter(|p| p.1 == crate::mount::PageHealth::Data)
+            .map(|p| p.0 .0)
             .collect();
+        let keys = self.live_keys_on(&pages)?;
         let mut readable = true;
         for (ino, index) in keys {
             if self.dirty.contains_key(&(ino, index)) {
@@ -264,6 +284,26 @@ impl<N: Nand> Fs<N> {
                 Err(e) => return Err(e),
             }
         }
-        Ok(readable)
+        let in_victim: Vec<(u64, u64)> = self
+            .index
+            .maps
+            .iter()
+            .filter(|(_, m)| m.frags.iter().any(|f| self.store.segment_of(PageAddr(f.0)) == Some(phys)))
+            .map(|(k, _)| *k)
+            .collect();
+        for ck in in_victim {
+            match self.load_chunk(ck) {
+                Ok(_) => {
+                    if let Some(c) = self.index.loaded.get_mut(&ck) {
+                        c.dirty = true;
+                    }
+                }
+                // A map beyond repair stays where it is: its pages read as EIO, not as holes.
+                Err(FsError::Unrecoverable { .. } | FsError::NotWritten { .. }) => readable = false,
+                Err(e) => return Err(e),
+            }
+        }
+        let held = self.map_holding_segments().contains(&phys);
+        Ok((readable, held))
     }
 }

@@ -11,6 +11,7 @@
 mod check;
 mod checkpoint;
 mod clean;
+pub(crate) mod index;
 mod ops;
 mod replay;
 mod scrub;
@@ -82,13 +83,18 @@ pub struct FsOptions {
     pub compression: Compression,
     /// Dirty file data kept in RAM before it is written out.
     pub dirty_limit: usize,
+    /// Chunks of the index ([`CHUNK_PAGES`] logical pages each) kept in RAM: the least
+    /// recently used are dropped past it (read again from their map nodes when needed).
+    pub index_chunks: usize,
 }
 
 impl Default for FsOptions {
     fn default() -> Self {
-        FsOptions { compression: Compression::Lz4, dirty_limit: 1 << 20 }
+        FsOptions { compression: Compression::Lz4, dirty_limit: 1 << 20, index_chunks: DEFAULT_INDEX_CHUNKS }
     }
 }
+
+pub use index::{CHUNK_PAGES, DEFAULT_INDEX_CHUNKS};
 
 /// A directory entry as `readdir` returns it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -130,6 +136,10 @@ pub struct FsStats {
     /// Logical pages stored plain without a compression attempt, after a page of the same
     /// file that compressed by less than an eighth.
     pub compression_skipped: u64,
+    /// Index chunks read from their map nodes, dropped from RAM, and map nodes written.
+    pub maps_loaded: u64,
+    pub maps_evicted: u64,
+    pub maps_written: u64,
 }
 
 /// What the file system has had to repair over its life: kept in every checkpoint, so they
@@ -191,6 +201,9 @@ pub(crate) struct Loc {
     /// How the payload is compressed: 0, or the node's codec flag.
     pub codec: u8,
     pub version: u64,
+    /// CRC-32C of the uncompressed logical page (the end-to-end check the page cache
+    /// reuses); unknown for pages carried over from a version 3 checkpoint until rewritten.
+    pub crc: Option<u32>,
 }
 
 /// A fragment that sits in the page being filled, not yet on flash.
@@ -209,7 +222,7 @@ pub struct Fs<N: Nand> {
     pub(crate) opts: FsOptions,
     pub(crate) inodes: HashMap<u64, Inode>,
     pub(crate) dirs: HashMap<u64, BTreeMap<Vec<u8>, u64>>,
-    pub(crate) data: HashMap<(u64, u64), Loc>,
+    pub(crate) index: index::Index,
     pub(crate) dirty: BTreeMap<(u64, u64), Vec<u8>>,
     pub(crate) dirty_inodes: BTreeSet<u64>,
     pub(crate) next_ino: u64,
@@ -248,6 +261,11 @@ pub struct Fs<N: Nand> {
     /// Segments the cleaner must not erase: they hold a live page beyond repair (cleared at
     /// each checkpoint, when they are tried again).
     pub(crate) pinned: std::collections::HashSet<u32>,
+    /// Physical segments holding map nodes that the newest checkpoint, and the one a mount
+    /// would start from, refer to: the cleaner erases none of them before a newer checkpoint
+    /// no longer does.
+    pub(crate) ckpt_maps: std::collections::HashSet<u32>,
+    pub(crate) mount_maps: std::collections::HashSet<u32>,
 }
 
 /// Logical pages of a file stored plain, untried, after one that compressed poorly.
@@ -281,7 +299,7 @@ impl<N: Nand> Fs<N> {
             opts,
             inodes: HashMap::new(),
             dirs: HashMap::new(),
-            data: HashMap::new(),
+            index: index::Index::default(),
             dirty: BTreeMap::new(),
             dirty_inodes: BTreeSet::new(),
             next_ino: ROOT + 1,
@@ -300,6 +318,8 @@ impl<N: Nand> Fs<N> {
             scrubbed: (0, 0),
             skip_compression: HashMap::new(),
             pinned: Default::default(),
+            ckpt_maps: Default::default(),
+            mount_maps: Default::default(),
             open_handles: HashMap::new(),
         })
     }
@@ -329,6 +349,13 @@ impl<N: Nand> Fs<N> {
         Ok(fs)
     }
 
+    /// Mount would now start from the newest checkpoint (a new segment names it, or it is
+    /// anchored).
+    pub(crate) fn set_mount_ckpt(&mut self) {
+        self.mount_ckpt = self.ckpt;
+        self.mount_maps = self.ckpt_maps.clone();
+    }
+
     /// The page store underneath (for statistics, fault injection in tests, tools).
     pub fn store(&self) -> &PageStore<N> {
         &self.store
@@ -350,7 +377,26 @@ impl<N: Nand> Fs<N> {
     }
 
     pub fn stats(&self) -> FsStats {
-        self.stats
+        FsStats {
+            maps_loaded: self.index.loads,
+            maps_evicted: self.index.evictions,
+            maps_written: self.index.maps_written,
+            ..self.stats
+        }
+    }
+
+    /// Index chunks in RAM now, and how many of them changed since the last checkpoint.
+    pub fn index_in_ram(&self) -> (usize, usize) {
+        (self.index.loaded.len(), self.index.dirty_chunks())
+    }
+
+    /// The CRC-32C of logical page `index` of `ino` as the index records it (what a page
+    /// cache checks its copy against); `None` for a hole or a page whose CRC is not recorded.
+    pub fn page_crc(&mut self, ino: u64, index: u64) -> Result<Option<u32>, FsError> {
+        if self.dirty.contains_key(&(ino, index)) {
+            return Ok(self.dirty.get(&(ino, index)).map(|p| bitmend_code::crc::crc32c(p)));
+        }
+        Ok(self.loc(ino, index)?.and_then(|l| l.crc))
     }
 
     /// The compression chosen when the file system was made (none recorded: images made

@@ -224,7 +224,8 @@ impl<N: Nand> Fs<N> {
         if self.inodes.get(&ino).is_some_and(|i| i.attr.nlink == 0) {
             self.inodes.remove(&ino);
             self.dirs.remove(&ino);
-            self.data.retain(|k, _| k.0 != ino);
+            // A map beyond repair cannot stop the file's removal (its chunks go whole).
+            let _ = self.remove_pages(ino, 0, None);
             self.dirty.retain(|k, _| k.0 != ino);
             self.dirty_inodes.remove(&ino);
         }
@@ -386,7 +387,7 @@ impl<N: Nand> Fs<N> {
                 page[tail..].fill(0);
                 self.dirty.insert((ino, keep - 1), page);
             }
-            self.data.retain(|k, _| k.0 != ino || k.1 < keep);
+            self.remove_pages(ino, keep, None)?;
             self.dirty.retain(|k, _| k.0 != ino || k.1 < keep);
             self.inodes.get_mut(&ino).expect("checked").attr.size = size;
             // The shrink reaches the flash after the cut page and before any later data, so
@@ -405,11 +406,31 @@ impl<N: Nand> Fs<N> {
         if let Some(p) = self.dirty.get(&(ino, index)) {
             return Ok(p.clone());
         }
-        let Some(loc) = self.data.get(&(ino, index)).cloned() else { return Ok(vec![0; LOGICAL_PAGE]) };
+        let Some(loc) = self.loc(ino, index)? else { return Ok(vec![0; LOGICAL_PAGE]) };
+        let (payload, repaired) = self.read_payload(&loc.frags)?;
+        // The node's CRC (checked against the page by the decoder) must be the one the index
+        // recorded: a node that is not the page the index meant is as bad as a wrong byte.
+        let same = loc.crc.is_none_or(|c| payload.get(..4) == Some(&c.to_le_bytes()[..]));
+        let Some(page) = node::decode_data(&payload, loc.codec, LOGICAL_PAGE).filter(|_| same) else {
+            self.stats.unreadable += 1;
+            return Err(FsError::Unrecoverable { page: loc.frags.first().map_or(0, |f| f.0) });
+        };
+        if repaired {
+            // Rewrite the logical page elsewhere, away from the damaged flash page.
+            self.stats.relocated += 1;
+            self.dirty.insert((ino, index), page.clone());
+        }
+        Ok(page)
+    }
+
+    /// A node's payload from its fragments: bytes still in the page being filled, in the
+    /// cache of recent flash pages, or read (verified) from the flash; and whether a flash
+    /// page under it had to be repaired.
+    pub(crate) fn read_payload(&mut self, frags: &[(u32, u16, u16)]) -> Result<(Vec<u8>, bool), FsError> {
         let ps = self.buf.len();
         let mut payload = Vec::with_capacity(LOGICAL_PAGE + 64);
         let mut repaired = false;
-        for &(page, off, len) in &loc.frags {
+        for &(page, off, len) in frags {
             let (off, len) = (off as usize, len as usize);
             // A fragment outside its page can only come from a damaged (or hostile) index:
             // the logical page is unreadable, never a panic.
@@ -441,16 +462,7 @@ impl<N: Nand> Fs<N> {
             repaired |= how;
             self.recent.push((page, flash, how));
         }
-        let Some(page) = node::decode_data(&payload, loc.codec, LOGICAL_PAGE) else {
-            self.stats.unreadable += 1;
-            return Err(FsError::Unrecoverable { page: loc.frags.first().map_or(0, |f| f.0) });
-        };
-        if repaired {
-            // Rewrite the logical page elsewhere, away from the damaged flash page.
-            self.stats.relocated += 1;
-            self.dirty.insert((ino, index), page.clone());
-        }
-        Ok(page)
+        Ok((payload, repaired))
     }
 
     /// Reads up to `len` bytes at `off` (fewer at the end of the file).
@@ -524,7 +536,7 @@ impl<N: Nand> Fs<N> {
         let reserve = super::clean::RESERVE as u64;
         let total = (l.segments as u64).saturating_sub(reserve) * per_segment;
         let (_, stored) = self.data_space();
-        let metadata = 2 * (self.inodes.len() as u64 * 128 + self.data.len() as u64 * 40);
+        let metadata = 2 * (self.inodes.len() as u64 * 128 + self.index.totals.pages * 40);
         (total, total.saturating_sub(stored + metadata))
     }
 }
@@ -535,12 +547,11 @@ impl<N: Nand> Fs<N> {
     /// Bytes the live file data takes in flash pages, fragment headers included (what a
     /// copy of the data occupies, before parity; the checkpoint holds the rest).
     pub fn data_footprint(&self) -> u64 {
-        let frag = crate::node::FRAG_HEADER as u64;
-        self.data.values().flat_map(|l| l.frags.iter()).map(|f| f.2 as u64 + frag).sum()
+        self.index.totals.footprint
     }
 
     pub fn data_space(&self) -> (u64, u64) {
-        let stored = self.data.values().map(|l| l.frags.iter().map(|f| f.2 as u64).sum::<u64>()).sum();
-        (self.data.len() as u64 * LOGICAL_PAGE as u64, stored)
+        let t = self.index.totals;
+        (t.pages * LOGICAL_PAGE as u64, t.stored)
     }
 }

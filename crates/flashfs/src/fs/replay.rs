@@ -32,6 +32,19 @@ pub struct MountReport {
     pub from_checkpoint: bool,
 }
 
+/// A node that replay cannot apply because the index chunk it belongs to has a map beyond
+/// repair: the node is counted lost (the chunk's pages read as EIO); other errors stop the
+/// mount.
+fn lost(e: FsError, report: &mut MountReport) -> Result<(), FsError> {
+    match e {
+        FsError::Unrecoverable { .. } | FsError::NotWritten { .. } => {
+            report.partial_nodes += 1;
+            Ok(())
+        }
+        e => Err(e),
+    }
+}
+
 /// A node being reassembled from its fragments.
 struct Partial {
     head: Frag,
@@ -90,7 +103,7 @@ impl<N: Nand> Fs<N> {
             }
             fs.inodes.clear();
             fs.dirs.clear();
-            fs.data.clear();
+            fs.index = super::index::Index::default();
             fs.ckpt = *cand;
             let mut r = MountReport { store: report.store.clone(), ..MountReport::default() };
             let found = fs.replay_from(*cand, &mut r)?;
@@ -107,7 +120,7 @@ impl<N: Nand> Fs<N> {
         if !fs.inodes.contains_key(&ROOT) {
             return Err(FsError::NotAFs { why: "no root directory in the log".into() });
         }
-        fs.rebuild_dirs();
+        fs.rebuild_dirs()?;
         fs.next_ino = fs.next_ino.max(fs.inodes.keys().max().copied().unwrap_or(ROOT) + 1);
         // The next mount should follow the chain from the checkpoint this one ended with: a
         // scan, or a replay from no checkpoint, writes a new one; a checkpoint newer than the
@@ -128,6 +141,8 @@ impl<N: Nand> Fs<N> {
         } else if let Some(c) = fs.ckpt.filter(|c| anchored.is_none_or(|a| a.page != c.page)) {
             fs.store.record_checkpoint(crate::PageAddr(c.page))?;
         }
+        fs.ckpt_maps = fs.index.map_segments(|p| fs.store.segment_of(crate::PageAddr(p)));
+        fs.mount_maps = fs.ckpt_maps.clone();
         Ok((fs, report))
     }
 
@@ -203,7 +218,7 @@ impl<N: Nand> Fs<N> {
                     if done.payload.len() == done.head.total as usize {
                         let is_start = done.head.kind == NodeKind::Checkpoint
                             && done.frags.first().map(|f| f.0) == start.map(|c| c.page);
-                        let applied = fs.apply(done, &mut dirent_versions);
+                        let applied = fs.apply(done, &mut dirent_versions, report)?;
                         if first_is_checkpoint.is_none() {
                             // A checkpoint that does not decode is no starting point.
                             first_is_checkpoint = Some(is_start && applied);
@@ -219,14 +234,21 @@ impl<N: Nand> Fs<N> {
     }
 
     /// Applies one complete node; false if its payload does not decode.
-    fn apply(&mut self, n: Partial, dirent_versions: &mut HashMap<(u64, Vec<u8>), u64>) -> bool {
+    fn apply(
+        &mut self,
+        n: Partial,
+        dirent_versions: &mut HashMap<(u64, Vec<u8>), u64>,
+        report: &mut MountReport,
+    ) -> Result<bool, FsError> {
         let v = n.head.version;
         self.version = self.version.max(v);
         match n.head.kind {
             NodeKind::Inode => {
-                let Some((attr, target)) = node::decode_inode(n.head.key, &n.payload) else { return false };
+                let Some((attr, target)) = node::decode_inode(n.head.key, &n.payload) else {
+                    return Ok(false);
+                };
                 if self.inodes.get(&attr.ino).is_some_and(|i| i.version > v) {
-                    return true;
+                    return Ok(true);
                 }
                 let ino = attr.ino;
                 let shrink_to = self
@@ -237,21 +259,25 @@ impl<N: Nand> Fs<N> {
                     .map(|_| attr.size);
                 if attr.nlink == 0 {
                     self.inodes.remove(&ino);
-                    self.data.retain(|k, _| k.0 != ino);
-                    return true;
+                    self.remove_pages(ino, 0, None)?;
+                    return Ok(true);
                 }
                 if let Some(size) = shrink_to {
                     // Pages past a shrink are gone, whatever comes after in the log.
                     let keep = size.div_ceil(super::LOGICAL_PAGE as u64);
-                    self.data.retain(|k, l| k.0 != ino || k.1 < keep || l.version > v);
+                    if let Err(e) = self.remove_pages(ino, keep, Some(v)) {
+                        // The chunk across the new end has a map beyond repair: its pages
+                        // read as EIO whatever this node says.
+                        lost(e, report)?;
+                    }
                 }
                 self.inodes.insert(ino, Inode { attr, target, version: v });
             }
             NodeKind::Dirent => {
-                let Some((child, name)) = node::decode_dirent(&n.payload) else { return false };
+                let Some((child, name)) = node::decode_dirent(&n.payload) else { return Ok(false) };
                 let key = (n.head.key, name);
                 if dirent_versions.get(&key).is_some_and(|&old| old > v) {
-                    return true;
+                    return Ok(true);
                 }
                 let name = key.1.clone();
                 dirent_versions.insert(key, v);
@@ -264,18 +290,35 @@ impl<N: Nand> Fs<N> {
             }
             NodeKind::Data => {
                 let key = (n.head.key, n.head.key2);
-                if self.data.get(&key).is_some_and(|l| l.version > v) {
-                    return true;
+                match self.loc(key.0, key.1) {
+                    Ok(Some(l)) if l.version > v => return Ok(true),
+                    Ok(_) => {}
+                    Err(e) => {
+                        lost(e, report)?;
+                        return Ok(true);
+                    }
                 }
-                self.data.insert(key, Loc { frags: n.frags, codec: n.head.flags & CODEC_FLAGS, version: v });
+                let crc = n.payload.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
+                let codec = n.head.flags & CODEC_FLAGS;
+                self.set_loc(key, Loc { frags: n.frags, codec, version: v, crc })?;
             }
             NodeKind::Checkpoint => {
                 let Some(state) = super::checkpoint::decode_payload(n.head.flags, &n.payload) else {
-                    return false;
+                    return Ok(false);
                 };
                 self.inodes = state.inodes;
                 self.dirs = state.dirs;
-                self.data = state.data;
+                self.index = super::index::Index {
+                    maps: state.maps.unwrap_or_default(),
+                    usage: state.usage,
+                    totals: state.totals,
+                    ..Default::default()
+                };
+                // A version 3 checkpoint lists every page: they become chunks in RAM, whose
+                // maps the next checkpoint writes.
+                for (key, loc) in state.data {
+                    self.set_loc(key, loc)?;
+                }
                 self.next_ino = state.next_ino;
                 self.health_base = state.health;
                 self.ckpt_table = state.segments;
@@ -285,14 +328,15 @@ impl<N: Nand> Fs<N> {
                     self.ckpt = Some(super::checkpoint::CkptAt { page, segment });
                 }
             }
-            NodeKind::Commit | NodeKind::SegmentInfo => {}
+            // A map node counts only through the checkpoint that refers to it.
+            NodeKind::Commit | NodeKind::SegmentInfo | NodeKind::Map => {}
         }
-        true
+        Ok(true)
     }
 
     /// Drops entries of directories and names of inodes that no longer exist; gives every
     /// directory its (possibly empty) entry table.
-    fn rebuild_dirs(&mut self) {
+    fn rebuild_dirs(&mut self) -> Result<(), FsError> {
         // An inode unlinked while open was kept for its readers; after a mount it has none.
         self.inodes.retain(|_, i| i.attr.nlink > 0);
         let inodes = &self.inodes;
@@ -305,9 +349,22 @@ impl<N: Nand> Fs<N> {
                 self.dirs.entry(*ino).or_default();
             }
         }
-        let inodes = &self.inodes;
-        self.data.retain(|k, _| {
-            inodes.get(&k.0).is_some_and(|i| k.1.saturating_mul(super::LOGICAL_PAGE as u64) < i.attr.size)
-        });
+        // Pages of files that are gone, or past a file's end (written before a crash cut
+        // the inode that would have grown it). Only chunks replay loaded can hold those: the
+        // others are as the checkpoint, which was consistent, left them.
+        let mut gone: Vec<u64> = self.index.all_chunks().iter().map(|k| k.0).collect();
+        gone.dedup();
+        gone.retain(|ino| !self.inodes.contains_key(ino));
+        for ino in gone {
+            self.remove_pages(ino, 0, None)?;
+        }
+        let loaded: Vec<u64> = self.index.loaded.keys().map(|k| k.0).collect();
+        for ino in loaded {
+            let end = self.inodes.get(&ino).map_or(0, |i| i.attr.size.div_ceil(super::LOGICAL_PAGE as u64));
+            if let Err(e) = self.remove_pages(ino, end, None) {
+                lost(e, &mut MountReport::default())?;
+            }
+        }
+        Ok(())
     }
 }

@@ -109,14 +109,15 @@ impl<N: Nand> Fs<N> {
             pass.report.segments_done += 1;
             return Ok(false);
         }
-        // The rereads that relocate repaired pages repair them again: not new damage.
+        // The rereads that relocate repaired pages repair them again, and so do the reads
+        // of the segments being healed (to find their live data): not new damage.
         let counted = self.store.stats;
         self.relocate(&pass.repaired, &mut pass.report)?;
-        self.store.stats.repaired_by_group = counted.repaired_by_group;
-        self.store.stats.repaired_by_segment = counted.repaired_by_segment;
         // A damaged page cannot be rewritten in place (a NAND page is programmed once per
         // erase): the segment's data moves and the segment is erased.
         pass.report.segments_healed = self.heal_segments(&pass.damaged)?;
+        self.store.stats.repaired_by_group = counted.repaired_by_group;
+        self.store.stats.repaired_by_segment = counted.repaired_by_segment;
         self.sync()?;
         self.scrubbed.0 += 1;
         pass.report.done = true;
@@ -129,12 +130,8 @@ impl<N: Nand> Fs<N> {
         if repaired.is_empty() {
             return Ok(());
         }
-        let keys: Vec<(u64, u64)> = self
-            .data
-            .iter()
-            .filter(|(_, loc)| loc.frags.iter().any(|f| repaired.contains(&f.0)))
-            .map(|(k, _)| *k)
-            .collect();
+        let pages: Vec<u32> = repaired.iter().copied().collect();
+        let keys = self.live_keys_on(&pages)?;
         for (ino, index) in keys {
             let before = self.stats.relocated;
             match self.page(ino, index) {

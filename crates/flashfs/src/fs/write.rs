@@ -8,6 +8,15 @@ use crate::node::{self, Frag, NodeKind, FLAG_LAST, FRAG_HEADER};
 use crate::store::PageAddr;
 use crate::FsError;
 
+/// Where the fragments of a node being written are recorded.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Pending {
+    /// A logical page's location (ino, page index).
+    Data((u64, u64)),
+    /// A chunk's map node (ino, chunk).
+    Map((u64, u64)),
+}
+
 /// A node about to be written.
 pub(crate) struct Out {
     pub kind: NodeKind,
@@ -39,18 +48,13 @@ impl<N: Nand> Fs<N> {
         if self.store.next_page_opens_segment() {
             let info = self.segment_info_page();
             self.store.append(&info)?;
-            self.mount_ckpt = self.ckpt;
+            self.set_mount_ckpt();
         }
         self.buf[self.fill..].fill(0);
         let addr =
             if marked { self.store.append_marked(&self.buf)? } else { self.store.append(&self.buf)? };
-        for key in std::mem::take(&mut self.buf_keys) {
-            if let Some(loc) = self.data.get_mut(&key) {
-                for f in loc.frags.iter_mut().filter(|f| f.0 == PENDING) {
-                    f.0 = addr.0;
-                }
-            }
-        }
+        let keys = std::mem::take(&mut self.buf_keys);
+        self.fix_pending(addr, keys);
         self.fill = 0;
         Ok(addr)
     }
@@ -112,7 +116,7 @@ impl<N: Nand> Fs<N> {
             }
             _ => wanted,
         };
-        let (payload, codec, _crc) = node::encode_data(page, attempt);
+        let (payload, codec, crc) = node::encode_data(page, attempt);
         if attempt != 0 {
             // The payload carries a 4-byte CRC before the page. Judged on the page's bytes up
             // to its trailing zeros: a short last page (or a hole) says nothing of the rest.
@@ -131,7 +135,21 @@ impl<N: Nand> Fs<N> {
         self.version += 1;
         let version = self.version;
         let key = (ino, index);
-        self.data.insert(key, Loc { frags: Vec::new(), codec, version });
+        self.set_loc(key, Loc { frags: Vec::new(), codec, version, crc: Some(crc) })?;
+        self.put_node(NodeKind::Data, codec, key, version, &payload, Pending::Data(key))
+    }
+
+    /// Writes a node in fragments across as many flash pages as it needs, recording each
+    /// fragment (pending until its page is sealed) where `into` says.
+    pub(crate) fn put_node(
+        &mut self,
+        kind: NodeKind,
+        codec: u8,
+        key: (u64, u64),
+        version: u64,
+        payload: &[u8],
+        into: Pending,
+    ) -> Result<(), FsError> {
         let mut done = 0;
         while done < payload.len() {
             // A fragment needs its header and at least a few bytes: otherwise start afresh.
@@ -142,18 +160,30 @@ impl<N: Nand> Fs<N> {
             let n = room.min(payload.len() - done);
             let last = done + n == payload.len();
             let f = Frag {
-                kind: NodeKind::Data,
+                kind,
                 flags: codec | if last { FLAG_LAST } else { 0 },
                 len: n as u16,
                 total: payload.len() as u32,
-                key: ino,
-                key2: index,
+                key: key.0,
+                key2: key.1,
                 version,
             };
             let off = self.put_frag(&f, &payload[done..done + n]);
-            self.data.get_mut(&key).expect("inserted above").frags.push((PENDING, off, n as u16));
-            if !self.buf_keys.contains(&key) {
-                self.buf_keys.push(key);
+            match into {
+                Pending::Data(key) => {
+                    self.push_pending(key, off, n as u16);
+                    if !self.buf_keys.contains(&key) {
+                        self.buf_keys.push(key);
+                    }
+                }
+                Pending::Map(ck) => {
+                    if let Some(m) = self.index.maps.get_mut(&ck) {
+                        m.frags.push((PENDING, off, n as u16));
+                    }
+                    if !self.index.buf_maps.contains(&ck) {
+                        self.index.buf_maps.push(ck);
+                    }
+                }
             }
             done += n;
         }

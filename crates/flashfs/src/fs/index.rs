@@ -1,0 +1,478 @@
+//! The index with bounded RAM: where every logical page of every file lives.
+//!
+//! A file's logical pages are mapped in chunks of [`CHUNK_PAGES`]. Each chunk is stored on the
+//! flash as a map node (its pages' locations, versions and CRC-32Cs), written out of place at a
+//! checkpoint when the chunk changed since the last one; the checkpoint keeps only where each
+//! chunk's map node is. Chunks are loaded on first use and the least recently used clean ones
+//! evicted past a bound (`FsOptions::index_chunks`), so RAM holds the metadata and a bounded
+//! window of the index, not the whole of it. A chunk changed since the last checkpoint
+//! (dirty) stays in RAM until the next one writes it; too many dirty chunks start one.
+//!
+//! The segment usage table (live bytes per physical segment, data fragments and map nodes)
+//! is kept as locations change, written in every checkpoint, and adjusted by replay, so that
+//! the cleaner ranks segments without walking the index. The cleaner learns which data in a
+//! segment is live by reading the segment's pages: every fragment names its file, logical
+//! page and version (RCFFS's reverse index, kept in the nodes themselves).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use bitmend_media::nand::Nand;
+
+use super::{Fs, Loc, PENDING};
+use crate::node::{Frag, NodeKind, CODEC_FLAGS, FRAG_HEADER};
+use crate::store::PageAddr;
+use crate::FsError;
+
+/// Logical pages per chunk of the index (one map node each; 256 KiB of a file).
+pub const CHUNK_PAGES: u64 = 64;
+/// Chunks kept in RAM by default (64 Ki logical pages: 256 MiB of file data mapped).
+pub const DEFAULT_INDEX_CHUNKS: usize = 1024;
+/// Fragments of a node: (flash page, offset in it, length).
+pub(crate) type Frags = Vec<(u32, u16, u16)>;
+
+const MAP_MAGIC: u32 = 0x504D_4E49; // "INMP"
+/// A map entry's flag: the CRC-32C field holds the page's CRC (entries carried over from a
+/// version 3 checkpoint, which had none, lack it until the page is rewritten).
+const CRC_KNOWN: u8 = 0x80;
+
+/// Where a chunk's map node is on the flash.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct MapAt {
+    pub frags: Frags,
+    pub version: u64,
+}
+
+/// A chunk in RAM: its pages by index, whether it changed since its map node was written, and
+/// when it was last used (for eviction).
+#[derive(Debug, Default)]
+pub(crate) struct Chunk {
+    pub pages: BTreeMap<u64, Loc>,
+    pub dirty: bool,
+    pub used: u64,
+}
+
+/// File data as the index knows it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Totals {
+    /// Logical pages mapped.
+    pub pages: u64,
+    /// Bytes their nodes' payloads take.
+    pub stored: u64,
+    /// The same with the fragment headers.
+    pub footprint: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Index {
+    /// Every chunk's map node as the newest checkpoint refers to it (a chunk changed since
+    /// keeps its old one here until the next checkpoint replaces it).
+    pub maps: BTreeMap<(u64, u64), MapAt>,
+    pub loaded: BTreeMap<(u64, u64), Chunk>,
+    /// Live bytes per physical segment.
+    pub usage: HashMap<u32, u64>,
+    pub totals: Totals,
+    /// Map nodes with fragments in the page being filled.
+    pub buf_maps: Vec<(u64, u64)>,
+    pub tick: u64,
+    pub loads: u64,
+    pub evictions: u64,
+    pub maps_written: u64,
+}
+
+pub(crate) fn chunk_key(ino: u64, index: u64) -> (u64, u64) {
+    (ino, index / CHUNK_PAGES)
+}
+
+fn frag_bytes(f: &(u32, u16, u16)) -> u64 {
+    f.2 as u64 + FRAG_HEADER as u64
+}
+
+impl Index {
+    /// Chunks of `ino` (on flash or only in RAM), in order.
+    pub fn chunks_of(&self, ino: u64) -> Vec<(u64, u64)> {
+        let range = (ino, 0)..=(ino, u64::MAX);
+        let mut keys: Vec<(u64, u64)> = self.maps.range(range.clone()).map(|(k, _)| *k).collect();
+        keys.extend(self.loaded.range(range).map(|(k, _)| *k).filter(|k| !self.maps.contains_key(k)));
+        keys.sort_unstable();
+        keys
+    }
+
+    /// Every chunk.
+    pub fn all_chunks(&self) -> Vec<(u64, u64)> {
+        let mut keys: Vec<(u64, u64)> = self.maps.keys().copied().collect();
+        keys.extend(self.loaded.keys().filter(|k| !self.maps.contains_key(k)));
+        keys.sort_unstable();
+        keys
+    }
+
+    pub fn dirty_chunks(&self) -> usize {
+        self.loaded.values().filter(|c| c.dirty).count()
+    }
+
+    pub fn loc_mut(&mut self, key: (u64, u64)) -> Option<&mut Loc> {
+        self.loaded.get_mut(&chunk_key(key.0, key.1))?.pages.get_mut(&key.1)
+    }
+
+    /// Physical segments holding the map nodes the index refers to.
+    pub fn map_segments(&self, segment_of: impl Fn(u32) -> Option<u32>) -> HashSet<u32> {
+        self.maps.values().flat_map(|m| m.frags.iter()).filter_map(|f| segment_of(f.0)).collect()
+    }
+}
+
+/// A map node's payload: magic, the chunk's file and number, the entry count, then per entry
+/// its index in the chunk, flags (codec bits, [`CRC_KNOWN`]), version, CRC-32C of the logical
+/// page, and fragments; all of it followed by the CRC-32C of what precedes (FORMAT.md section 8).
+fn encode_map(key: (u64, u64), pages: &BTreeMap<u64, Loc>) -> Vec<u8> {
+    let mut v = Vec::with_capacity(24 + pages.len() * 24);
+    v.extend_from_slice(&MAP_MAGIC.to_le_bytes());
+    v.extend_from_slice(&key.0.to_le_bytes());
+    v.extend_from_slice(&key.1.to_le_bytes());
+    v.extend_from_slice(&(pages.len() as u16).to_le_bytes());
+    for (index, loc) in pages {
+        v.push((index % CHUNK_PAGES) as u8);
+        v.push(loc.codec | if loc.crc.is_some() { CRC_KNOWN } else { 0 });
+        v.extend_from_slice(&loc.version.to_le_bytes());
+        v.extend_from_slice(&loc.crc.unwrap_or(0).to_le_bytes());
+        v.push(loc.frags.len() as u8);
+        for &(page, off, len) in &loc.frags {
+            debug_assert_ne!(page, PENDING, "a map is written with no page pending");
+            v.extend_from_slice(&page.to_le_bytes());
+            v.extend_from_slice(&off.to_le_bytes());
+            v.extend_from_slice(&len.to_le_bytes());
+        }
+    }
+    let crc = bitmend_code::crc::crc32c(&v);
+    v.extend_from_slice(&crc.to_le_bytes());
+    v
+}
+
+/// Decodes a map node's payload for chunk `key`; `None` for bytes that are not its map.
+fn decode_map(b: &[u8], key: (u64, u64)) -> Option<BTreeMap<u64, Loc>> {
+    let (body, crc) = b.split_at(b.len().checked_sub(4)?);
+    if bitmend_code::crc::crc32c(body).to_le_bytes() != crc {
+        return None;
+    }
+    let mut r = super::checkpoint::Reader(body);
+    if r.u32()? != MAP_MAGIC || r.u64()? != key.0 || r.u64()? != key.1 {
+        return None;
+    }
+    let mut pages = BTreeMap::new();
+    for _ in 0..r.u16()? {
+        let at = r.take(1)?[0] as u64;
+        let flags = r.take(1)?[0];
+        let version = r.u64()?;
+        let crc = r.u32()?;
+        let n = r.take(1)?[0] as usize;
+        if at >= CHUNK_PAGES {
+            return None;
+        }
+        let mut frags = Vec::with_capacity(n);
+        for _ in 0..n {
+            frags.push((r.u32()?, r.u16()?, r.u16()?));
+        }
+        let crc = (flags & CRC_KNOWN != 0).then_some(crc);
+        let loc = Loc { frags, codec: flags & CODEC_FLAGS, version, crc };
+        pages.insert(key.1 * CHUNK_PAGES + at, loc);
+    }
+    Some(pages)
+}
+
+impl<N: Nand> Fs<N> {
+    /// Adds (or takes away) a node's fragments on the flash to the usage of their segments.
+    pub(crate) fn account(&mut self, frags: &[(u32, u16, u16)], add: bool) {
+        for f in frags.iter().filter(|f| f.0 != PENDING) {
+            if let Some(phys) = self.store.segment_of(PageAddr(f.0)) {
+                let u = self.index.usage.entry(phys).or_insert(0);
+                *u = if add { *u + frag_bytes(f) } else { u.saturating_sub(frag_bytes(f)) };
+            }
+        }
+    }
+
+    /// Counts a logical page's location in (or out of) the usage table and the totals.
+    fn count_loc(&mut self, loc: &Loc, add: bool) {
+        self.account(&loc.frags, add);
+        let stored: u64 = loc.frags.iter().map(|f| f.2 as u64).sum();
+        let footprint: u64 = loc.frags.iter().map(frag_bytes).sum();
+        let t = &mut self.index.totals;
+        if add {
+            t.pages += 1;
+            t.stored += stored;
+            t.footprint += footprint;
+        } else {
+            t.pages = t.pages.saturating_sub(1);
+            t.stored = t.stored.saturating_sub(stored);
+            t.footprint = t.footprint.saturating_sub(footprint);
+        }
+    }
+
+    /// Brings chunk `key` into RAM (reading its map node) and marks it used; false if the
+    /// chunk does not exist. A map node beyond repair is an error (its pages read as EIO).
+    pub(crate) fn load_chunk(&mut self, key: (u64, u64)) -> Result<bool, FsError> {
+        self.index.tick += 1;
+        let tick = self.index.tick;
+        if let Some(c) = self.index.loaded.get_mut(&key) {
+            c.used = tick;
+            return Ok(true);
+        }
+        let Some(at) = self.index.maps.get(&key).cloned() else { return Ok(false) };
+        let (payload, repaired) = self.read_payload(&at.frags)?;
+        let Some(pages) = decode_map(&payload, key) else {
+            self.stats.unreadable += 1;
+            return Err(FsError::Unrecoverable { page: at.frags.first().map_or(0, |f| f.0) });
+        };
+        self.index.loads += 1;
+        // A map read through a repair is written again at the next checkpoint.
+        self.index.loaded.insert(key, Chunk { pages, dirty: repaired, used: tick });
+        self.evict(key);
+        Ok(true)
+    }
+
+    /// Drops the least recently used clean chunks once more than the bound are in RAM.
+    fn evict(&mut self, keep: (u64, u64)) {
+        let limit = self.opts.index_chunks.max(1);
+        let loaded = &self.index.loaded;
+        if loaded.len() <= limit {
+            return;
+        }
+        let mut clean: Vec<(u64, (u64, u64))> = loaded
+            .iter()
+            .filter(|(k, c)| !c.dirty && **k != keep && self.index.maps.contains_key(k))
+            .map(|(k, c)| (c.used, *k))
+            .collect();
+        clean.sort_unstable();
+        let excess = loaded.len() - limit * 3 / 4;
+        for (_, k) in clean.into_iter().take(excess) {
+            self.index.loaded.remove(&k);
+            self.index.evictions += 1;
+        }
+    }
+
+    /// Where logical page `index` of `ino` is, if it was written.
+    pub(crate) fn loc(&mut self, ino: u64, index: u64) -> Result<Option<Loc>, FsError> {
+        let ck = chunk_key(ino, index);
+        if !self.load_chunk(ck)? {
+            return Ok(None);
+        }
+        Ok(self.index.loaded[&ck].pages.get(&index).cloned())
+    }
+
+    /// Sets where a logical page is (fragments still pending in the page being filled are
+    /// counted when it is sealed).
+    pub(crate) fn set_loc(&mut self, key: (u64, u64), loc: Loc) -> Result<(), FsError> {
+        let ck = chunk_key(key.0, key.1);
+        if !self.load_chunk(ck)? {
+            let used = self.index.tick;
+            self.index.loaded.insert(ck, Chunk { pages: BTreeMap::new(), dirty: true, used });
+        }
+        self.count_loc(&loc, true);
+        let chunk = self.index.loaded.get_mut(&ck).expect("loaded above");
+        chunk.dirty = true;
+        if let Some(old) = chunk.pages.insert(key.1, loc) {
+            self.count_loc(&old, false);
+        }
+        Ok(())
+    }
+
+    /// Adds a fragment, pending in the page being filled, to a logical page's location.
+    pub(crate) fn push_pending(&mut self, key: (u64, u64), off: u16, len: u16) {
+        if let Some(loc) = self.index.loc_mut(key) {
+            loc.frags.push((PENDING, off, len));
+            let t = &mut self.index.totals;
+            t.stored += len as u64;
+            t.footprint += len as u64 + FRAG_HEADER as u64;
+        }
+    }
+
+    /// Points the fragments pending in the page just sealed at `addr`, and counts them.
+    pub(crate) fn fix_pending(&mut self, addr: PageAddr, keys: Vec<(u64, u64)>) {
+        let mut bytes = 0;
+        for key in keys {
+            if let Some(loc) = self.index.loc_mut(key) {
+                for f in loc.frags.iter_mut().filter(|f| f.0 == PENDING) {
+                    f.0 = addr.0;
+                    bytes += frag_bytes(f);
+                }
+            }
+        }
+        for ck in std::mem::take(&mut self.index.buf_maps) {
+            if let Some(m) = self.index.maps.get_mut(&ck) {
+                for f in m.frags.iter_mut().filter(|f| f.0 == PENDING) {
+                    f.0 = addr.0;
+                    bytes += frag_bytes(f);
+                }
+            }
+        }
+        if let Some(phys) = self.store.segment_of(addr) {
+            *self.index.usage.entry(phys).or_insert(0) += bytes;
+        }
+    }
+
+    /// Removes the pages of `ino` from `from` on (those newer than `unless_newer` stay: a
+    /// replayed shrink does not undo writes after it). A chunk wholly removed whose map is
+    /// beyond repair is dropped all the same; one that keeps pages is an error.
+    pub(crate) fn remove_pages(
+        &mut self,
+        ino: u64,
+        from: u64,
+        unless_newer: Option<u64>,
+    ) -> Result<(), FsError> {
+        for ck in self.index.chunks_of(ino) {
+            if (ck.1 + 1).saturating_mul(CHUNK_PAGES) <= from {
+                continue;
+            }
+            let whole = ck.1.saturating_mul(CHUNK_PAGES) >= from && unless_newer.is_none();
+            match self.load_chunk(ck) {
+                Ok(_) => {}
+                Err(_) if whole => {
+                    // Its pages are gone either way; the map leaves at the next checkpoint
+                    // (their bytes stay counted in the usage table: the cleaner reads
+                    // segments to know what is live, so this costs only a poorer choice).
+                    let used = self.index.tick;
+                    self.index.loaded.insert(ck, Chunk { pages: BTreeMap::new(), dirty: true, used });
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            let chunk = self.index.loaded.get_mut(&ck).expect("loaded above");
+            let gone: Vec<u64> = chunk
+                .pages
+                .iter()
+                .filter(|(i, l)| **i >= from && unless_newer.is_none_or(|v| l.version <= v))
+                .map(|(i, _)| *i)
+                .collect();
+            if gone.is_empty() {
+                continue;
+            }
+            chunk.dirty = true;
+            let locs: Vec<Loc> = gone.iter().filter_map(|i| chunk.pages.remove(i)).collect();
+            for l in locs {
+                self.count_loc(&l, false);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the map node of every chunk changed since the last checkpoint (before the
+    /// checkpoint that refers to them); drops the maps of chunks left empty.
+    pub(crate) fn write_maps(&mut self) -> Result<(), FsError> {
+        let dirty: Vec<(u64, u64)> =
+            self.index.loaded.iter().filter(|(_, c)| c.dirty).map(|(k, _)| *k).collect();
+        for ck in dirty {
+            let chunk = &self.index.loaded[&ck];
+            if chunk.pages.is_empty() {
+                self.index.loaded.remove(&ck);
+                if let Some(old) = self.index.maps.remove(&ck) {
+                    self.account(&old.frags, false);
+                }
+                continue;
+            }
+            let payload = encode_map(ck, &chunk.pages);
+            self.version += 1;
+            let version = self.version;
+            if let Some(old) = self.index.maps.insert(ck, MapAt { frags: Vec::new(), version }) {
+                self.account(&old.frags, false);
+            }
+            self.put_node(NodeKind::Map, 0, ck, version, &payload, super::write::Pending::Map(ck))?;
+            self.index.maps_written += 1;
+            if let Some(c) = self.index.loaded.get_mut(&ck) {
+                c.dirty = false;
+            }
+        }
+        self.evict((u64::MAX, u64::MAX));
+        Ok(())
+    }
+
+    /// Logical pages whose data is live on flash pages `pages`, found from the fragments on
+    /// those pages (each names its file, page and version) and the index. A page that cannot
+    /// be read is matched against the whole index instead. Errors only on media errors.
+    pub(crate) fn live_keys_on(&mut self, pages: &[u32]) -> Result<Vec<(u64, u64)>, FsError> {
+        let mut keys = Vec::new();
+        let mut unreadable = HashSet::new();
+        let mut flash = vec![0u8; self.buf.len()];
+        for &page in pages {
+            match self.store.read(PageAddr(page), &mut flash) {
+                Ok(_) => {}
+                Err(FsError::Unrecoverable { .. }) => {
+                    unreadable.insert(page);
+                    continue;
+                }
+                Err(FsError::NotWritten { .. }) => continue,
+                Err(e) => return Err(e),
+            }
+            let mut off = 0;
+            while off + FRAG_HEADER <= flash.len() {
+                let f = match Frag::decode(&flash[off..]) {
+                    Ok(Some(f)) => f,
+                    Ok(None) | Err(()) => break,
+                };
+                off += FRAG_HEADER + f.len as usize;
+                if f.kind != NodeKind::Data || keys.last() == Some(&(f.key, f.key2)) {
+                    continue;
+                }
+                // A map beyond repair: whatever of it is here cannot be moved.
+                let loc = match self.loc(f.key, f.key2) {
+                    Ok(l) => l,
+                    Err(FsError::Unrecoverable { .. } | FsError::NotWritten { .. }) => {
+                        unreadable.insert(page);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                if loc.is_some_and(|l| l.version == f.version && l.frags.iter().any(|x| x.0 == page)) {
+                    keys.push((f.key, f.key2));
+                }
+            }
+        }
+        if !unreadable.is_empty() {
+            for ck in self.index.all_chunks() {
+                if !matches!(self.load_chunk(ck), Ok(true)) {
+                    continue;
+                }
+                for (index, loc) in &self.index.loaded[&ck].pages {
+                    if loc.frags.iter().any(|f| unreadable.contains(&f.0)) {
+                        keys.push((ck.0, *index));
+                    }
+                }
+            }
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        Ok(keys)
+    }
+
+    /// The usage table and totals recomputed from every chunk (fsck compares them with the
+    /// kept ones); chunks whose map cannot be read are skipped and counted.
+    pub(crate) fn recount(&mut self) -> (HashMap<u32, u64>, Totals, u64) {
+        let mut usage: HashMap<u32, u64> = HashMap::new();
+        let mut totals = Totals::default();
+        let mut lost = 0;
+        let add = |usage: &mut HashMap<u32, u64>, store: &crate::store::PageStore<N>, f: &(u32, u16, u16)| {
+            if let Some(phys) = store.segment_of(PageAddr(f.0)) {
+                *usage.entry(phys).or_insert(0) += frag_bytes(f);
+            }
+        };
+        for m in self.index.maps.values() {
+            for f in m.frags.iter().filter(|f| f.0 != PENDING) {
+                add(&mut usage, &self.store, f);
+            }
+        }
+        for ck in self.index.all_chunks() {
+            if !matches!(self.load_chunk(ck), Ok(true)) {
+                lost += 1;
+                continue;
+            }
+            for loc in self.index.loaded[&ck].pages.values() {
+                totals.pages += 1;
+                for f in &loc.frags {
+                    totals.stored += f.2 as u64;
+                    totals.footprint += frag_bytes(f);
+                    if f.0 != PENDING {
+                        add(&mut usage, &self.store, f);
+                    }
+                }
+            }
+        }
+        usage.retain(|_, b| *b > 0);
+        (usage, totals, lost)
+    }
+}
