@@ -370,7 +370,7 @@ pub fn stat(a: &StatArgs) -> Result<(), String> {
             "{{\"image\": {}, \"bytes_total\": {total}, \"bytes_free\": {free}, \"inodes\": {}, \"file_data_bytes\": {logical}, \
              \"stored_bytes\": {stored}, \"compression\": \"{codec}\", \"compression_ratio\": {ratio:.3}, \"segments\": {segs}, \"segments_used\": {used}, \
              \"bad_blocks\": {}, \"repaired_at_mount\": {}, \"mounted_by\": \"{}\", \"chain_segments\": {}, \"pages_replayed\": {}, \
-             {}, \"erase_histogram\": [{}]}}",
+             \"index_chunks\": {}, {}, \"erase_histogram\": [{}]}}",
             json_str(&a.image.display().to_string()),
             fs.inode_count(),
             s.bad.len(),
@@ -378,6 +378,7 @@ pub fn stat(a: &StatArgs) -> Result<(), String> {
             if rep.store.scanned { "scan" } else { "anchor" },
             rep.store.chain_length,
             rep.pages,
+            fs.index_chunk_count(),
             crate::scrubber::health_json(&fs.health()),
             h.join(", ")
         );
@@ -395,11 +396,17 @@ pub fn stat(a: &StatArgs) -> Result<(), String> {
         logical >> 10,
         stored >> 10
     );
+    println!(
+        "  index          {} chunks of {} logical pages, each a map node read when first used",
+        fs.index_chunk_count(),
+        bitmend_flashfs::CHUNK_PAGES
+    );
     println!("  bad blocks     {}", s.bad.len());
     println!(
-        "  mount          {}; {} pages replayed, {} repaired on the way",
+        "  mount          {}; {} pages replayed, {} index maps read, {} pages repaired on the way",
         mount_method(&rep),
         rep.pages,
+        rep.maps_loaded,
         rep.pages_repaired
     );
     let h = fs.health();

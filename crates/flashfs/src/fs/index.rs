@@ -68,6 +68,9 @@ pub(crate) struct Index {
     /// keeps its old one here until the next checkpoint replaces it).
     pub maps: BTreeMap<(u64, u64), MapAt>,
     pub loaded: BTreeMap<(u64, u64), Chunk>,
+    /// Pages replayed at mount onto chunks whose map was not read (mount reads only the log):
+    /// merged into the chunk when it is loaded, by version. Their bytes are counted already.
+    pub overlay: BTreeMap<(u64, u64), BTreeMap<u64, Loc>>,
     /// Live bytes per physical segment.
     pub usage: HashMap<u32, u64>,
     pub totals: Totals,
@@ -106,7 +109,28 @@ impl Index {
     }
 
     pub fn dirty_chunks(&self) -> usize {
-        self.loaded.values().filter(|c| c.dirty).count()
+        self.loaded.values().filter(|c| c.dirty).count() + self.overlay.len()
+    }
+
+    /// Takes out of the chunks in RAM and the replayed overlays every page at or past
+    /// `end(ino)`; returns them (for the caller to uncount).
+    pub fn trim_in_ram(&mut self, end: impl Fn(u64) -> u64) -> Vec<((u64, u64), Vec<Loc>)> {
+        let mut out = Vec::new();
+        for (ck, c) in self.loaded.iter_mut() {
+            let cut = c.pages.split_off(&end(ck.0));
+            if !cut.is_empty() {
+                c.dirty = true;
+                out.push((*ck, cut.into_values().collect()));
+            }
+        }
+        for (ck, o) in self.overlay.iter_mut() {
+            let cut = o.split_off(&end(ck.0));
+            if !cut.is_empty() {
+                out.push((*ck, cut.into_values().collect()));
+            }
+        }
+        self.overlay.retain(|_, o| !o.is_empty());
+        out
     }
 
     pub fn loc_mut(&mut self, key: (u64, u64)) -> Option<&mut Loc> {
@@ -189,7 +213,7 @@ impl<N: Nand> Fs<N> {
     }
 
     /// Counts a logical page's location in (or out of) the usage table and the totals.
-    fn count_loc(&mut self, loc: &Loc, add: bool) {
+    pub(crate) fn count_loc(&mut self, loc: &Loc, add: bool) {
         self.account(&loc.frags, add);
         let stored: u64 = loc.frags.iter().map(|f| f.2 as u64).sum();
         let footprint: u64 = loc.frags.iter().map(frag_bytes).sum();
@@ -216,13 +240,24 @@ impl<N: Nand> Fs<N> {
         }
         let Some(at) = self.index.maps.get(&key).cloned() else { return Ok(false) };
         let (payload, repaired) = self.read_payload(&at.frags)?;
-        let Some(pages) = decode_map(&payload, key) else {
+        let Some(mut pages) = decode_map(&payload, key) else {
             self.stats.unreadable += 1;
             return Err(FsError::Unrecoverable { page: at.frags.first().map_or(0, |f| f.0) });
         };
         self.index.loads += 1;
         // A map read through a repair is written again at the next checkpoint.
-        self.index.loaded.insert(key, Chunk { pages, dirty: repaired, used: tick });
+        let mut dirty = repaired;
+        for (i, loc) in self.index.overlay.remove(&key).unwrap_or_default() {
+            if pages.get(&i).is_some_and(|old| old.version > loc.version) {
+                self.count_loc(&loc, false);
+                continue;
+            }
+            if let Some(old) = pages.insert(i, loc) {
+                self.count_loc(&old, false);
+            }
+            dirty = true;
+        }
+        self.index.loaded.insert(key, Chunk { pages, dirty, used: tick });
         self.evict(key);
         Ok(true)
     }
@@ -244,6 +279,18 @@ impl<N: Nand> Fs<N> {
         for (_, k) in clean.into_iter().take(excess) {
             self.index.loaded.remove(&k);
             self.index.evictions += 1;
+        }
+    }
+
+    /// Records a page replayed onto a chunk whose map is not read yet.
+    pub(crate) fn overlay_loc(&mut self, key: (u64, u64), loc: Loc) {
+        let ck = chunk_key(key.0, key.1);
+        if self.index.overlay.get(&ck).and_then(|o| o.get(&key.1)).is_some_and(|l| l.version > loc.version) {
+            return;
+        }
+        self.count_loc(&loc, true);
+        if let Some(old) = self.index.overlay.entry(ck).or_default().insert(key.1, loc) {
+            self.count_loc(&old, false);
         }
     }
 
@@ -327,6 +374,9 @@ impl<N: Nand> Fs<N> {
                     // Its pages are gone either way; the map leaves at the next checkpoint
                     // (their bytes stay counted in the usage table: the cleaner reads
                     // segments to know what is live, so this costs only a poorer choice).
+                    for l in self.index.overlay.remove(&ck).unwrap_or_default().into_values() {
+                        self.count_loc(&l, false);
+                    }
                     let used = self.index.tick;
                     self.index.loaded.insert(ck, Chunk { pages: BTreeMap::new(), dirty: true, used });
                     continue;
@@ -355,6 +405,15 @@ impl<N: Nand> Fs<N> {
     /// Writes the map node of every chunk changed since the last checkpoint (before the
     /// checkpoint that refers to them); drops the maps of chunks left empty.
     pub(crate) fn write_maps(&mut self) -> Result<(), FsError> {
+        // Chunks with pages replayed beside their map: merged now (a map beyond repair keeps
+        // its chunk unreadable, and its old map).
+        let replayed: Vec<(u64, u64)> = self.index.overlay.keys().copied().collect();
+        for ck in replayed {
+            match self.load_chunk(ck) {
+                Ok(_) | Err(FsError::Unrecoverable { .. } | FsError::NotWritten { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
         let dirty: Vec<(u64, u64)> =
             self.index.loaded.iter().filter(|(_, c)| c.dirty).map(|(k, _)| *k).collect();
         for ck in dirty {

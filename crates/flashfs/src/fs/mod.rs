@@ -385,6 +385,11 @@ impl<N: Nand> Fs<N> {
         }
     }
 
+    /// Chunks in the index (each a map node on the flash once checkpointed).
+    pub fn index_chunk_count(&self) -> usize {
+        self.index.all_chunks().len()
+    }
+
     /// Index chunks in RAM now, and how many of them changed since the last checkpoint.
     pub fn index_in_ram(&self) -> (usize, usize) {
         (self.index.loaded.len(), self.index.dirty_chunks())

@@ -30,6 +30,9 @@ pub struct MountReport {
     pub partial_nodes: u64,
     /// Replay started at a checkpoint (not at the beginning of the log).
     pub from_checkpoint: bool,
+    /// Index chunks whose map node the mount read (replay keeps the pages it finds beside
+    /// maps not yet read; only a replayed shrink or removal reads them).
+    pub maps_loaded: u64,
 }
 
 /// A node that replay cannot apply because the index chunk it belongs to has a map beyond
@@ -143,6 +146,7 @@ impl<N: Nand> Fs<N> {
         }
         fs.ckpt_maps = fs.index.map_segments(|p| fs.store.segment_of(crate::PageAddr(p)));
         fs.mount_maps = fs.ckpt_maps.clone();
+        report.maps_loaded = fs.index.loads;
         Ok((fs, report))
     }
 
@@ -290,6 +294,14 @@ impl<N: Nand> Fs<N> {
             }
             NodeKind::Data => {
                 let key = (n.head.key, n.head.key2);
+                let crc = n.payload.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
+                let codec = n.head.flags & CODEC_FLAGS;
+                let ck = super::index::chunk_key(key.0, key.1);
+                if !self.index.loaded.contains_key(&ck) && self.index.maps.contains_key(&ck) {
+                    // Not read at mount: kept beside the chunk's map until it is loaded.
+                    self.overlay_loc(key, Loc { frags: n.frags, codec, version: v, crc });
+                    return Ok(true);
+                }
                 match self.loc(key.0, key.1) {
                     Ok(Some(l)) if l.version > v => return Ok(true),
                     Ok(_) => {}
@@ -298,8 +310,6 @@ impl<N: Nand> Fs<N> {
                         return Ok(true);
                     }
                 }
-                let crc = n.payload.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
-                let codec = n.head.flags & CODEC_FLAGS;
                 self.set_loc(key, Loc { frags: n.frags, codec, version: v, crc })?;
             }
             NodeKind::Checkpoint => {
@@ -350,19 +360,21 @@ impl<N: Nand> Fs<N> {
             }
         }
         // Pages of files that are gone, or past a file's end (written before a crash cut
-        // the inode that would have grown it). Only chunks replay loaded can hold those: the
-        // others are as the checkpoint, which was consistent, left them.
+        // the inode that would have grown it). Only chunks replay touched (in RAM, or pages
+        // kept beside a map not yet read) can hold those: the others are as the checkpoint,
+        // which was consistent, left them (a shrink replayed loaded what it cut).
         let mut gone: Vec<u64> = self.index.all_chunks().iter().map(|k| k.0).collect();
         gone.dedup();
         gone.retain(|ino| !self.inodes.contains_key(ino));
         for ino in gone {
             self.remove_pages(ino, 0, None)?;
         }
-        let loaded: Vec<u64> = self.index.loaded.keys().map(|k| k.0).collect();
-        for ino in loaded {
-            let end = self.inodes.get(&ino).map_or(0, |i| i.attr.size.div_ceil(super::LOGICAL_PAGE as u64));
-            if let Err(e) = self.remove_pages(ino, end, None) {
-                lost(e, &mut MountReport::default())?;
+        let inodes = &self.inodes;
+        let end = |ino: u64| inodes.get(&ino).map_or(0, |i| i.attr.size.div_ceil(super::LOGICAL_PAGE as u64));
+        let past: Vec<((u64, u64), Vec<super::Loc>)> = self.index.trim_in_ram(end);
+        for (_, locs) in past {
+            for l in locs {
+                self.count_loc(&l, false);
             }
         }
         Ok(())
