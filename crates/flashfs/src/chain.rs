@@ -264,6 +264,26 @@ impl<N: Nand> PageStore<N> {
         self.write_anchor(Some(AnchorCkpt { page: page.0, segment, phys }))
     }
 
+    /// Rewrites the superblock in both reserved blocks with this build's version, so that an
+    /// older build, which would not know what this one wrote, refuses the image: each block
+    /// in turn is erased and given the superblock and the anchor of checkpoint `page` (a cut
+    /// at any point leaves a block with a superblock and that anchor, as the log's own
+    /// wrapping does).
+    pub fn upgrade_superblock(&mut self, page: PageAddr) -> Result<(), FsError> {
+        if self.sb_version >= crate::layout::FS_VERSION {
+            return Ok(());
+        }
+        for _ in 0..RESERVED_BLOCKS {
+            if let Some((block, _)) = self.w.anchor {
+                // As if the block were full: the next anchor goes into the other one.
+                self.w.anchor = Some((block, self.layout.g.pages_per_block));
+            }
+            self.record_checkpoint(page)?;
+        }
+        self.sb_version = crate::layout::FS_VERSION;
+        Ok(())
+    }
+
     /// Appends an anchor; when its block is full, erases the other reserved block, writes
     /// the superblock into it and goes on there (into the same block when the other is bad:
     /// then a cut between erase and superblock leaves no superblock, the price of a chip

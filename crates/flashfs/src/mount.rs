@@ -71,6 +71,7 @@ impl<N: Nand> PageStore<N> {
                     let layout = Layout::new(g, sb.cfg)?;
                     let mut store = PageStore::assemble(nand, layout, sb.fs_id)?;
                     store.compression = sb.compression;
+                    store.sb_version = u32::from_le_bytes(page[8..12].try_into().expect("4 bytes"));
                     return Ok(store);
                 }
                 Ok(_) => why = FsError::NotAFs { why: "superblock geometry differs from the chip's".into() },

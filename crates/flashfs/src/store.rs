@@ -107,6 +107,8 @@ pub struct PageStore<N: Nand> {
     pub(crate) stats: StoreStats,
     /// The superblock's compression byte.
     pub(crate) compression: u8,
+    /// The version the superblock read at mount was written by (this build's for a new one).
+    pub(crate) sb_version: u32,
 }
 
 impl<N: Nand> std::fmt::Debug for PageStore<N> {
@@ -156,6 +158,7 @@ impl<N: Nand> PageStore<N> {
             signer: Signer::new(),
             stats: StoreStats::default(),
             compression: 0,
+            sb_version: crate::layout::FS_VERSION,
         })
     }
 

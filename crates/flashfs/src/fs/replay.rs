@@ -144,6 +144,11 @@ impl<N: Nand> Fs<N> {
         } else if let Some(c) = fs.ckpt.filter(|c| anchored.is_none_or(|a| a.page != c.page)) {
             fs.store.record_checkpoint(crate::PageAddr(c.page))?;
         }
+        // An image made by an older version now holds what only this one reads (map nodes):
+        // its superblocks say so, and an older build refuses it.
+        if let Some(c) = fs.ckpt.filter(|_| fs.store.anchored()) {
+            fs.store.upgrade_superblock(crate::PageAddr(c.page))?;
+        }
         fs.ckpt_maps = fs.index.map_segments(|p| fs.store.segment_of(crate::PageAddr(p)));
         fs.mount_maps = fs.ckpt_maps.clone();
         report.maps_loaded = fs.index.loads;
