@@ -125,7 +125,7 @@ pub fn run(opts: &Options, dir: &Path, emit: &mut dyn FnMut(Row)) -> Result<(), 
         fs.checkpoint().map_err(|e| e.to_string())?;
         let page = g.page_size as u64;
         let ckpt = fs.stats().checkpoint_bytes;
-        let stored = fs.data_footprint() + ckpt + 32 * ckpt.div_ceil(page - 32);
+        let stored = fs.data_footprint() + fs.index_footprint() + ckpt + 32 * ckpt.div_ceil(page - 32);
         let st = fs.store().stats();
         let parity = (st.data_pages + st.pad_pages + st.group_parity_pages + st.segment_parity_pages) as f64
             / (st.data_pages + st.pad_pages).max(1) as f64;

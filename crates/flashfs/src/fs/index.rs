@@ -31,6 +31,10 @@ pub const DEFAULT_INDEX_CHUNKS: usize = 1024;
 pub(crate) type Frags = Vec<(u32, u16, u16)>;
 
 const MAP_MAGIC: u32 = 0x504D_4E49; // "INMP"
+/// A map payload compressed: this magic, the plain payload's length (u32), one zstd frame.
+const MAP_ZSTD_MAGIC: u32 = 0x5A4D_4E49; // "INMZ"
+/// The largest plain map payload: 64 entries of up to 255 fragments each.
+const MAP_MAX: usize = 32 + CHUNK_PAGES as usize * (15 + 255 * 8);
 /// A map entry's flag: the CRC-32C field holds the page's CRC (entries carried over from a
 /// version 3 checkpoint, which had none, lack it until the page is rewritten).
 const CRC_KNOWN: u8 = 0x80;
@@ -145,7 +149,8 @@ impl Index {
 
 /// A map node's payload: magic, the chunk's file and number, the entry count, then per entry
 /// its index in the chunk, flags (codec bits, [`CRC_KNOWN`]), version, CRC-32C of the logical
-/// page, and fragments; all of it followed by the CRC-32C of what precedes (FORMAT.md section 8).
+/// page, and fragments; all of it followed by the CRC-32C of what precedes (FORMAT.md section
+/// 8); zstd-compressed behind its own magic when that is smaller.
 fn encode_map(key: (u64, u64), pages: &BTreeMap<u64, Loc>) -> Vec<u8> {
     let mut v = Vec::with_capacity(24 + pages.len() * 24);
     v.extend_from_slice(&MAP_MAGIC.to_le_bytes());
@@ -167,11 +172,32 @@ fn encode_map(key: (u64, u64), pages: &BTreeMap<u64, Loc>) -> Vec<u8> {
     }
     let crc = bitmend_code::crc::crc32c(&v);
     v.extend_from_slice(&crc.to_le_bytes());
-    v
+    // Versions and flash pages rise from entry to entry: zstd takes about half away.
+    match zstd::bulk::compress(&v, 1) {
+        Ok(z) if z.len() + 8 < v.len() => {
+            let mut c = MAP_ZSTD_MAGIC.to_le_bytes().to_vec();
+            c.extend_from_slice(&(v.len() as u32).to_le_bytes());
+            c.extend_from_slice(&z);
+            c
+        }
+        _ => v,
+    }
 }
 
 /// Decodes a map node's payload for chunk `key`; `None` for bytes that are not its map.
 fn decode_map(b: &[u8], key: (u64, u64)) -> Option<BTreeMap<u64, Loc>> {
+    let plain;
+    let b = if b.get(..4)? == MAP_ZSTD_MAGIC.to_le_bytes() {
+        let len = u32::from_le_bytes(b.get(4..8)?.try_into().ok()?) as usize;
+        // The length is read from the flash: a damaged one must not make a huge allocation.
+        if len > MAP_MAX {
+            return None;
+        }
+        plain = zstd::bulk::decompress(&b[8..], len).ok()?;
+        &plain[..]
+    } else {
+        b
+    };
     let (body, crc) = b.split_at(b.len().checked_sub(4)?);
     if bitmend_code::crc::crc32c(body).to_le_bytes() != crc {
         return None;

@@ -550,6 +550,12 @@ impl<N: Nand> Fs<N> {
         self.index.totals.footprint
     }
 
+    /// Bytes the index's map nodes take in flash pages, fragment headers included.
+    pub fn index_footprint(&self) -> u64 {
+        let frag = crate::node::FRAG_HEADER as u64;
+        self.index.maps.values().flat_map(|m| m.frags.iter()).map(|f| f.2 as u64 + frag).sum()
+    }
+
     pub fn data_space(&self) -> (u64, u64) {
         let t = self.index.totals;
         (t.pages * LOGICAL_PAGE as u64, t.stored)
