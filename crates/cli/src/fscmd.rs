@@ -143,6 +143,11 @@ pub struct MountArgs {
     /// (each segment is checked under the file system's lock).
     #[arg(long, default_value_t = 10, value_name = "MS")]
     pub scrub_pause_ms: u64,
+    /// Chunks of the file index (64 logical pages, 256 KiB of a file, each) kept in RAM; the
+    /// least recently used are dropped and read again from the flash when needed. About 4 KiB
+    /// of RAM per chunk at most.
+    #[arg(long, default_value_t = bitmend_flashfs::DEFAULT_INDEX_CHUNKS, value_name = "N")]
+    pub index_chunks: usize,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -159,6 +164,9 @@ fn is_mounted(mountpoint: &Path) -> bool {
 
 pub fn mount(a: &MountArgs) -> Result<(), String> {
     crate::scrubber::parse_every(&a.scrub_every)?;
+    if a.index_chunks == 0 {
+        return Err("--index-chunks must be at least 1".into());
+    }
     if a.create && !a.image.exists() {
         let m = MkfsArgs {
             image: a.image.clone(),
@@ -183,7 +191,9 @@ pub fn mount(a: &MountArgs) -> Result<(), String> {
         cmd.arg("--scrub-every")
             .arg(&a.scrub_every)
             .arg("--scrub-pause-ms")
-            .arg(a.scrub_pause_ms.to_string());
+            .arg(a.scrub_pause_ms.to_string())
+            .arg("--index-chunks")
+            .arg(a.index_chunks.to_string());
         if a.allow_other {
             cmd.arg("--allow-other");
         }
@@ -218,7 +228,8 @@ pub fn mount(a: &MountArgs) -> Result<(), String> {
         return Err("the mount did not appear within 10 s".into());
     }
     let nand = open_image(&a.image)?;
-    let (mut fs, rep) = Fs::open(nand, FsOptions::default()).map_err(err)?;
+    let opts = FsOptions { index_chunks: a.index_chunks, ..FsOptions::default() };
+    let (mut fs, rep) = Fs::open(nand, opts).map_err(err)?;
     if let Some(c) = a.compress.map(|c| c.options().compression).or(fs.recorded_compression()) {
         fs.set_compression(c);
     }

@@ -206,6 +206,7 @@ impl<N: Nand> Fs<N> {
     /// how many were released.
     fn empty_segments(&mut self, victims: &[u32]) -> Result<usize, FsError> {
         let mut movable = Vec::new();
+        let mut stuck = Vec::new();
         let mut maps_inside = false;
         for &phys in victims {
             let (readable, maps) = self.move_out(phys)?;
@@ -213,8 +214,7 @@ impl<N: Nand> Fs<N> {
             if readable {
                 movable.push(phys);
             } else {
-                // Kept until the next checkpoint, when it is tried again (the file may be gone).
-                self.pinned.insert(phys);
+                stuck.push(phys);
             }
         }
         if maps_inside {
@@ -234,6 +234,9 @@ impl<N: Nand> Fs<N> {
             }
             self.store.sync()?;
         }
+        // Kept until the next checkpoint, when it is tried again (the file may be gone); not
+        // cleared by the checkpoint just written.
+        self.pinned.extend(stuck);
         for &phys in &movable {
             self.store.release_segment(phys)?;
             // Whatever is left counted there (a chunk dropped with its map beyond repair)
