@@ -308,6 +308,18 @@ impl<N: Nand> PageStore<N> {
         Ok(out)
     }
 
+    /// The data pages written in physical segment `phys` (and pages whose spare does not
+    /// decode, which may be data), from their spares alone.
+    pub(crate) fn data_pages_of(&mut self, phys: u32) -> Result<Vec<u32>, FsError> {
+        let blocks = self.layout.data_blocks();
+        Ok(self
+            .written_pages(phys, blocks, None)?
+            .into_iter()
+            .filter(|(_, s)| s.as_ref().is_none_or(|s| s.kind == Kind::Data))
+            .map(|(page, _)| page)
+            .collect())
+    }
+
     /// Every data page written in segments from logical segment `from` on, in write order
     /// (the file system replays its nodes from them); in segment `from`, only from page
     /// `first` on, when given (pages before it are older).

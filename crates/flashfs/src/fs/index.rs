@@ -525,6 +525,23 @@ impl<N: Nand> Fs<N> {
         Ok(keys)
     }
 
+    /// Logical pages with a fragment in physical segment `phys`, from the whole index (a
+    /// check for debug builds: it reads every map).
+    pub(crate) fn index_points_into(&mut self, phys: u32) -> Vec<(u64, u64)> {
+        let mut found = Vec::new();
+        for ck in self.index.all_chunks() {
+            if !matches!(self.load_chunk(ck), Ok(true)) {
+                continue;
+            }
+            for (index, loc) in &self.index.loaded[&ck].pages {
+                if loc.frags.iter().any(|f| self.store.segment_of(PageAddr(f.0)) == Some(phys)) {
+                    found.push((ck.0, *index));
+                }
+            }
+        }
+        found
+    }
+
     /// The usage table and totals recomputed from every chunk (fsck compares them with the
     /// kept ones); chunks whose map cannot be read are skipped and counted.
     pub(crate) fn recount(&mut self) -> (HashMap<u32, u64>, Totals, u64) {
