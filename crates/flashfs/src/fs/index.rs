@@ -222,7 +222,7 @@ fn decode_map(b: &[u8], key: (u64, u64)) -> Option<BTreeMap<u64, Loc>> {
         }
         let crc = (flags & CRC_KNOWN != 0).then_some(crc);
         let loc = Loc { frags, codec: flags & CODEC_FLAGS, version, crc };
-        pages.insert(key.1 * CHUNK_PAGES + at, loc);
+        pages.insert(key.1.checked_mul(CHUNK_PAGES)?.checked_add(at)?, loc);
     }
     Some(pages)
 }
@@ -390,7 +390,7 @@ impl<N: Nand> Fs<N> {
         unless_newer: Option<u64>,
     ) -> Result<(), FsError> {
         for ck in self.index.chunks_of(ino) {
-            if (ck.1 + 1).saturating_mul(CHUNK_PAGES) <= from {
+            if ck.1.saturating_add(1).saturating_mul(CHUNK_PAGES) <= from {
                 continue;
             }
             let whole = ck.1.saturating_mul(CHUNK_PAGES) >= from && unless_newer.is_none();
@@ -576,5 +576,68 @@ impl<N: Nand> Fs<N> {
         }
         usage.retain(|_, b| *b > 0);
         (usage, totals, lost)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(key: (u64, u64), n: u64) -> BTreeMap<u64, Loc> {
+        (0..n)
+            .map(|i| {
+                let index = key.1 * CHUNK_PAGES + i * 3 % CHUNK_PAGES;
+                let frags = vec![(100 + i as u32, 32 * i as u16, 900), (101 + i as u32, 0, 50)];
+                (
+                    index,
+                    Loc { frags, codec: 1, version: 1000 + i, crc: (i % 2 == 0).then_some(i as u32 * 77) },
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn maps_round_trip_compressed_or_not_and_refuse_damage() {
+        for n in [1, 5, 21] {
+            let key = (7, 3);
+            let pages = chunk(key, n);
+            let enc = encode_map(key, &pages);
+            // The larger maps are worth compressing; a one-entry map is not.
+            assert_eq!(enc[..4] == MAP_ZSTD_MAGIC.to_le_bytes(), n > 1, "{n} entries: {} bytes", enc.len());
+            assert_eq!(decode_map(&enc, key), Some(pages.clone()));
+            // Another chunk's map is refused; a changed byte is refused or (in a zstd frame
+            // header field that does not change the output) decodes to the same map: never
+            // to another one.
+            assert_eq!(decode_map(&enc, (7, 4)), None);
+            let mut refused = 0;
+            for at in 0..enc.len() {
+                let mut bad = enc.clone();
+                bad[at] ^= 0x10;
+                match decode_map(&bad, key) {
+                    None => refused += 1,
+                    Some(d) => assert_eq!(d, pages, "byte {at} of {n} entries"),
+                }
+            }
+            assert!(
+                refused + 8 >= enc.len(),
+                "{n} entries: {refused} of {} changed bytes refused",
+                enc.len()
+            );
+        }
+        // Hostile: a chunk number whose pages would overflow, a huge claimed length, noise.
+        let far = (1, u64::MAX);
+        let mut one = BTreeMap::new();
+        one.insert(0, Loc { frags: vec![(1, 0, 1)], codec: 0, version: 1, crc: None });
+        assert_eq!(decode_map(&encode_map(far, &one), far), None);
+        let mut huge = MAP_ZSTD_MAGIC.to_le_bytes().to_vec();
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        huge.extend_from_slice(&[0u8; 64]);
+        assert_eq!(decode_map(&huge, (1, 1)), None);
+        let mut rng = bitmend_media::rng::Rng::new(3);
+        for len in 0..300 {
+            let mut noise = vec![0u8; len];
+            rng.fill(&mut noise);
+            assert_eq!(decode_map(&noise, (1, 1)), None);
+        }
     }
 }
