@@ -62,17 +62,8 @@ impl<N: Nand> Fs<N> {
                 if forced {
                     return Ok(());
                 }
-                // Make every segment before the live one eligible: a checkpoint. Anchored, it
-                // is where mount starts at once; otherwise (the chain is broken, mount scans
-                // and starts where the newest segment says) a new segment must name it, at
-                // the cost of the rest of the live one.
-                self.checkpoint()?;
-                if self.store.anchored() {
-                    self.set_mount_ckpt();
-                } else {
-                    self.store.finish_segment()?;
-                    self.seal_forced_segment_info()?;
-                }
+                // Make every segment before the live one eligible.
+                self.checkpoint_for_mount()?;
                 forced = true;
                 cands = self.candidates();
                 if cands.is_empty() {
@@ -178,6 +169,20 @@ impl<N: Nand> Fs<N> {
         Ok(coldest.map(|c| c.1))
     }
 
+    /// Writes a checkpoint and makes it the one mount starts from. Anchored, it is at once;
+    /// otherwise (the chain is broken, mount scans and starts where the newest segment says)
+    /// a new segment must name it, at the cost of the rest of the live one.
+    fn checkpoint_for_mount(&mut self) -> Result<(), FsError> {
+        self.checkpoint()?;
+        if self.store.anchored() {
+            self.set_mount_ckpt();
+            Ok(())
+        } else {
+            self.store.finish_segment()?;
+            self.seal_forced_segment_info()
+        }
+    }
+
     /// A page naming the newest checkpoint at the start of the segment just opened.
     fn seal_forced_segment_info(&mut self) -> Result<(), FsError> {
         if self.store.next_page_opens_segment() {
@@ -218,13 +223,7 @@ impl<N: Nand> Fs<N> {
             }
         }
         if maps_inside {
-            self.checkpoint()?;
-            if self.store.anchored() {
-                self.set_mount_ckpt();
-            } else {
-                self.store.finish_segment()?;
-                self.seal_forced_segment_info()?;
-            }
+            self.checkpoint_for_mount()?;
             let held = self.map_holding_segments();
             movable.retain(|p| !held.contains(p));
         } else {
