@@ -309,6 +309,14 @@ impl<N: Nand> Fs<N> {
         if self.fill > 0 {
             self.seal_page()?;
         }
+        if self.index.stale_counts {
+            let (usage, totals, lost) = self.recount();
+            if lost == 0 {
+                self.index.usage = usage;
+                self.index.totals = totals;
+                self.index.stale_counts = false;
+            }
+        }
         let blob = compress_state(self.encode_state());
         let codec = if blob.1 { FLAG_ZSTD } else { 0 };
         let blob = blob.0;

@@ -81,6 +81,9 @@ pub(crate) struct Index {
     /// Map nodes with fragments in the page being filled.
     pub buf_maps: Vec<(u64, u64)>,
     pub tick: u64,
+    /// A chunk whose map is beyond repair was dropped: its bytes are still counted in the
+    /// usage table and the totals, which the next checkpoint recounts from the index.
+    pub stale_counts: bool,
     pub loads: u64,
     pub evictions: u64,
     pub maps_written: u64,
@@ -397,12 +400,12 @@ impl<N: Nand> Fs<N> {
             match self.load_chunk(ck) {
                 Ok(_) => {}
                 Err(_) if whole => {
-                    // Its pages are gone either way; the map leaves at the next checkpoint
-                    // (their bytes stay counted in the usage table: the cleaner reads
-                    // segments to know what is live, so this costs only a poorer choice).
+                    // Its pages are gone either way; the map leaves at the next checkpoint,
+                    // which recounts the usage table (their bytes cannot be taken out here).
                     for l in self.index.overlay.remove(&ck).unwrap_or_default().into_values() {
                         self.count_loc(&l, false);
                     }
+                    self.index.stale_counts = true;
                     let used = self.index.tick;
                     self.index.loaded.insert(ck, Chunk { pages: BTreeMap::new(), dirty: true, used });
                     continue;
