@@ -5,7 +5,7 @@
 use std::arch::x86_64::*;
 
 use super::tables::{mul, NIBBLES};
-use super::{check_dot_prod, check_sig, Engine, Lanes, WordMul};
+use super::{check_dot_prod, check_sig, check_update, Engine, Lanes, WordMul};
 
 /// AVX-512BW engine; construct with [`Avx512::new`], which checks the CPU.
 #[derive(Clone, Copy, Debug)]
@@ -38,6 +38,12 @@ impl Engine for Avx512 {
                 }
             }
         }
+    }
+
+    fn update_parity(&self, coeffs: &[u8], old: &[u8], new: &[u8], parity: &mut [&mut [u8]], at: usize) {
+        check_update(coeffs, old, new, parity, at);
+        // SAFETY: `new` checked the features; `check_update` the ranges.
+        unsafe { update(coeffs, old, new, parity, at) }
     }
 
     fn sig_horner(&self, data: &[u8], steps: &[WordMul], accs: &mut [Lanes]) {
@@ -94,6 +100,8 @@ unsafe fn split(x: __m512i) -> (__m512i, __m512i) {
     (_mm512_and_si512(x, mask), _mm512_and_si512(_mm512_srli_epi16::<4>(x), mask))
 }
 
+const WIDE: usize = 4;
+
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn dot_cols<const G: usize>(
     rows: &[u8],
@@ -103,6 +111,12 @@ unsafe fn dot_cols<const G: usize>(
     len: usize,
 ) {
     let mut off = 0;
+    // Several columns at a time: each table broadcast then serves 64 * WIDE bytes.
+    while off + 64 * WIDE <= len {
+        // SAFETY: off + 64 * WIDE <= len of every buffer.
+        unsafe { dot_cols_wide::<G, WIDE>(rows, srcs, outs, accumulate, off) };
+        off += 64 * WIDE;
+    }
     while off + 64 <= len {
         // SAFETY: off + 64 <= len of every buffer.
         unsafe { dot_col::<G, false>(rows, srcs, outs, accumulate, off, !0) };
@@ -164,6 +178,91 @@ unsafe fn dot_col<const G: usize, const MASKED: bool>(
                 _mm512_storeu_si512(p.cast(), acc[j]);
             }
         }
+    }
+}
+
+/// `U` adjacent 64-byte columns of `G` outputs: each table broadcast serves 64 * U bytes.
+///
+/// # Safety
+/// Bytes off..off + 64 * U lie inside every buffer.
+#[inline(always)]
+unsafe fn dot_cols_wide<const G: usize, const U: usize>(
+    rows: &[u8],
+    srcs: &[&[u8]],
+    outs: &mut [&mut [u8]],
+    accumulate: bool,
+    off: usize,
+) {
+    let k = srcs.len();
+    let mut acc = [[_mm512_setzero_si512(); U]; G];
+    // SAFETY (every load and store below): the caller's contract.
+    if accumulate {
+        for (a, out) in acc.iter_mut().zip(outs.iter()) {
+            let p = unsafe { out.as_ptr().add(off) };
+            for (u, v) in a.iter_mut().enumerate() {
+                *v = unsafe { _mm512_loadu_si512(p.add(64 * u).cast()) };
+            }
+        }
+    }
+    for (i, src) in srcs.iter().enumerate() {
+        let p = unsafe { src.as_ptr().add(off) };
+        let mut lo = [_mm512_setzero_si512(); U];
+        let mut hi = [_mm512_setzero_si512(); U];
+        for (u, (l, h)) in lo.iter_mut().zip(hi.iter_mut()).enumerate() {
+            (*l, *h) = unsafe { split(_mm512_loadu_si512(p.add(64 * u).cast())) };
+        }
+        for (j, a) in acc.iter_mut().enumerate() {
+            // SAFETY: j < G <= outs, i < k: inside the coefficient rows (checked by the caller).
+            let t = unsafe { tables(*rows.get_unchecked(j * k + i)) };
+            for ((v, l), h) in a.iter_mut().zip(&lo).zip(&hi) {
+                *v = _mm512_ternarylogic_epi64::<0x96>(
+                    *v,
+                    _mm512_shuffle_epi8(t.0, *l),
+                    _mm512_shuffle_epi8(t.1, *h),
+                );
+            }
+        }
+    }
+    for (a, out) in acc.iter().zip(outs.iter_mut()) {
+        let p = unsafe { out.as_mut_ptr().add(off) };
+        for (u, v) in a.iter().enumerate() {
+            unsafe { _mm512_storeu_si512(p.add(64 * u).cast(), *v) };
+        }
+    }
+}
+
+/// The delta of each 64-byte piece straight from `old` and `new` in registers (masked loads
+/// for the last piece), applied to every parity chunk in turn.
+///
+/// # Safety
+/// `old` and `new` have equal lengths and every parity chunk holds at..at + that length.
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn update(coeffs: &[u8], old: &[u8], new: &[u8], parity: &mut [&mut [u8]], at: usize) {
+    let len = old.len();
+    let mut off = 0;
+    while off < len {
+        let n = (len - off).min(64);
+        let mask: __mmask64 = if n == 64 { !0 } else { (1u64 << n) - 1 };
+        // SAFETY: the mask covers bytes off..off + n, inside `old`, `new` and every parity range.
+        unsafe {
+            let d = _mm512_xor_si512(
+                _mm512_maskz_loadu_epi8(mask, old.as_ptr().add(off).cast()),
+                _mm512_maskz_loadu_epi8(mask, new.as_ptr().add(off).cast()),
+            );
+            let (lo, hi) = split(d);
+            for (&c, p) in coeffs.iter().zip(parity.iter_mut()) {
+                let t = tables(c);
+                let q = p.as_mut_ptr().add(at + off);
+                let v = _mm512_maskz_loadu_epi8(mask, q.cast());
+                let v = _mm512_ternarylogic_epi64::<0x96>(
+                    v,
+                    _mm512_shuffle_epi8(t.0, lo),
+                    _mm512_shuffle_epi8(t.1, hi),
+                );
+                _mm512_mask_storeu_epi8(q.cast(), mask, v);
+            }
+        }
+        off += 64;
     }
 }
 

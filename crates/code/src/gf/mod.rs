@@ -56,6 +56,41 @@ pub trait Engine: Send + Sync + 'static {
     fn mul_acc(&self, c: u8, src: &[u8], dst: &mut [u8]) {
         self.dot_prod(&[c], &[src], &mut [dst], true);
     }
+
+    /// `parity[j][at..at + old.len()] ^= coeffs[j] * (old ^ new)` for every j: how each
+    /// parity chunk changes when data bytes change from `old` to `new` (the small-write path;
+    /// the code is linear). Engines with masked vector loads override it to skip the delta buffer.
+    fn update_parity(&self, coeffs: &[u8], old: &[u8], new: &[u8], parity: &mut [&mut [u8]], at: usize) {
+        let len = check_update(coeffs, old, new, parity, at);
+        let mut delta = [0u8; 256];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(delta.len());
+            for ((d, o), w) in delta.iter_mut().zip(&old[done..done + n]).zip(&new[done..done + n]) {
+                *d = o ^ w;
+            }
+            let from = at + done;
+            for (coeffs, group) in coeffs.chunks(4).zip(parity.chunks_mut(4)) {
+                let g = group.len();
+                let mut outs: [&mut [u8]; 4] = Default::default();
+                for (o, p) in outs.iter_mut().zip(group.iter_mut()) {
+                    *o = &mut p[from..from + n];
+                }
+                self.dot_prod(coeffs, &[&delta[..n]], &mut outs[..g], true);
+            }
+            done += n;
+        }
+    }
+}
+
+/// Checks the shapes of an `update_parity` call; returns the length of the range.
+#[inline]
+pub(crate) fn check_update(coeffs: &[u8], old: &[u8], new: &[u8], parity: &[&mut [u8]], at: usize) -> usize {
+    assert_eq!(coeffs.len(), parity.len(), "one coefficient per parity chunk");
+    assert_eq!(old.len(), new.len(), "old and new bytes differ in length");
+    let end = at.checked_add(old.len()).expect("range overflows");
+    assert!(parity.iter().all(|p| p.len() >= end), "range outside a parity chunk");
+    old.len()
 }
 
 /// Checks the shapes every engine relies on; the engines call it first.

@@ -53,6 +53,8 @@ pub struct Codec {
     k: usize,
     m: usize,
     matrix: Vec<u8>,
+    /// Column i of the parity rows, per data chunk i: what `update` multiplies a delta by.
+    columns: Vec<u8>,
     engine: &'static dyn Engine,
     plans: Mutex<HashMap<[u64; 4], Arc<Plan>>>,
 }
@@ -78,7 +80,10 @@ impl Codec {
         if k == 0 || k + m > 255 {
             return Err(CodeError::Shape { k, m });
         }
-        Ok(Codec { k, m, matrix: matrix::cauchy(k, m), engine, plans: Mutex::new(HashMap::new()) })
+        let matrix = matrix::cauchy(k, m);
+        let columns =
+            (0..k).flat_map(|i| (0..m).map(move |j| (i, j))).map(|(i, j)| matrix[(k + j) * k + i]).collect();
+        Ok(Codec { k, m, matrix, columns, engine, plans: Mutex::new(HashMap::new()) })
     }
 
     /// Data chunks per stripe.
@@ -178,26 +183,8 @@ impl Codec {
             return Err(CodeError::Range { off, len, chunk_len });
         }
         // The parity is linear: it changes by column(index) * (old ^ new).
-        let mut delta = [0u8; 256];
-        let mut done = 0;
-        while done < len {
-            let n = (len - done).min(delta.len());
-            for ((d, o), w) in delta.iter_mut().zip(&old[done..done + n]).zip(&new[done..done + n]) {
-                *d = o ^ w;
-            }
-            let at = off + done;
-            for (first, group) in parity.chunks_mut(4).enumerate() {
-                let g = group.len();
-                let mut column = [0u8; 4];
-                let mut outs: [&mut [u8]; 4] = Default::default();
-                for (q, p) in group.iter_mut().enumerate() {
-                    column[q] = self.matrix[(self.k + 4 * first + q) * self.k + index];
-                    outs[q] = &mut p[at..at + n];
-                }
-                self.engine.dot_prod(&column[..g], &[&delta[..n]], &mut outs[..g], true);
-            }
-            done += n;
-        }
+        let column = &self.columns[index * self.m..(index + 1) * self.m];
+        self.engine.update_parity(column, old, new, parity, off);
         Ok(())
     }
 
