@@ -123,6 +123,26 @@ fn check_horner(seed: u64, groups: usize, n: usize) {
 }
 
 #[test]
+fn signature_folds_agree() {
+    let mut rng = Rng::new(77);
+    for n in 1..=4 {
+        for _ in 0..50 {
+            let accs: Vec<gf::Lanes> = (0..n).map(|_| rng.bytes(64).try_into().unwrap()).collect();
+            let halves: Vec<[gf::WordMul; 5]> = (0..n)
+                .map(|_| std::array::from_fn(|_| std::array::from_fn(|_| rng.next_u64() as u8)))
+                .collect();
+            let mut want = vec![0u16; n];
+            Scalar.sig_fold(&accs, &halves, &mut want);
+            for e in simd_engines() {
+                let mut got = vec![0u16; n];
+                e.sig_fold(&accs, &halves, &mut got);
+                assert_eq!(got, want, "engine {} n={n}", e.name());
+            }
+        }
+    }
+}
+
+#[test]
 fn signature_kernels_agree() {
     let mut seed = 100;
     for groups in [0, 1, 2, 3, 7, 64, 1024] {

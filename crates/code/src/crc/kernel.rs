@@ -43,12 +43,16 @@ pub unsafe fn raw(mut state: u32, data: &[u8]) -> u32 {
     let mut rest = data;
     for (&l, &(two, one)) in STREAMS.iter().zip(shifts().iter()) {
         while rest.len() >= 3 * l {
-            let (a, b, c) = (&rest[..l], &rest[l..2 * l], &rest[2 * l..3 * l]);
             let (mut sa, mut sb, mut sc) = (state as u64, 0u64, 0u64);
-            for ((x, y), z) in a.chunks_exact(8).zip(b.chunks_exact(8)).zip(c.chunks_exact(8)) {
-                sa = _mm_crc32_u64(sa, u64::from_le_bytes(x.try_into().unwrap()));
-                sb = _mm_crc32_u64(sb, u64::from_le_bytes(y.try_into().unwrap()));
-                sc = _mm_crc32_u64(sc, u64::from_le_bytes(z.try_into().unwrap()));
+            let p = rest.as_ptr();
+            // Plain unaligned loads: slice iterators here cost a tenth of a 4 KiB page.
+            for i in (0..l).step_by(8) {
+                // SAFETY: i + 8 <= l and 3 * l <= rest.len(): every word is inside `rest`.
+                unsafe {
+                    sa = _mm_crc32_u64(sa, p.add(i).cast::<u64>().read_unaligned().to_le());
+                    sb = _mm_crc32_u64(sb, p.add(l + i).cast::<u64>().read_unaligned().to_le());
+                    sc = _mm_crc32_u64(sc, p.add(2 * l + i).cast::<u64>().read_unaligned().to_le());
+                }
             }
             state = two.apply(sa as u32) ^ one.apply(sb as u32) ^ sc as u32;
             rest = &rest[3 * l..];

@@ -46,6 +46,14 @@ impl Engine for Avx512 {
         unsafe { update(coeffs, old, new, parity, at) }
     }
 
+    fn sig_fold(&self, accs: &[Lanes], halves: &[[WordMul; 5]], out: &mut [u16]) {
+        assert!(accs.len() == halves.len() && accs.len() == out.len(), "one fold per component");
+        for ((lanes, steps), o) in accs.iter().zip(halves).zip(out.iter_mut()) {
+            // SAFETY: `new` checked the features.
+            *o = unsafe { fold(lanes, steps) };
+        }
+    }
+
     fn sig_horner(&self, data: &[u8], steps: &[WordMul], accs: &mut [Lanes]) {
         check_sig(data, steps, accs);
         for (steps, accs) in steps.chunks(2).zip(accs.chunks_mut(2)) {
@@ -295,20 +303,45 @@ unsafe fn step(acc: __m512i, (diag, cross): StepTables, g: __m512i) -> __m512i {
     }
 }
 
+/// The five halvings of [`Engine::sig_fold`] in one register: the upper words of each half
+/// are moved down (a 128-bit lane shuffle, then byte shifts within lanes, which move the low
+/// and the high halves of the words alike) and multiplied into the lower ones with `step`.
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn fold(lanes: &Lanes, steps: &[WordMul; 5]) -> u16 {
+    // SAFETY: a Lanes is 64 bytes; the target features are enabled on this function.
+    unsafe {
+        let mut w = _mm512_loadu_si512(lanes.as_ptr().cast());
+        // Words 16..32 (lanes 1 and 3) under words 0..16 (lanes 0 and 2).
+        w = step(_mm512_shuffle_i64x2::<0b00_11_00_01>(w, w), step_tables(&steps[0]), w);
+        w = step(_mm512_bsrli_epi128::<8>(w), step_tables(&steps[1]), w);
+        w = step(_mm512_bsrli_epi128::<4>(w), step_tables(&steps[2]), w);
+        w = step(_mm512_bsrli_epi128::<2>(w), step_tables(&steps[3]), w);
+        w = step(_mm512_bsrli_epi128::<1>(w), step_tables(&steps[4]), w);
+        let mut b = [0u8; 64];
+        _mm512_storeu_si512(b.as_mut_ptr().cast(), w);
+        b[0] as u16 | (b[32] as u16) << 8
+    }
+}
+
 /// Horner over the groups, last to first, each component in two chains (even and odd
-/// groups, stepping by step^2) so that the shuffles of one hide the latency of the other;
-/// they merge as even ^ odd * step.
+/// groups, stepping by step^2) that merge as even ^ odd * step at the end.
+///
+/// The two chains share registers in a transposed form: `l` holds the low halves of the even
+/// chain's 32 words (lower 256 bits) and of the odd chain's (upper 256 bits), `h` the high
+/// halves. A step is then four full-width constant multiplications with no lane crossing
+/// (l' = m00 l ^ m01 h, h' = m10 l ^ m11 h), and the only cross-lane shuffles are the two
+/// that transpose each pair of data groups, shared by every component.
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn horner<const N: usize>(data: &[u8], steps: &[WordMul], accs: &mut [Lanes]) {
     let zero = _mm512_setzero_si512();
     let z = ((zero, zero), (zero, zero));
     let mut one = [z; N];
-    let mut two = [z; N];
+    let mut two = [[(zero, zero); 4]; N];
     let mut even = [zero; N];
-    let mut odd = [zero; N];
     for c in 0..N {
         one[c] = step_tables(&steps[c]);
-        two[c] = step_tables(&square(&steps[c]));
+        // SAFETY: the target features are enabled on this function.
+        two[c] = square(&steps[c]).map(|x| unsafe { tables(x) });
         // SAFETY: a Lanes is 64 bytes.
         even[c] = unsafe { _mm512_loadu_si512(accs[c].as_ptr().cast()) };
     }
@@ -323,15 +356,38 @@ unsafe fn horner<const N: usize>(data: &[u8], steps: &[WordMul], accs: &mut [Lan
         }
         rest = head;
     }
+    let mut l = [zero; N];
+    let mut h = [zero; N];
+    for c in 0..N {
+        l[c] = _mm512_shuffle_i64x2::<0x44>(even[c], zero);
+        h[c] = _mm512_shuffle_i64x2::<0xEE>(even[c], zero);
+    }
     for pair in rest.chunks_exact(128).rev() {
         let (ge, go) = (load(&pair[..64]), load(&pair[64..]));
+        let gl = _mm512_shuffle_i64x2::<0x44>(ge, go);
+        let gh = _mm512_shuffle_i64x2::<0xEE>(ge, go);
         for c in 0..N {
-            even[c] = unsafe { step(even[c], two[c], ge) };
-            odd[c] = unsafe { step(odd[c], two[c], go) };
+            let [t00, t01, t10, t11] = two[c];
+            // SAFETY: called with the target features enabled.
+            let ((llo, lhi), (hlo, hhi)) = unsafe { (split(l[c]), split(h[c])) };
+            let x = _mm512_ternarylogic_epi64::<0x96>(
+                _mm512_shuffle_epi8(t00.0, llo),
+                _mm512_shuffle_epi8(t00.1, lhi),
+                _mm512_shuffle_epi8(t01.0, hlo),
+            );
+            let y = _mm512_ternarylogic_epi64::<0x96>(
+                _mm512_shuffle_epi8(t10.0, llo),
+                _mm512_shuffle_epi8(t10.1, lhi),
+                _mm512_shuffle_epi8(t11.0, hlo),
+            );
+            l[c] = _mm512_ternarylogic_epi64::<0x96>(x, _mm512_shuffle_epi8(t01.1, hhi), gl);
+            h[c] = _mm512_ternarylogic_epi64::<0x96>(y, _mm512_shuffle_epi8(t11.1, hhi), gh);
         }
     }
     for c in 0..N {
-        let acc = unsafe { step(odd[c], one[c], even[c]) };
+        let even = _mm512_shuffle_i64x2::<0x44>(l[c], h[c]);
+        let odd = _mm512_shuffle_i64x2::<0xEE>(l[c], h[c]);
+        let acc = unsafe { step(odd, one[c], even) };
         // SAFETY: a Lanes is 64 bytes.
         unsafe { _mm512_storeu_si512(accs[c].as_mut_ptr().cast(), acc) };
     }

@@ -52,6 +52,23 @@ pub trait Engine: Send + Sync + 'static {
     /// with every one of the 32 lanes a GF(2^16) word (see [`Lanes`]).
     fn sig_horner(&self, data: &[u8], steps: &[WordMul], accs: &mut [Lanes]);
 
+    /// Folds each component's 32 lane words into one word, `out[c]`: five halvings, the
+    /// upper half of the words times `halves[c][level]` added into the lower half
+    /// (w_r ^= w_(r + h) * m for r < h, h = 16, 8, 4, 2, 1); what is left in word 0.
+    fn sig_fold(&self, accs: &[Lanes], halves: &[[WordMul; 5]], out: &mut [u16]) {
+        assert!(accs.len() == halves.len() && accs.len() == out.len(), "one fold per component");
+        for ((lanes, steps), o) in accs.iter().zip(halves).zip(out.iter_mut()) {
+            let mut w: [u16; 32] = std::array::from_fn(|r| lanes[r] as u16 | (lanes[32 + r] as u16) << 8);
+            for (level, m) in steps.iter().enumerate() {
+                let h = 16 >> level;
+                for r in 0..h {
+                    w[r] ^= crate::sig::gf16::apply(m, w[r + h]);
+                }
+            }
+            *o = w[0];
+        }
+    }
+
     /// `dst ^= c * src`.
     fn mul_acc(&self, c: u8, src: &[u8], dst: &mut [u8]) {
         self.dot_prod(&[c], &[src], &mut [dst], true);

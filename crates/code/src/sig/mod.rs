@@ -111,10 +111,9 @@ pub struct Signer<const N: usize> {
     engine: &'static dyn Engine,
     /// alpha^(32 j): one 64-byte group further along.
     steps: [WordMul; N],
-    /// Folding 32 lanes into one word per component: `folds[c][b][v]` is what byte value v at
-    /// lane byte b adds, v * alpha^(j r) (times x for a high half), r = b mod 32. A table
-    /// turns the fold into 64 independent lookups.
-    folds: Vec<[[u16; 256]; 64]>,
+    /// Per component j, multiplication by alpha^(16 j), alpha^(8 j), ... alpha^j: the halvings
+    /// that fold 32 lane words into the component.
+    halves: [[WordMul; 5]; N],
 }
 
 impl<const N: usize> std::fmt::Debug for Signer<N> {
@@ -141,15 +140,9 @@ impl<const N: usize> Signer<N> {
         Signer {
             engine,
             steps: std::array::from_fn(|c| word_mul(alpha_pow(32 * j(c)))),
-            folds: (0..N)
-                .map(|c| {
-                    std::array::from_fn(|b| {
-                        let w = alpha_pow(j(c) * (b % 32) as u64);
-                        let w = if b >= 32 { gf16::mul16(w, 0x0100) } else { w };
-                        std::array::from_fn(|v| scale16(w, v as u8))
-                    })
-                })
-                .collect(),
+            halves: std::array::from_fn(|c| {
+                std::array::from_fn(|level| word_mul(alpha_pow(j(c) * (16 >> level))))
+            }),
         }
     }
 
@@ -205,9 +198,10 @@ impl<const N: usize> Signer<N> {
 
     /// sum_r lane_r * alpha^(j r), times alpha^(32 j first_group).
     fn fold(&self, lanes: [Lanes; N], first_group: usize) -> Signature<N> {
+        let mut words = [0u16; N];
+        self.engine.sig_fold(&lanes, &self.halves, &mut words);
         Signature(std::array::from_fn(|c| {
-            let t = &self.folds[c];
-            let w = lanes[c].iter().zip(t.iter()).fold(0u16, |acc, (&v, row)| acc ^ row[v as usize]);
+            let w = words[c];
             if first_group == 0 || w == 0 {
                 w
             } else {
