@@ -63,9 +63,13 @@ fn a_pass_on_a_mounted_file_system_repairs_injected_bit_flips() {
     let (i, m) = (img.to_str().unwrap(), mnt.to_str().unwrap());
     ok(bitmend(&["mkfs", i, "--size", "16MiB"]));
     ok(bitmend(&["mount", i, m, "--scrub-every", "0"]));
-    let files: Vec<Vec<u8>> = (0..5u32)
+    // Bytes that do not compress: the damaged pages below must hold file data whatever the
+    // compressor's level.
+    let files: Vec<Vec<u8>> = (0..5u64)
         .map(|f| {
-            (0..200_000u32).map(|b| (b.wrapping_mul(2654435761).wrapping_add(f * 7919) >> 11) as u8).collect()
+            (0..200_000u64)
+                .map(|b| ((b + f * 1_000_003).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8)
+                .collect()
         })
         .collect();
     for (k, data) in files.iter().enumerate() {

@@ -26,7 +26,8 @@ mod store;
 
 pub use fs::{
     Check, Compression, DirEntry, Fs, FsOptions, FsStats, Health, MountReport, ScrubPass, ScrubReport,
-    SetAttr, CHUNK_PAGES, DEFAULT_INDEX_CHUNKS, LOGICAL_PAGE, NAME_MAX, ROOT,
+    SetAttr, CHUNK_PAGES, DEFAULT_INDEX_CHUNKS, DEFAULT_LZ4_LEVEL, LOGICAL_PAGE, MAX_LZ4_LEVEL, NAME_MAX,
+    ROOT,
 };
 pub use node::{Attr, FileType};
 

@@ -198,14 +198,23 @@ pub(crate) fn decode_dirent(b: &[u8]) -> Option<(u64, Vec<u8>)> {
     (b.len() >= 8).then(|| (u64::from_le_bytes(b[..8].try_into().unwrap()), b[8..].to_vec()))
 }
 
+/// The highest lz4 high-compression level (the library's optimal parser).
+pub const MAX_LZ4_LEVEL: u8 = 12;
+
 /// Data payload: the CRC-32C of the uncompressed logical page, then the page, compressed
-/// with `codec` when that saves space (else plain, without its trailing zeros). Returns the payload, the codec flag actually used
-/// (0 when stored plain) and the CRC, which is the end-to-end check the page cache reuses.
-pub(crate) fn encode_data(page: &[u8], codec: u8) -> (Vec<u8>, u8, u32) {
+/// with `codec` when that saves space (else plain, without its trailing zeros). Returns the
+/// payload, the codec flag actually used (0 when stored plain) and the CRC, which is the
+/// end-to-end check the page cache reuses. `lz4_level` 0 is lz4's fast compressor, 1 to 12
+/// its high-compression one (the same block format: readers do not know the difference).
+pub(crate) fn encode_data(page: &[u8], codec: u8, lz4_level: u8) -> (Vec<u8>, u8, u32) {
     let crc = crc32c(page);
     let mut v = crc.to_le_bytes().to_vec();
     let packed = match codec {
-        FLAG_LZ4 => Some(lz4_flex::block::compress(page)),
+        FLAG_LZ4 if lz4_level == 0 => Some(lz4_flex::block::compress(page)),
+        FLAG_LZ4 => {
+            let mode = lz4::block::CompressionMode::HIGHCOMPRESSION(lz4_level.min(MAX_LZ4_LEVEL) as i32);
+            lz4::block::compress(page, Some(mode), false).ok()
+        }
         FLAG_ZSTD => zstd::bulk::compress(page, 3).ok(),
         _ => None,
     };
@@ -244,14 +253,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_lz4_level_writes_what_the_reader_decodes() {
+        // Text-like data: words from a small vocabulary, so the levels differ in what they find.
+        let words = [&b"import "[..], b"self", b".value", b" = ", b"return ", b"def ", b"(x, y)", b"\n    "];
+        let mut rng = bitmend_media::rng::Rng::new(7);
+        let mut page = Vec::new();
+        while page.len() < 4096 {
+            page.extend_from_slice(words[rng.next_u64() as usize % words.len()]);
+        }
+        page.truncate(4096);
+        let (fast, _, _) = encode_data(&page, FLAG_LZ4, 0);
+        for level in 0..=MAX_LZ4_LEVEL + 1 {
+            let (enc, used, crc) = encode_data(&page, FLAG_LZ4, level);
+            assert_eq!((used, crc), (FLAG_LZ4, crc32c(&page)), "level {level}");
+            assert_eq!(decode_data(&enc, FLAG_LZ4, 4096), Some(page.clone()), "level {level}");
+            if level >= 9 {
+                assert!(enc.len() < fast.len(), "level {level}: {} bytes, fast {}", enc.len(), fast.len());
+            }
+        }
+    }
+
+    #[test]
     fn a_plain_page_leaves_out_its_trailing_zeros() {
         let mut page = vec![0u8; 4096];
         page[..1000].iter_mut().enumerate().for_each(|(i, b)| *b = (i * 7919 % 251) as u8 | 1);
-        let (payload, codec, crc) = encode_data(&page, 0);
+        let (payload, codec, crc) = encode_data(&page, 0, 0);
         assert_eq!((payload.len(), codec, crc), (4 + 1000, 0, crc32c(&page)));
         assert_eq!(decode_data(&payload, 0, 4096).as_deref(), Some(&page[..]));
         // All zeros: the CRC alone.
-        let (zeros, _, _) = encode_data(&[0u8; 4096], 0);
+        let (zeros, _, _) = encode_data(&[0u8; 4096], 0, 0);
         assert_eq!(zeros.len(), 4);
         assert_eq!(decode_data(&zeros, 0, 4096), Some(vec![0u8; 4096]));
         // Longer than a page, or the wrong bytes: refused.
@@ -299,7 +329,7 @@ mod tests {
 
         let page: Vec<u8> = (0..4096).map(|i| (i / 100) as u8).collect();
         for codec in [FLAG_LZ4, FLAG_ZSTD] {
-            let (enc, used, _) = encode_data(&page, codec);
+            let (enc, used, _) = encode_data(&page, codec, 0);
             assert!(used == codec && enc.len() < 1000);
             assert_eq!(decode_data(&enc, codec, 4096), Some(page.clone()));
             let mut bad = enc.clone();
@@ -309,7 +339,7 @@ mod tests {
         // Incompressible data is stored plain.
         let mut noise = vec![0u8; 4096];
         bitmend_media::rng::Rng::new(1).fill(&mut noise);
-        let (enc, used, _) = encode_data(&noise, FLAG_ZSTD);
+        let (enc, used, _) = encode_data(&noise, FLAG_ZSTD, 0);
         assert_eq!((used, enc.len()), (0, 4100));
         assert_eq!(decode_data(&enc, 0, 4096), Some(noise));
     }

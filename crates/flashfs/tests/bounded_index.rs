@@ -18,7 +18,7 @@ fn cfg() -> FsConfig {
 }
 
 fn opts(index_chunks: usize) -> FsOptions {
-    FsOptions { compression: Compression::None, dirty_limit: 256 << 10, index_chunks }
+    FsOptions { compression: Compression::None, dirty_limit: 256 << 10, index_chunks, ..FsOptions::default() }
 }
 
 fn content(seed: u64, len: usize) -> Vec<u8> {

@@ -35,7 +35,12 @@ fn run(seed: u64) -> (usize, usize, u64) {
     nand.set_erase_fail_rate(0.01);
     let cfg = FsConfig { parity_pages: 1, parity_blocks: 1, blocks_per_segment: 4 };
     // A 2-chunk index window: map nodes are read back, and moved, on a failing chip too.
-    let opts = FsOptions { compression: Compression::None, dirty_limit: 64 << 10, index_chunks: 2 };
+    let opts = FsOptions {
+        compression: Compression::None,
+        dirty_limit: 64 << 10,
+        index_chunks: 2,
+        ..FsOptions::default()
+    };
     let mut fs = Fs::format(nand, cfg, opts).unwrap();
     let mut files: Vec<(u64, Vec<u8>)> = Vec::new();
     for i in 0..6u64 {

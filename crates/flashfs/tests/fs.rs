@@ -17,7 +17,7 @@ fn cfg() -> FsConfig {
 fn opts(c: Compression) -> FsOptions {
     // A small index window: chunks are evicted and read back from their map nodes all the
     // time, under every test here.
-    FsOptions { compression: c, dirty_limit: 64 << 10, index_chunks: 2 }
+    FsOptions { compression: c, dirty_limit: 64 << 10, index_chunks: 2, ..FsOptions::default() }
 }
 
 fn content(seed: u64, len: usize) -> Vec<u8> {

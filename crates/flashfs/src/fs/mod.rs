@@ -86,13 +86,28 @@ pub struct FsOptions {
     /// Chunks of the index ([`CHUNK_PAGES`] logical pages each) kept in RAM: the least
     /// recently used are dropped past it (read again from their map nodes when needed).
     pub index_chunks: usize,
+    /// lz4's effort: 0 its fast compressor, 1 to [`MAX_LZ4_LEVEL`] its high-compression one
+    /// (what is written is lz4's block format either way, so this is not recorded).
+    pub lz4_level: u8,
 }
+
+/// The default lz4 level: the high-compression compressor's own default, about 10% smaller
+/// than the fast one on source code at about 40 MB/s, well above a NAND chip's program rate
+/// (docs/DESIGN.md, "Compression").
+pub const DEFAULT_LZ4_LEVEL: u8 = 9;
 
 impl Default for FsOptions {
     fn default() -> Self {
-        FsOptions { compression: Compression::Lz4, dirty_limit: 1 << 20, index_chunks: DEFAULT_INDEX_CHUNKS }
+        FsOptions {
+            compression: Compression::Lz4,
+            dirty_limit: 1 << 20,
+            index_chunks: DEFAULT_INDEX_CHUNKS,
+            lz4_level: DEFAULT_LZ4_LEVEL,
+        }
     }
 }
+
+pub use crate::node::MAX_LZ4_LEVEL;
 
 pub use index::{CHUNK_PAGES, DEFAULT_INDEX_CHUNKS};
 

@@ -116,7 +116,7 @@ impl<N: Nand> Fs<N> {
             }
             _ => wanted,
         };
-        let (payload, codec, crc) = node::encode_data(page, attempt);
+        let (payload, codec, crc) = node::encode_data(page, attempt, self.opts.lz4_level);
         if attempt != 0 {
             // The payload carries a 4-byte CRC before the page. Judged on the page's bytes up
             // to its trailing zeros: a short last page (or a hole) says nothing of the rest.
