@@ -48,9 +48,16 @@ impl Engine for Avx512 {
 
     fn sig_fold(&self, accs: &[Lanes], halves: &[[WordMul; 5]], out: &mut [u16]) {
         assert!(accs.len() == halves.len() && accs.len() == out.len(), "one fold per component");
-        for ((lanes, steps), o) in accs.iter().zip(halves).zip(out.iter_mut()) {
-            // SAFETY: `new` checked the features.
-            *o = unsafe { fold(lanes, steps) };
+        for ((accs, halves), out) in accs.chunks(4).zip(halves.chunks(4)).zip(out.chunks_mut(4)) {
+            // SAFETY: `new` checked the features; the three slices have equal lengths.
+            unsafe {
+                match accs.len() {
+                    1 => fold::<1>(accs, halves, out),
+                    2 => fold::<2>(accs, halves, out),
+                    3 => fold::<3>(accs, halves, out),
+                    _ => fold::<4>(accs, halves, out),
+                }
+            }
         }
     }
 
@@ -284,6 +291,7 @@ type StepTables = ((__m512i, __m512i), (__m512i, __m512i));
 
 /// The diagonal (m00 on low halves, m11 on high) and cross (m01, m10) tables of a step.
 #[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
 fn step_tables(m: &WordMul) -> StepTables {
     let [m00, m01, m10, m11] = *m;
     // SAFETY: the target features are enabled on this function.
@@ -303,23 +311,38 @@ unsafe fn step(acc: __m512i, (diag, cross): StepTables, g: __m512i) -> __m512i {
     }
 }
 
-/// The five halvings of [`Engine::sig_fold`] in one register: the upper words of each half
-/// are moved down (a 128-bit lane shuffle, then byte shifts within lanes, which move the low
-/// and the high halves of the words alike) and multiplied into the lower ones with `step`.
+/// The five halvings of [`Engine::sig_fold`], `N` components side by side (their chains of
+/// dependent steps overlap): the upper words of each half are moved down (a 128-bit lane
+/// shuffle, then byte shifts within lanes, which move the low and the high halves of the
+/// words alike) and multiplied into the lower ones with `step`.
+///
+/// # Safety
+/// `accs`, `halves` and `out` hold N entries each.
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn fold(lanes: &Lanes, steps: &[WordMul; 5]) -> u16 {
-    // SAFETY: a Lanes is 64 bytes; the target features are enabled on this function.
-    unsafe {
-        let mut w = _mm512_loadu_si512(lanes.as_ptr().cast());
+unsafe fn fold<const N: usize>(accs: &[Lanes], halves: &[[WordMul; 5]], out: &mut [u16]) {
+    // SAFETY (all below): a Lanes is 64 bytes; the target features are enabled here.
+    let mut w: [__m512i; N] = std::array::from_fn(|c| unsafe { _mm512_loadu_si512(accs[c].as_ptr().cast()) });
+    let t: [[StepTables; 5]; N] = std::array::from_fn(|c| halves[c].map(|m| step_tables(&m)));
+    for c in 0..N {
         // Words 16..32 (lanes 1 and 3) under words 0..16 (lanes 0 and 2).
-        w = step(_mm512_shuffle_i64x2::<0b00_11_00_01>(w, w), step_tables(&steps[0]), w);
-        w = step(_mm512_bsrli_epi128::<8>(w), step_tables(&steps[1]), w);
-        w = step(_mm512_bsrli_epi128::<4>(w), step_tables(&steps[2]), w);
-        w = step(_mm512_bsrli_epi128::<2>(w), step_tables(&steps[3]), w);
-        w = step(_mm512_bsrli_epi128::<1>(w), step_tables(&steps[4]), w);
+        w[c] = unsafe { step(_mm512_shuffle_i64x2::<0b00_11_00_01>(w[c], w[c]), t[c][0], w[c]) };
+    }
+    for c in 0..N {
+        w[c] = unsafe { step(_mm512_bsrli_epi128::<8>(w[c]), t[c][1], w[c]) };
+    }
+    for c in 0..N {
+        w[c] = unsafe { step(_mm512_bsrli_epi128::<4>(w[c]), t[c][2], w[c]) };
+    }
+    for c in 0..N {
+        w[c] = unsafe { step(_mm512_bsrli_epi128::<2>(w[c]), t[c][3], w[c]) };
+    }
+    for c in 0..N {
+        w[c] = unsafe { step(_mm512_bsrli_epi128::<1>(w[c]), t[c][4], w[c]) };
+    }
+    for c in 0..N {
         let mut b = [0u8; 64];
-        _mm512_storeu_si512(b.as_mut_ptr().cast(), w);
-        b[0] as u16 | (b[32] as u16) << 8
+        unsafe { _mm512_storeu_si512(b.as_mut_ptr().cast(), w[c]) };
+        out[c] = b[0] as u16 | (b[32] as u16) << 8;
     }
 }
 
