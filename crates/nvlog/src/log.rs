@@ -333,8 +333,13 @@ impl<R: Region> NvLog<R> {
             if result.is_err() {
                 break;
             }
-            let at = self.layout.chunk(p, k + j) + lo;
-            result = self.region.write_streaming(at, &self.shadow[j * cs + lo..j * cs + hi]);
+            // Whole cache lines from the copy (the bytes around the window are what the medium
+            // holds): a partial line of non-temporal stores costs a partial write-combining
+            // flush, which made a 100-byte append take twice a 50-byte one.
+            let base = self.layout.chunk(p, k + j);
+            let from = ((base + lo) & !63).max(base) - base;
+            let to = ((base + hi).next_multiple_of(64) - base).min(cs);
+            result = self.region.write_streaming(base + from, &self.shadow[j * cs + from..j * cs + to]);
         }
         self.window = window;
         result?;
