@@ -208,3 +208,52 @@ fn several_processes_at_once_then_unmount_and_remount() {
     unmount(&mnt);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `--lz4-level` reaches the daemon: the same text written at level 12 takes less flash than
+/// at level 0 (the fast compressor), and reads back the same either way.
+#[test]
+fn the_lz4_level_reaches_the_mount() {
+    if !Path::new("/dev/fuse").exists() {
+        assert!(std::env::var_os("BITMEND_REQUIRE_FUSE").is_none(), "FUSE required but /dev/fuse is missing");
+        eprintln!("no /dev/fuse: skipped");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("bitmend-lz4-level-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // Text from a small vocabulary in a pseudo-random order: the levels find different matches.
+    let words = ["def ", "self", ".value", " = ", "return ", "import ", "(x, y)", "\n    ", "None", "if "];
+    let mut x = 12345u64;
+    let mut text = Vec::new();
+    while text.len() < 400_000 {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        text.extend_from_slice(words[(x >> 33) as usize % words.len()].as_bytes());
+    }
+    let mut stored = Vec::new();
+    for level in ["0", "12"] {
+        let img = dir.join(format!("fs{level}.img"));
+        let mnt = dir.join(format!("mnt{level}"));
+        let (img_s, mnt_s) = (img.to_str().unwrap(), mnt.to_str().unwrap());
+        assert!(bitmend(&["mkfs", img_s, "--size", "16MiB"]).status.success());
+        let out = bitmend(&["mount", img_s, mnt_s, "--lz4-level", level]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        std::fs::write(mnt.join("text.py"), &text).unwrap();
+        assert_eq!(std::fs::read(mnt.join("text.py")).unwrap(), text, "level {level}");
+        let s = Command::new("fusermount3").arg("-u").arg(&mnt).status().expect("fusermount3 runs");
+        assert!(s.success());
+        let t = std::time::Instant::now();
+        let json = loop {
+            let out = bitmend(&["stat", img_s, "--json"]);
+            if out.status.success() {
+                break String::from_utf8(out.stdout).unwrap();
+            }
+            assert!(t.elapsed().as_secs() < 20, "the daemon did not let go of the image");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        };
+        let at = json.find("\"stored_bytes\": ").expect("stored_bytes") + 16;
+        stored.push(json[at..].split([',', '}']).next().unwrap().trim().parse::<u64>().unwrap());
+    }
+    assert!(stored[1] < stored[0], "level 12 stored {} bytes, level 0 {}", stored[1], stored[0]);
+    assert!(!bitmend(&["mount", "x.img", "/tmp/nowhere", "--lz4-level", "13"]).status.success());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
