@@ -66,8 +66,6 @@ pub struct NvLog<R: Region> {
     /// The live segment's parity chunks, as the append path last wrote them.
     pub(crate) shadow: Vec<u8>,
     pub(crate) shadow_seg: Option<u64>,
-    /// Column `i` of the parity rows (the m coefficients of data chunk i), chunk by chunk.
-    columns: Vec<u8>,
 }
 
 impl<R: Region> std::fmt::Debug for NvLog<R> {
@@ -83,8 +81,6 @@ impl<R: Region> std::fmt::Debug for NvLog<R> {
 impl<R: Region> NvLog<R> {
     pub(crate) fn assemble(region: R, cfg: LogConfig, log_id: u64) -> Result<NvLog<R>, LogError> {
         let codec = Codec::new(cfg.k, cfg.m).map_err(|e| LogError::Config { why: e.to_string() })?;
-        let columns =
-            (0..cfg.k).flat_map(|i| (0..cfg.m).map(|j| codec.parity_row(j)[i]).collect::<Vec<_>>()).collect();
         Ok(NvLog {
             region,
             layout: Layout::new(cfg),
@@ -102,7 +98,6 @@ impl<R: Region> NvLog<R> {
             window: Vec::new(),
             shadow: Vec::new(),
             shadow_seg: None,
-            columns,
         })
     }
 
@@ -315,7 +310,7 @@ impl<R: Region> NvLog<R> {
         let mut result = self.region.write_streaming(at, &window[t.off - lo..t.off - lo + padded]);
         // One pass over the delta for up to 8 parity chunks at a time (the engine splits
         // each source vector once and applies every coefficient to it); no allocation.
-        let column = &self.columns[t.chunk * m..(t.chunk + 1) * m];
+        let column = self.codec.parity_column(t.chunk);
         let engine = self.codec.engine();
         let mut rest: &mut [u8] = &mut self.shadow;
         for g in (0..m).step_by(8) {

@@ -108,6 +108,12 @@ impl Codec {
         &self.matrix[r * self.k..(r + 1) * self.k]
     }
 
+    /// The m coefficients of data chunk `i` in the parity rows: parity_j changes by
+    /// column[j] * delta when data chunk i changes by delta (what `update` applies).
+    pub fn parity_column(&self, i: usize) -> &[u8] {
+        &self.columns[i * self.m..(i + 1) * self.m]
+    }
+
     /// Fills the m `parity` chunks from the k `data` chunks.
     pub fn encode(&self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<()> {
         self.check_count(data.len(), self.k)?;
@@ -183,8 +189,7 @@ impl Codec {
             return Err(CodeError::Range { off, len, chunk_len });
         }
         // The parity is linear: it changes by column(index) * (old ^ new).
-        let column = &self.columns[index * self.m..(index + 1) * self.m];
-        self.engine.update_parity(column, old, new, parity, off);
+        self.engine.update_parity(self.parity_column(index), old, new, parity, off);
         Ok(())
     }
 
