@@ -67,8 +67,14 @@ fn a_pass_on_a_mounted_file_system_repairs_injected_bit_flips() {
     // compressor's level.
     let files: Vec<Vec<u8>> = (0..5u64)
         .map(|f| {
+            // splitmix64's finalizer: a bare Weyl sequence repeats enough for lz4 over 16 KiB.
             (0..200_000u64)
-                .map(|b| ((b + f * 1_000_003).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8)
+                .map(|b| {
+                    let mut z = (b + f * 1_000_003).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                    (z ^ (z >> 31)) as u8
+                })
                 .collect()
         })
         .collect();

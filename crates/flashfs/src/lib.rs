@@ -26,8 +26,8 @@ mod store;
 
 pub use fs::{
     Check, Compression, DirEntry, Fs, FsOptions, FsStats, Health, MountReport, ScrubPass, ScrubReport,
-    SetAttr, CHUNK_PAGES, DEFAULT_INDEX_CHUNKS, DEFAULT_LZ4_LEVEL, LOGICAL_PAGE, MAX_LZ4_LEVEL, NAME_MAX,
-    ROOT,
+    SetAttr, CHUNK_PAGES, DEFAULT_INDEX_CHUNKS, DEFAULT_LZ4_LEVEL, DEFAULT_NODE_PAGES, LOGICAL_PAGE,
+    MAX_LZ4_LEVEL, MAX_NODE_PAGES, NAME_MAX, ROOT,
 };
 pub use node::{Attr, FileType};
 

@@ -217,7 +217,17 @@ fn random_operations_match_the_model_across_remounts() {
 /// is compressed again after the next probe.
 #[test]
 fn incompressible_data_skips_the_compression_attempt_and_text_after_it_compresses() {
-    let mut fs = Fs::format(chip(128), cfg(), opts(Compression::Lz4)).unwrap();
+    // A page per node: pages 0, 16, 32 and 48 tried, 60 skipped. Four per node: a node's
+    // pages are tried together (then stored plain) where the skip ran out before the node
+    // began, else alone once it runs out: 60 skipped, or down to 56 as the 64 KiB
+    // write-back bound cuts the runs.
+    for (node_pages, skipped) in [(1, 60..=60), (4, 56..=60)] {
+        skips_incompressible_data(FsOptions { node_pages, ..opts(Compression::Lz4) }, skipped);
+    }
+}
+
+fn skips_incompressible_data(o: FsOptions, skipped: std::ops::RangeInclusive<u64>) {
+    let mut fs = Fs::format(chip(128), cfg(), o).unwrap();
     let f = fs.create(ROOT, b"mixed", 0o644, 0, 0).unwrap();
     let mut noise = vec![0u8; 64 * 4096];
     Rng::new(3).fill(&mut noise);
@@ -227,8 +237,8 @@ fn incompressible_data_skips_the_compression_attempt_and_text_after_it_compresse
     fs.write(f.ino, 0, &all).unwrap();
     fs.sync().unwrap();
     let st = fs.stats();
-    // 64 random pages: one tried in every 16.
-    assert_eq!(st.compression_skipped, 60, "{st:?}");
+    // 64 random pages: about one tried in every 16.
+    assert!(skipped.contains(&st.compression_skipped), "{st:?}");
     // The text after them is compressed (after at most 15 pages stored plain).
     let plain_at_most = (64 + 15) * 4096 + 64 * 4096 / 4;
     assert!(st.data_stored < plain_at_most as u64, "{st:?}");
@@ -243,8 +253,9 @@ fn incompressible_data_skips_the_compression_attempt_and_text_after_it_compresse
     }
     fs.write(g.ino, 0, &nearly).unwrap();
     fs.sync().unwrap();
-    assert_eq!(fs.stats().compression_skipped, 120, "{:?}", fs.stats());
-    let (mut fs, _) = Fs::open(fs.unmount().unwrap(), opts(Compression::Lz4)).unwrap();
+    let both = 2 * skipped.start()..=2 * skipped.end();
+    assert!(both.contains(&fs.stats().compression_skipped), "{:?}", fs.stats());
+    let (mut fs, _) = Fs::open(fs.unmount().unwrap(), o).unwrap();
     assert_eq!(fs.read(f.ino, 0, all.len()).unwrap(), all, "after remount");
     assert_eq!(fs.read(g.ino, 0, nearly.len()).unwrap(), nearly, "after remount");
 }

@@ -30,7 +30,7 @@ fn opts(c: Compression) -> FsOptions {
 
 #[test]
 fn golden_file_system_reads_back() {
-    for version in [1, 2, 3, 4] {
+    for version in [1, 2, 3, 4, 5] {
         read_back(version);
     }
 }
@@ -102,6 +102,8 @@ fn write_golden_fs() {
     let a = fs.create(docs.ino, b"lz4.txt", 0o644, 0, 0).unwrap();
     fs.write(a.ino, 0, &text(1, 20_000)).unwrap();
     fs.sync().unwrap();
+    // Version 5: pages 0 to 3 in one node.
+    assert_eq!(fs.stats().multi_page_nodes, 1);
     let nand = fs.unmount().unwrap();
     let (mut fs, _) = Fs::open(nand, opts(Compression::Zstd)).unwrap();
     let b = fs.create(docs.ino, b"zstd.txt", 0o644, 0, 0).unwrap();

@@ -142,7 +142,7 @@ fn decode(b: &[u8]) -> Option<State> {
         for _ in 0..n {
             frags.push((r.u32()?, r.u16()?, r.u16()?));
         }
-        data.insert(key, Loc { frags, codec, version, crc: None });
+        data.insert(key, Loc::single(frags, codec, version, None));
     }
     // Checkpoints written before the health section existed end here: zeros.
     let mut health = Health::default();

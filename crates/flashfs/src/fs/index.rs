@@ -34,10 +34,13 @@ const MAP_MAGIC: u32 = 0x504D_4E49; // "INMP"
 /// A map payload compressed: this magic, the plain payload's length (u32), one zstd frame.
 const MAP_ZSTD_MAGIC: u32 = 0x5A4D_4E49; // "INMZ"
 /// The largest plain map payload: 64 entries of up to 255 fragments each.
-const MAP_MAX: usize = 32 + CHUNK_PAGES as usize * (15 + 255 * 8);
+const MAP_MAX: usize = 32 + CHUNK_PAGES as usize * (16 + 255 * 8);
 /// A map entry's flag: the CRC-32C field holds the page's CRC (entries carried over from a
 /// version 3 checkpoint, which had none, lack it until the page is rewritten).
 const CRC_KNOWN: u8 = 0x80;
+/// A map entry's flag: the page is one of a node of several, whose place and count follow
+/// in one byte (version 5).
+const IN_NODE_OF_SEVERAL: u8 = 0x08;
 
 /// Where a chunk's map node is on the flash.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -162,7 +165,11 @@ fn encode_map(key: (u64, u64), pages: &BTreeMap<u64, Loc>) -> Vec<u8> {
     v.extend_from_slice(&(pages.len() as u16).to_le_bytes());
     for (index, loc) in pages {
         v.push((index % CHUNK_PAGES) as u8);
-        v.push(loc.codec | if loc.crc.is_some() { CRC_KNOWN } else { 0 });
+        let several = if loc.count > 1 { IN_NODE_OF_SEVERAL } else { 0 };
+        v.push(loc.codec | several | if loc.crc.is_some() { CRC_KNOWN } else { 0 });
+        if loc.count > 1 {
+            v.push(loc.slot << 4 | (loc.count - 1));
+        }
         v.extend_from_slice(&loc.version.to_le_bytes());
         v.extend_from_slice(&loc.crc.unwrap_or(0).to_le_bytes());
         v.push(loc.frags.len() as u8);
@@ -213,6 +220,16 @@ fn decode_map(b: &[u8], key: (u64, u64)) -> Option<BTreeMap<u64, Loc>> {
     for _ in 0..r.u16()? {
         let at = r.take(1)?[0] as u64;
         let flags = r.take(1)?[0];
+        let (slot, count) = match flags & IN_NODE_OF_SEVERAL {
+            0 => (0, 1),
+            _ => {
+                let b = r.take(1)?[0];
+                (b >> 4, (b & 15) + 1)
+            }
+        };
+        if slot >= count {
+            return None;
+        }
         let version = r.u64()?;
         let crc = r.u32()?;
         let n = r.take(1)?[0] as usize;
@@ -224,7 +241,7 @@ fn decode_map(b: &[u8], key: (u64, u64)) -> Option<BTreeMap<u64, Loc>> {
             frags.push((r.u32()?, r.u16()?, r.u16()?));
         }
         let crc = (flags & CRC_KNOWN != 0).then_some(crc);
-        let loc = Loc { frags, codec: flags & CODEC_FLAGS, version, crc };
+        let loc = Loc { frags, codec: flags & CODEC_FLAGS, version, crc, slot, count };
         pages.insert(key.1.checked_mul(CHUNK_PAGES)?.checked_add(at)?, loc);
     }
     Some(pages)
@@ -241,11 +258,22 @@ impl<N: Nand> Fs<N> {
         }
     }
 
-    /// Counts a logical page's location in (or out of) the usage table and the totals.
+    /// Counts a logical page's location in (or out of) the usage table and the totals: its
+    /// part of its node's bytes (see [`Loc::part`]).
     pub(crate) fn count_loc(&mut self, loc: &Loc, add: bool) {
-        self.account(&loc.frags, add);
-        let stored: u64 = loc.frags.iter().map(|f| f.2 as u64).sum();
-        let footprint: u64 = loc.frags.iter().map(frag_bytes).sum();
+        let (mut stored, mut footprint) = (0, 0);
+        for f in &loc.frags {
+            stored += loc.part(f.2 as u64);
+            let bytes = loc.part(frag_bytes(f));
+            footprint += bytes;
+            if f.0 == PENDING {
+                continue;
+            }
+            if let Some(phys) = self.store.segment_of(PageAddr(f.0)) {
+                let u = self.index.usage.entry(phys).or_insert(0);
+                *u = if add { *u + bytes } else { u.saturating_sub(bytes) };
+            }
+        }
         let t = &mut self.index.totals;
         if add {
             t.pages += 1;
@@ -353,9 +381,10 @@ impl<N: Nand> Fs<N> {
     pub(crate) fn push_pending(&mut self, key: (u64, u64), off: u16, len: u16) {
         if let Some(loc) = self.index.loc_mut(key) {
             loc.frags.push((PENDING, off, len));
+            let (stored, footprint) = (loc.part(len as u64), loc.part(len as u64 + FRAG_HEADER as u64));
             let t = &mut self.index.totals;
-            t.stored += len as u64;
-            t.footprint += len as u64 + FRAG_HEADER as u64;
+            t.stored += stored;
+            t.footprint += footprint;
         }
     }
 
@@ -364,9 +393,10 @@ impl<N: Nand> Fs<N> {
         let mut bytes = 0;
         for key in keys {
             if let Some(loc) = self.index.loc_mut(key) {
+                let (slot, count) = (loc.slot, loc.count);
                 for f in loc.frags.iter_mut().filter(|f| f.0 == PENDING) {
                     f.0 = addr.0;
-                    bytes += frag_bytes(f);
+                    bytes += super::node_part(frag_bytes(f), slot, count);
                 }
             }
         }
@@ -488,26 +518,37 @@ impl<N: Nand> Fs<N> {
                 Err(e) => return Err(e),
             }
             let mut off = 0;
+            // The node whose fragment was last looked at: its pages are checked once.
+            let mut last_node = None;
             while off + FRAG_HEADER <= flash.len() {
                 let f = match Frag::decode(&flash[off..]) {
                     Ok(Some(f)) => f,
                     Ok(None) | Err(()) => break,
                 };
                 off += FRAG_HEADER + f.len as usize;
-                if f.kind != NodeKind::Data || keys.last() == Some(&(f.key, f.key2)) {
+                if f.kind != NodeKind::Data || last_node == Some((f.key, f.key2, f.version)) {
                     continue;
                 }
-                // A map beyond repair: whatever of it is here cannot be moved.
-                let loc = match self.loc(f.key, f.key2) {
-                    Ok(l) => l,
-                    Err(FsError::Unrecoverable { .. } | FsError::NotWritten { .. }) => {
-                        unreadable.insert(page);
-                        continue;
+                last_node = Some((f.key, f.key2, f.version));
+                // Every page of a node of several is live on its own (an overwrite of one
+                // leaves the others where they are).
+                for slot in 0..f.pages() as u64 {
+                    let index = f.key2.saturating_add(slot);
+                    // A map beyond repair: whatever of it is here cannot be moved.
+                    let loc = match self.loc(f.key, index) {
+                        Ok(l) => l,
+                        Err(FsError::Unrecoverable { .. } | FsError::NotWritten { .. }) => {
+                            unreadable.insert(page);
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    let here = |l: &Loc| {
+                        l.version == f.version && l.slot as u64 == slot && l.frags.iter().any(|x| x.0 == page)
+                    };
+                    if loc.is_some_and(|l| here(&l)) {
+                        keys.push((f.key, index));
                     }
-                    Err(e) => return Err(e),
-                };
-                if loc.is_some_and(|l| l.version == f.version && l.frags.iter().any(|x| x.0 == page)) {
-                    keys.push((f.key, f.key2));
                 }
             }
         }
@@ -551,14 +592,15 @@ impl<N: Nand> Fs<N> {
         let mut usage: HashMap<u32, u64> = HashMap::new();
         let mut totals = Totals::default();
         let mut lost = 0;
-        let add = |usage: &mut HashMap<u32, u64>, store: &crate::store::PageStore<N>, f: &(u32, u16, u16)| {
-            if let Some(phys) = store.segment_of(PageAddr(f.0)) {
-                *usage.entry(phys).or_insert(0) += frag_bytes(f);
-            }
-        };
+        let add =
+            |usage: &mut HashMap<u32, u64>, store: &crate::store::PageStore<N>, page: u32, bytes: u64| {
+                if let Some(phys) = store.segment_of(PageAddr(page)) {
+                    *usage.entry(phys).or_insert(0) += bytes;
+                }
+            };
         for m in self.index.maps.values() {
             for f in m.frags.iter().filter(|f| f.0 != PENDING) {
-                add(&mut usage, &self.store, f);
+                add(&mut usage, &self.store, f.0, frag_bytes(f));
             }
         }
         for ck in self.index.all_chunks() {
@@ -569,10 +611,10 @@ impl<N: Nand> Fs<N> {
             for loc in self.index.loaded[&ck].pages.values() {
                 totals.pages += 1;
                 for f in &loc.frags {
-                    totals.stored += f.2 as u64;
-                    totals.footprint += frag_bytes(f);
+                    totals.stored += loc.part(f.2 as u64);
+                    totals.footprint += loc.part(frag_bytes(f));
                     if f.0 != PENDING {
-                        add(&mut usage, &self.store, f);
+                        add(&mut usage, &self.store, f.0, loc.part(frag_bytes(f)));
                     }
                 }
             }
@@ -591,10 +633,10 @@ mod tests {
             .map(|i| {
                 let index = key.1 * CHUNK_PAGES + i * 3 % CHUNK_PAGES;
                 let frags = vec![(100 + i as u32, 32 * i as u16, 900), (101 + i as u32, 0, 50)];
-                (
-                    index,
-                    Loc { frags, codec: 1, version: 1000 + i, crc: (i % 2 == 0).then_some(i as u32 * 77) },
-                )
+                // Every third entry one of a node of several pages.
+                let (slot, count) = if i % 3 == 1 { ((i % 4) as u8, 4 + (i % 13) as u8) } else { (0, 1) };
+                let crc = (i % 2 == 0).then_some(i as u32 * 77);
+                (index, Loc { frags, codec: 1, version: 1000 + i, crc, slot, count })
             })
             .collect()
     }
@@ -630,7 +672,7 @@ mod tests {
         // Hostile: a chunk number whose pages would overflow, a huge claimed length, noise.
         let far = (1, u64::MAX);
         let mut one = BTreeMap::new();
-        one.insert(0, Loc { frags: vec![(1, 0, 1)], codec: 0, version: 1, crc: None });
+        one.insert(0, Loc::single(vec![(1, 0, 1)], 0, 1, None));
         assert_eq!(decode_map(&encode_map(far, &one), far), None);
         let mut huge = MAP_ZSTD_MAGIC.to_le_bytes().to_vec();
         huge.extend_from_slice(&u32::MAX.to_le_bytes());

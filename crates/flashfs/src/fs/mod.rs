@@ -89,7 +89,16 @@ pub struct FsOptions {
     /// lz4's effort: 0 its fast compressor, 1 to [`MAX_LZ4_LEVEL`] its high-compression one
     /// (what is written is lz4's block format either way, so this is not recorded).
     pub lz4_level: u8,
+    /// The most consecutive logical pages of a file compressed together into one node
+    /// (aligned: a node starts at a multiple of it), 1 to [`MAX_NODE_PAGES`]. More compress
+    /// better; a read of one page then decompresses its whole node (docs/DESIGN.md,
+    /// "Compression"). Data that does not compress is stored a page per node whatever this is.
+    pub node_pages: usize,
 }
+
+/// The default of [`FsOptions::node_pages`]: 16 KiB compressed together, about 10% smaller
+/// than page by page on source code.
+pub const DEFAULT_NODE_PAGES: usize = 4;
 
 /// The default lz4 level: the high-compression compressor's own default, about 10% smaller
 /// than the fast one on source code at about 40 MB/s, well above a NAND chip's program rate
@@ -103,11 +112,12 @@ impl Default for FsOptions {
             dirty_limit: 1 << 20,
             index_chunks: DEFAULT_INDEX_CHUNKS,
             lz4_level: DEFAULT_LZ4_LEVEL,
+            node_pages: DEFAULT_NODE_PAGES,
         }
     }
 }
 
-pub use crate::node::MAX_LZ4_LEVEL;
+pub use crate::node::{MAX_LZ4_LEVEL, MAX_NODE_PAGES};
 
 pub use index::{CHUNK_PAGES, DEFAULT_INDEX_CHUNKS};
 
@@ -151,6 +161,9 @@ pub struct FsStats {
     /// Logical pages stored plain without a compression attempt, after a page of the same
     /// file that compressed by less than an eighth.
     pub compression_skipped: u64,
+    /// Data nodes written holding more than one logical page, and the pages in them.
+    pub multi_page_nodes: u64,
+    pub pages_in_multi_page_nodes: u64,
     /// Index chunks read from their map nodes, dropped from RAM, and map nodes written.
     pub maps_loaded: u64,
     pub maps_evicted: u64,
@@ -219,7 +232,35 @@ pub(crate) struct Loc {
     /// CRC-32C of the uncompressed logical page (the end-to-end check the page cache
     /// reuses); unknown for pages carried over from a version 3 checkpoint until rewritten.
     pub crc: Option<u32>,
+    /// The page's place among the logical pages its node holds, and how many it holds (a
+    /// node holds consecutive pages of one file, compressed together; version 5).
+    pub slot: u8,
+    pub count: u8,
 }
+
+impl Loc {
+    /// A node holding one logical page.
+    pub fn single(frags: Vec<(u32, u16, u16)>, codec: u8, version: u64, crc: Option<u32>) -> Loc {
+        Loc { frags, codec, version, crc, slot: 0, count: 1 }
+    }
+
+    /// This page's part of `bytes` of its node: a node's bytes are shared among its pages
+    /// (the parts add up to the whole), so that the usage table drops by a page's part when
+    /// it is overwritten, about what the cleaner then moves for the pages still live.
+    pub fn part(&self, bytes: u64) -> u64 {
+        node_part(bytes, self.slot, self.count)
+    }
+}
+
+/// Page `slot`'s part of `bytes` of a node of `count` pages (see [`Loc::part`]).
+pub(crate) fn node_part(bytes: u64, slot: u8, count: u8) -> u64 {
+    let (s, c) = (slot as u64, count.max(1) as u64);
+    bytes * (s + 1) / c - bytes * s / c
+}
+
+/// A data node of several pages as last read: (ino, first page, version), its pages, and
+/// whether a flash page under it was repaired.
+pub(crate) type DecodedNode = ((u64, u64, u64), Vec<u8>, bool);
 
 /// A fragment that sits in the page being filled, not yet on flash.
 pub(crate) const PENDING: u32 = u32::MAX;
@@ -265,6 +306,10 @@ pub struct Fs<N: Nand> {
     /// flash pages, so a sequential read would otherwise read each of them twice.
     /// Each with whether it had to be repaired.
     pub(crate) recent: Vec<(u32, Vec<u8>, bool)>,
+    /// The last node of several pages decoded: (ino, first page, version), its pages, and
+    /// whether a flash page under it was repaired. A sequential read takes its pages one by
+    /// one and would otherwise decompress it once per page.
+    pub(crate) last_node: Option<DecodedNode>,
     /// Open handles per inode: an unlinked file stays readable until its last close.
     pub(crate) open_handles: HashMap<u64, u32>,
     /// Health as the checkpoint this mount started from recorded it.
@@ -329,6 +374,7 @@ impl<N: Nand> Fs<N> {
             ckpt_mark: (0, 0),
             cleaning: false,
             recent: Vec::new(),
+            last_node: None,
             health_base: Health::default(),
             scrubbed: (0, 0),
             skip_compression: HashMap::new(),

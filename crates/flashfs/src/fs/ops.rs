@@ -407,13 +407,44 @@ impl<N: Nand> Fs<N> {
             return Ok(p.clone());
         }
         let Some(loc) = self.loc(ino, index)? else { return Ok(vec![0; LOGICAL_PAGE]) };
-        let (payload, repaired) = self.read_payload(&loc.frags)?;
-        // The node's CRC (checked against the page by the decoder) must be the one the index
-        // recorded: a node that is not the page the index meant is as bad as a wrong byte.
-        let same = loc.crc.is_none_or(|c| payload.get(..4) == Some(&c.to_le_bytes()[..]));
-        let Some(page) = node::decode_data(&payload, loc.codec, LOGICAL_PAGE).filter(|_| same) else {
-            self.stats.unreadable += 1;
-            return Err(FsError::Unrecoverable { page: loc.frags.first().map_or(0, |f| f.0) });
+        let slot = loc.slot as usize;
+        let unreadable = |fs: &mut Self| {
+            fs.stats.unreadable += 1;
+            FsError::Unrecoverable { page: loc.frags.first().map_or(0, |f| f.0) }
+        };
+        // A place past the page's own index can only come from a damaged map.
+        let Some(first) = index.checked_sub(slot as u64) else { return Err(unreadable(self)) };
+        let node_key = (ino, first, loc.version);
+        let span = slot * LOGICAL_PAGE..(slot + 1) * LOGICAL_PAGE;
+        let cached = self.last_node.as_ref().filter(|n| n.0 == node_key && loc.count > 1);
+        let (page, repaired) = match cached {
+            Some((_, pages, repaired)) => {
+                let page = pages[span].to_vec();
+                if loc.crc.is_some_and(|c| c != bitmend_code::crc::crc32c(&page)) {
+                    return Err(unreadable(self));
+                }
+                (page, *repaired)
+            }
+            None => {
+                let (payload, repaired) = self.read_payload(&loc.frags)?;
+                // The node's CRC (checked against the page by the decoder) must be the one
+                // the index recorded: a node that is not the page the index meant is as bad
+                // as a wrong byte.
+                let same =
+                    loc.crc.is_none_or(|c| payload.get(4 * slot..4 * slot + 4) == Some(&c.to_le_bytes()[..]));
+                let decoded = node::decode_data(&payload, loc.codec, loc.count as usize).filter(|_| same);
+                let Some(mut pages) = decoded.filter(|p| p.len() >= span.end) else {
+                    return Err(unreadable(self));
+                };
+                if loc.count > 1 {
+                    let page = pages[span].to_vec();
+                    self.last_node = Some((node_key, pages, repaired));
+                    (page, repaired)
+                } else {
+                    pages.truncate(LOGICAL_PAGE);
+                    (pages, repaired)
+                }
+            }
         };
         if repaired {
             // Rewrite the logical page elsewhere, away from the damaged flash page.

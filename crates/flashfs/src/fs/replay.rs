@@ -298,24 +298,38 @@ impl<N: Nand> Fs<N> {
                 }
             }
             NodeKind::Data => {
-                let key = (n.head.key, n.head.key2);
-                let crc = n.payload.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
                 let codec = n.head.flags & CODEC_FLAGS;
-                let ck = super::index::chunk_key(key.0, key.1);
-                if !self.index.loaded.contains_key(&ck) && self.index.maps.contains_key(&ck) {
-                    // Not read at mount: kept beside the chunk's map until it is loaded.
-                    self.overlay_loc(key, Loc { frags: n.frags, codec, version: v, crc });
-                    return Ok(true);
-                }
-                match self.loc(key.0, key.1) {
-                    Ok(Some(l)) if l.version > v => return Ok(true),
-                    Ok(_) => {}
-                    Err(e) => {
-                        lost(e, report)?;
-                        return Ok(true);
+                let count = n.head.pages();
+                for slot in 0..count {
+                    let key = (n.head.key, n.head.key2.saturating_add(slot as u64));
+                    let crc = n
+                        .payload
+                        .get(4 * slot..4 * slot + 4)
+                        .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
+                    let loc = Loc {
+                        frags: n.frags.clone(),
+                        codec,
+                        version: v,
+                        crc,
+                        slot: slot as u8,
+                        count: count as u8,
+                    };
+                    let ck = super::index::chunk_key(key.0, key.1);
+                    if !self.index.loaded.contains_key(&ck) && self.index.maps.contains_key(&ck) {
+                        // Not read at mount: kept beside the chunk's map until it is loaded.
+                        self.overlay_loc(key, loc);
+                        continue;
                     }
+                    match self.loc(key.0, key.1) {
+                        Ok(Some(l)) if l.version > v => continue,
+                        Ok(_) => {}
+                        Err(e) => {
+                            lost(e, report)?;
+                            continue;
+                        }
+                    }
+                    self.set_loc(key, loc)?;
                 }
-                self.set_loc(key, Loc { frags: n.frags, codec, version: v, crc })?;
             }
             NodeKind::Checkpoint => {
                 let Some(state) = super::checkpoint::decode_payload(n.head.flags, &n.payload) else {

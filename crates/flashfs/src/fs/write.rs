@@ -3,16 +3,16 @@
 
 use bitmend_media::nand::Nand;
 
-use super::{Fs, Loc, PENDING, SKIP_AFTER_INCOMPRESSIBLE};
-use crate::node::{self, Frag, NodeKind, FLAG_LAST, FRAG_HEADER};
+use super::{Fs, Loc, LOGICAL_PAGE, PENDING, SKIP_AFTER_INCOMPRESSIBLE};
+use crate::node::{self, Frag, NodeKind, FLAG_LAST, FRAG_HEADER, MAX_NODE_PAGES};
 use crate::store::PageAddr;
 use crate::FsError;
 
 /// Where the fragments of a node being written are recorded.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Pending {
-    /// A logical page's location (ino, page index).
-    Data((u64, u64)),
+    /// The locations of the logical pages of a data node: (ino, first page index), pages.
+    Data((u64, u64), usize),
     /// A chunk's map node (ino, chunk).
     Map((u64, u64)),
 }
@@ -100,9 +100,48 @@ impl<N: Nand> Fs<N> {
         self.maybe_clean()
     }
 
-    /// Writes one logical page of file data as a data node, in fragments across as many flash
-    /// pages as it needs; the index entry is in place (with pending fragments) on return.
-    fn write_data_node(&mut self, ino: u64, index: u64, page: &[u8]) -> Result<(), FsError> {
+    /// Writes a run of consecutive logical pages of a file (`pages`, a multiple of
+    /// [`LOGICAL_PAGE`] bytes) as one data node compressed together when it saves at least
+    /// an eighth, else a node per page.
+    fn write_data_run(&mut self, ino: u64, first: u64, pages: &[u8]) -> Result<(), FsError> {
+        let count = pages.len() / LOGICAL_PAGE;
+        let wanted = self.opts.compression.flag();
+        if count > 1 && wanted != 0 && self.skip_compression.get(&ino).is_none_or(|&left| left == 0) {
+            let (payload, codec, crcs) = node::encode_data(pages, wanted, self.opts.lz4_level);
+            let content = pages.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+            if codec != 0 && payload.len() - 4 * count <= content - content / 8 {
+                self.skip_compression.remove(&ino);
+                self.stats.multi_page_nodes += 1;
+                self.stats.pages_in_multi_page_nodes += count as u64;
+                return self.write_data_node(ino, first, pages.len(), payload, codec, &crcs);
+            }
+            // Tried and found wanting: stored plain a page per node (a read of one need not
+            // read the others), and, judged as a page alone would be (see `write_page`),
+            // the pages that follow are stored plain untried.
+            if content >= pages.len() / 2 {
+                self.skip_after_incompressible(ino);
+            }
+            for (i, page) in pages.chunks(LOGICAL_PAGE).enumerate() {
+                let (payload, _, crcs) = node::encode_data(page, 0, 0);
+                self.write_data_node(ino, first + i as u64, page.len(), payload, 0, &crcs)?;
+            }
+            return Ok(());
+        }
+        for (i, page) in pages.chunks(LOGICAL_PAGE).enumerate() {
+            self.write_page(ino, first + i as u64, page)?;
+        }
+        Ok(())
+    }
+
+    fn skip_after_incompressible(&mut self, ino: u64) {
+        if self.skip_compression.len() >= 4096 {
+            self.skip_compression.clear();
+        }
+        self.skip_compression.insert(ino, SKIP_AFTER_INCOMPRESSIBLE);
+    }
+
+    /// Writes one logical page of file data as a data node of its own.
+    fn write_page(&mut self, ino: u64, index: u64, page: &[u8]) -> Result<(), FsError> {
         // After a page of a file that compressed poorly (by less than an eighth), the next
         // pages of that file are stored plain without trying (then one is tried again): data
         // that does not compress (media, archives, encrypted files) does not pay for an
@@ -116,27 +155,57 @@ impl<N: Nand> Fs<N> {
             }
             _ => wanted,
         };
-        let (payload, codec, crc) = node::encode_data(page, attempt, self.opts.lz4_level);
+        let (payload, codec, crcs) = node::encode_data(page, attempt, self.opts.lz4_level);
         if attempt != 0 {
             // The payload carries a 4-byte CRC before the page. Judged on the page's bytes up
             // to its trailing zeros: a short last page (or a hole) says nothing of the rest.
             let content = page.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
             if content >= page.len() / 2 && (codec == 0 || payload.len() - 4 > content - content / 8) {
-                if self.skip_compression.len() >= 4096 {
-                    self.skip_compression.clear();
-                }
-                self.skip_compression.insert(ino, SKIP_AFTER_INCOMPRESSIBLE);
+                self.skip_after_incompressible(ino);
             } else {
                 self.skip_compression.remove(&ino);
             }
         }
-        self.stats.data_bytes += page.len() as u64;
+        self.write_data_node(ino, index, page.len(), payload, codec, &crcs)
+    }
+
+    /// Writes a data node of `crcs.len()` logical pages from `first` on, in fragments across
+    /// as many flash pages as it needs; the index entries are in place (with pending
+    /// fragments) on return.
+    fn write_data_node(
+        &mut self,
+        ino: u64,
+        first: u64,
+        logical: usize,
+        payload: Vec<u8>,
+        codec: u8,
+        crcs: &[u32],
+    ) -> Result<(), FsError> {
+        self.stats.data_bytes += logical as u64;
         self.stats.data_stored += payload.len() as u64;
         self.version += 1;
         let version = self.version;
-        let key = (ino, index);
-        self.set_loc(key, Loc { frags: Vec::new(), codec, version, crc: Some(crc) })?;
-        self.put_node(NodeKind::Data, codec, key, version, &payload, Pending::Data(key))
+        let count = crcs.len();
+        for (slot, &crc) in crcs.iter().enumerate() {
+            let loc = Loc {
+                frags: Vec::new(),
+                codec,
+                version,
+                crc: Some(crc),
+                slot: slot as u8,
+                count: count as u8,
+            };
+            self.set_loc((ino, first + slot as u64), loc)?;
+        }
+        let flags = codec | Frag::pages_flags(count);
+        self.put_node(
+            NodeKind::Data,
+            flags,
+            (ino, first),
+            version,
+            &payload,
+            Pending::Data((ino, first), count),
+        )
     }
 
     /// Writes a node in fragments across as many flash pages as it needs, recording each
@@ -144,7 +213,7 @@ impl<N: Nand> Fs<N> {
     pub(crate) fn put_node(
         &mut self,
         kind: NodeKind,
-        codec: u8,
+        flags: u8,
         key: (u64, u64),
         version: u64,
         payload: &[u8],
@@ -161,7 +230,7 @@ impl<N: Nand> Fs<N> {
             let last = done + n == payload.len();
             let f = Frag {
                 kind,
-                flags: codec | if last { FLAG_LAST } else { 0 },
+                flags: flags | if last { FLAG_LAST } else { 0 },
                 len: n as u16,
                 total: payload.len() as u32,
                 key: key.0,
@@ -170,10 +239,13 @@ impl<N: Nand> Fs<N> {
             };
             let off = self.put_frag(&f, &payload[done..done + n]);
             match into {
-                Pending::Data(key) => {
-                    self.push_pending(key, off, n as u16);
-                    if !self.buf_keys.contains(&key) {
-                        self.buf_keys.push(key);
+                Pending::Data(first, count) => {
+                    for slot in 0..count as u64 {
+                        let key = (first.0, first.1 + slot);
+                        self.push_pending(key, off, n as u16);
+                        if !self.buf_keys.contains(&key) {
+                            self.buf_keys.push(key);
+                        }
                     }
                 }
                 Pending::Map(ck) => {
@@ -190,13 +262,34 @@ impl<N: Nand> Fs<N> {
         Ok(())
     }
 
-    /// Writes every dirty logical page, then the inodes whose size or times changed.
+    /// Writes every dirty logical page (runs of consecutive pages of a file together, up to
+    /// [`FsOptions::node_pages`](super::FsOptions) and aligned to it), then the inodes whose
+    /// size or times changed.
     pub(crate) fn flush_data(&mut self) -> Result<(), FsError> {
+        // An image still marked with an older version (before its first checkpoint here) gets
+        // nodes an older build reads.
+        let most = if self.store.sb_version >= 5 { self.opts.node_pages.clamp(1, MAX_NODE_PAGES) } else { 1 };
         let dirty = std::mem::take(&mut self.dirty);
+        let mut run: Vec<u8> = Vec::with_capacity(most * LOGICAL_PAGE);
+        let mut run_at: Option<(u64, u64)> = None;
         for ((ino, index), page) in dirty {
-            if self.inodes.contains_key(&ino) {
-                self.write_data_node(ino, index, &page)?;
+            if !self.inodes.contains_key(&ino) {
+                continue;
             }
+            let joins = run_at.is_some_and(|(i, first)| {
+                i == ino && first + (run.len() / LOGICAL_PAGE) as u64 == index && index % most as u64 != 0
+            });
+            if !joins {
+                if let Some((i, first)) = run_at.take() {
+                    self.write_data_run(i, first, &run)?;
+                }
+                run.clear();
+                run_at = Some((ino, index));
+            }
+            run.extend_from_slice(&page);
+        }
+        if let Some((i, first)) = run_at {
+            self.write_data_run(i, first, &run)?;
         }
         for ino in std::mem::take(&mut self.dirty_inodes) {
             if self.inodes.contains_key(&ino) {
