@@ -209,8 +209,9 @@ fn several_processes_at_once_then_unmount_and_remount() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// `--lz4-level` reaches the daemon: the same text written at level 12 takes less flash than
-/// at level 0 (the fast compressor), and reads back the same either way.
+/// `--lz4-level` and `--node-pages` reach the daemon: the same text written at level 12 takes
+/// less flash than at level 0 (the fast compressor), and in nodes of 4 pages (the default)
+/// less than a page per node; it reads back the same every way.
 #[test]
 fn the_lz4_level_reaches_the_mount() {
     if !Path::new("/dev/fuse").exists() {
@@ -230,15 +231,16 @@ fn the_lz4_level_reaches_the_mount() {
         text.extend_from_slice(words[(x >> 33) as usize % words.len()].as_bytes());
     }
     let mut stored = Vec::new();
-    for level in ["0", "12"] {
-        let img = dir.join(format!("fs{level}.img"));
-        let mnt = dir.join(format!("mnt{level}"));
+    let runs: [&[&str]; 4] = [&["--lz4-level", "0"], &["--lz4-level", "12"], &["--node-pages", "1"], &[]];
+    for (run, args) in runs.iter().enumerate() {
+        let img = dir.join(format!("fs{run}.img"));
+        let mnt = dir.join(format!("mnt{run}"));
         let (img_s, mnt_s) = (img.to_str().unwrap(), mnt.to_str().unwrap());
         assert!(bitmend(&["mkfs", img_s, "--size", "16MiB"]).status.success());
-        let out = bitmend(&["mount", img_s, mnt_s, "--lz4-level", level]);
+        let out = bitmend(&[&["mount", img_s, mnt_s][..], args].concat());
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         std::fs::write(mnt.join("text.py"), &text).unwrap();
-        assert_eq!(std::fs::read(mnt.join("text.py")).unwrap(), text, "level {level}");
+        assert_eq!(std::fs::read(mnt.join("text.py")).unwrap(), text, "{args:?}");
         let s = Command::new("fusermount3").arg("-u").arg(&mnt).status().expect("fusermount3 runs");
         assert!(s.success());
         let t = std::time::Instant::now();
@@ -254,6 +256,9 @@ fn the_lz4_level_reaches_the_mount() {
         stored.push(json[at..].split([',', '}']).next().unwrap().trim().parse::<u64>().unwrap());
     }
     assert!(stored[1] < stored[0], "level 12 stored {} bytes, level 0 {}", stored[1], stored[0]);
+    assert!(stored[3] < stored[2], "4 pages per node stored {} bytes, 1 page {}", stored[3], stored[2]);
     assert!(!bitmend(&["mount", "x.img", "/tmp/nowhere", "--lz4-level", "13"]).status.success());
+    assert!(!bitmend(&["mount", "x.img", "/tmp/nowhere", "--node-pages", "17"]).status.success());
+    assert!(!bitmend(&["mount", "x.img", "/tmp/nowhere", "--node-pages", "0"]).status.success());
     std::fs::remove_dir_all(&dir).unwrap();
 }
