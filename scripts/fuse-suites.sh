@@ -8,6 +8,8 @@
 #
 # Needs root (pjdfstest switches users; the mount uses allow_other) and fuse3. Every image is
 # checked with `bitmend fsck` after unmount. Exits non-zero on any failure.
+#
+#   BITMEND_BIN=/tmp/bitmend ./scripts/fuse-suites.sh   # a given binary, no build
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0
@@ -15,8 +17,13 @@ quick=0
 export PATH="$HOME/.cargo/bin:$PATH"
 command -v fsx >/dev/null || cargo install --quiet --locked fsx --version 0.3.2
 command -v pjdfstest >/dev/null || cargo install --quiet --locked pjdfstest --version 0.2.2
-cargo build --quiet --release -p bitmend
-bin="$PWD/target/release/bitmend"
+# BITMEND_BIN runs a binary built before (a copy, so that builds can go on meanwhile).
+if [ -n "${BITMEND_BIN:-}" ]; then
+  bin="$BITMEND_BIN"
+else
+  cargo build --quiet --release -p bitmend
+  bin="$PWD/target/release/bitmend"
+fi
 work=$(mktemp -d)
 chmod 755 "$work"  # pjdfstest runs as other users, who must reach the mount
 cleanup() {

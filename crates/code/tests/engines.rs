@@ -142,6 +142,43 @@ fn signature_folds_agree() {
     }
 }
 
+/// Horner and the fold in one call, with the tables an engine prepared once (and without
+/// them), against the scalar engine's two steps.
+#[test]
+fn prepared_signatures_agree() {
+    let mut rng = Rng::new(91);
+    for n in 1..=6 {
+        for groups in [0, 1, 2, 3, 7, 64] {
+            let data = rng.bytes(groups * 64);
+            let steps: Vec<gf::WordMul> =
+                (0..n).map(|_| std::array::from_fn(|_| rng.next_u64() as u8)).collect();
+            let halves: Vec<[gf::WordMul; 5]> = (0..n)
+                .map(|_| std::array::from_fn(|_| std::array::from_fn(|_| rng.next_u64() as u8)))
+                .collect();
+            let init: Vec<gf::Lanes> = (0..n).map(|_| rng.bytes(64).try_into().unwrap()).collect();
+            let mut accs = init.clone();
+            let mut want = vec![0u16; n];
+            Scalar.sig_horner(&data, &steps, &mut accs);
+            Scalar.sig_fold(&accs, &halves, &mut want);
+            for e in gf::available() {
+                let prepared = e.sig_prepare(&steps, &halves);
+                for tables in [&prepared[..], &[]] {
+                    let mut accs = init.clone();
+                    let mut got = vec![0u16; n];
+                    e.sig_sign(tables, &data, &steps, &halves, &mut accs, &mut got);
+                    assert_eq!(
+                        got,
+                        want,
+                        "engine {} n={n} groups={groups} tables={}",
+                        e.name(),
+                        tables.len()
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn signature_kernels_agree() {
     let mut seed = 100;

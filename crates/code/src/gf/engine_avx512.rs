@@ -5,7 +5,7 @@
 use std::arch::x86_64::*;
 
 use super::tables::{mul, NIBBLES};
-use super::{check_dot_prod, check_sig, check_update, Engine, Lanes, WordMul};
+use super::{check_dot_prod, check_sig, check_update, Engine, Lanes, Line, WordMul};
 
 /// AVX-512BW engine; construct with [`Avx512::new`], which checks the CPU.
 #[derive(Clone, Copy, Debug)]
@@ -56,6 +56,46 @@ impl Engine for Avx512 {
                     2 => fold::<2>(accs, halves, out),
                     3 => fold::<3>(accs, halves, out),
                     _ => fold::<4>(accs, halves, out),
+                }
+            }
+        }
+    }
+
+    fn sig_prepare(&self, steps: &[WordMul], halves: &[[WordMul; 5]]) -> Vec<Line> {
+        assert_eq!(steps.len(), halves.len(), "one fold per component");
+        let mut v = vec![Line([0; 64]); PREPARED * steps.len()];
+        for ((lines, step), halves) in v.chunks_exact_mut(PREPARED).zip(steps).zip(halves) {
+            // SAFETY: `new` checked the features; `lines` is PREPARED lines.
+            unsafe { prepare(step, halves, lines) };
+        }
+        v
+    }
+
+    fn sig_sign(
+        &self,
+        prepared: &[Line],
+        data: &[u8],
+        steps: &[WordMul],
+        halves: &[[WordMul; 5]],
+        accs: &mut [Lanes],
+        out: &mut [u16],
+    ) {
+        check_sig(data, steps, accs);
+        assert!(accs.len() == halves.len() && accs.len() == out.len(), "one fold per component");
+        if prepared.len() != PREPARED * steps.len() {
+            self.sig_horner(data, steps, accs);
+            self.sig_fold(accs, halves, out);
+            return;
+        }
+        for ((prep, accs), out) in
+            prepared.chunks(2 * PREPARED).zip(accs.chunks_mut(2)).zip(out.chunks_mut(2))
+        {
+            // SAFETY: `new` checked the features; `data` is whole groups (checked); `prep`
+            // holds PREPARED lines per component.
+            unsafe {
+                match accs.len() {
+                    1 => sign_prepared::<1>(prep, data, accs, out),
+                    _ => sign_prepared::<2>(prep, data, accs, out),
                 }
             }
         }
@@ -311,71 +351,242 @@ unsafe fn step(acc: __m512i, (diag, cross): StepTables, g: __m512i) -> __m512i {
     }
 }
 
-/// The five halvings of [`Engine::sig_fold`], `N` components side by side (their chains of
-/// dependent steps overlap): the upper words of each half are moved down (a 128-bit lane
-/// shuffle, then byte shifts within lanes, which move the low and the high halves of the
-/// words alike) and multiplied into the lower ones with `step`.
+/// Lines per component of the signature tables: Horner's step (4: its diagonal and cross
+/// nibble tables), its square's four nibble-table pairs (8), and the fold's five steps (20).
+const PREPARED: usize = 32;
+const HORNER_LINES: usize = 12;
+
+/// Fills lines 0..12 of a component's tables.
 ///
 /// # Safety
-/// `accs`, `halves` and `out` hold N entries each.
+/// `p` points at [`HORNER_LINES`] writable lines.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+unsafe fn prepare_horner(step: &WordMul, p: *mut __m512i) {
+    let ((a, b), (c, d)) = step_tables(step);
+    // SAFETY (stores): the caller's contract; Lines are aligned to 64.
+    unsafe {
+        for (i, r) in [a, b, c, d].into_iter().enumerate() {
+            _mm512_store_si512(p.add(i), r);
+        }
+        for (i, x) in square(step).into_iter().enumerate() {
+            let (lo, hi) = tables(x);
+            _mm512_store_si512(p.add(4 + 2 * i), lo);
+            _mm512_store_si512(p.add(5 + 2 * i), hi);
+        }
+    }
+}
+
+/// Fills lines 12..32 of a component's tables.
+///
+/// # Safety
+/// `p` points at a component's [`PREPARED`] writable lines.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+unsafe fn prepare_fold(halves: &[WordMul; 5], p: *mut __m512i) {
+    for (l, m) in halves.iter().enumerate() {
+        let ((a, b), (c, d)) = step_tables(m);
+        // SAFETY: the caller's contract; Lines are aligned to 64.
+        unsafe {
+            let q = p.add(HORNER_LINES + 4 * l);
+            _mm512_store_si512(q, a);
+            _mm512_store_si512(q.add(1), b);
+            _mm512_store_si512(q.add(2), c);
+            _mm512_store_si512(q.add(3), d);
+        }
+    }
+}
+
+/// The step tables at `p` (four lines).
+///
+/// # Safety
+/// `p` points at four filled, aligned lines.
+#[inline(always)]
+unsafe fn step_at(p: *const __m512i) -> StepTables {
+    // SAFETY: the caller's contract.
+    unsafe {
+        (
+            (_mm512_load_si512(p), _mm512_load_si512(p.add(1))),
+            (_mm512_load_si512(p.add(2)), _mm512_load_si512(p.add(3))),
+        )
+    }
+}
+
+/// The nibble-table pair at `p` (two lines).
+#[inline(always)]
+unsafe fn pair_at(p: *const __m512i) -> (__m512i, __m512i) {
+    // SAFETY: the caller's contract.
+    unsafe { (_mm512_load_si512(p), _mm512_load_si512(p.add(1))) }
+}
+
+/// A stack buffer for the tables of two components, filled only where read.
+#[repr(C, align(64))]
+struct Scratch(std::mem::MaybeUninit<[Line; 2 * PREPARED]>);
+
+impl Scratch {
+    fn new() -> Scratch {
+        Scratch(std::mem::MaybeUninit::uninit())
+    }
+
+    fn ptr(&mut self) -> *mut __m512i {
+        self.0.as_mut_ptr().cast()
+    }
+}
+
+/// The five halvings of [`Engine::sig_fold`], `N` components side by side, with tables built
+/// for the call.
+///
+/// # Safety
+/// `accs`, `halves` and `out` hold N entries each; N <= 4.
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn fold<const N: usize>(accs: &[Lanes], halves: &[[WordMul; 5]], out: &mut [u16]) {
-    // SAFETY (all below): a Lanes is 64 bytes; the target features are enabled here.
-    let mut w: [__m512i; N] = std::array::from_fn(|c| unsafe { _mm512_loadu_si512(accs[c].as_ptr().cast()) });
-    let t: [[StepTables; 5]; N] = std::array::from_fn(|c| halves[c].map(|m| step_tables(&m)));
+    let mut buf = [Scratch::new(), Scratch::new()];
+    let zero = _mm512_setzero_si512();
+    let mut w = [zero; N];
     for c in 0..N {
+        // SAFETY: component c's lines are inside the two buffers; a Lanes is 64 bytes.
+        unsafe {
+            prepare_fold(&halves[c], buf[c / 2].ptr().add((c % 2) * PREPARED));
+            w[c] = _mm512_loadu_si512(accs[c].as_ptr().cast());
+        }
+    }
+    let (a, b) = buf.split_at_mut(1);
+    // SAFETY: lines 12..32 of each component were filled above.
+    let r = unsafe { fold_core::<N>(w, [a[0].ptr(), b[0].ptr()]) };
+    out[..N].copy_from_slice(&r);
+}
+
+/// The halvings on lane words in registers: the upper words of each half are moved down (a
+/// 128-bit lane shuffle, then byte shifts within lanes, which move the low and the high halves
+/// of the words alike) and multiplied into the lower ones with `step`. Component c's tables
+/// are at `at[c / 2] + (c % 2) * PREPARED`.
+///
+/// # Safety
+/// Those tables' fold lines are filled.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+unsafe fn fold_core<const N: usize>(mut w: [__m512i; N], at: [*const __m512i; 2]) -> [u16; N] {
+    // SAFETY (table loads): the caller's contract.
+    let t = |c: usize, l: usize| unsafe { at[c / 2].add((c % 2) * PREPARED + HORNER_LINES + 4 * l) };
+    // SAFETY (all below): the target features are enabled here.
+    for (c, w) in w.iter_mut().enumerate() {
         // Words 16..32 (lanes 1 and 3) under words 0..16 (lanes 0 and 2).
-        w[c] = unsafe { step(_mm512_shuffle_i64x2::<0b00_11_00_01>(w[c], w[c]), t[c][0], w[c]) };
+        *w = unsafe { step(_mm512_shuffle_i64x2::<0b00_11_00_01>(*w, *w), step_at(t(c, 0)), *w) };
     }
-    for c in 0..N {
-        w[c] = unsafe { step(_mm512_bsrli_epi128::<8>(w[c]), t[c][1], w[c]) };
+    for (c, w) in w.iter_mut().enumerate() {
+        *w = unsafe { step(_mm512_bsrli_epi128::<8>(*w), step_at(t(c, 1)), *w) };
     }
-    for c in 0..N {
-        w[c] = unsafe { step(_mm512_bsrli_epi128::<4>(w[c]), t[c][2], w[c]) };
+    for (c, w) in w.iter_mut().enumerate() {
+        *w = unsafe { step(_mm512_bsrli_epi128::<4>(*w), step_at(t(c, 2)), *w) };
     }
-    for c in 0..N {
-        w[c] = unsafe { step(_mm512_bsrli_epi128::<2>(w[c]), t[c][3], w[c]) };
+    for (c, w) in w.iter_mut().enumerate() {
+        *w = unsafe { step(_mm512_bsrli_epi128::<2>(*w), step_at(t(c, 3)), *w) };
     }
-    for c in 0..N {
-        w[c] = unsafe { step(_mm512_bsrli_epi128::<1>(w[c]), t[c][4], w[c]) };
+    for (c, w) in w.iter_mut().enumerate() {
+        *w = unsafe { step(_mm512_bsrli_epi128::<1>(*w), step_at(t(c, 4)), *w) };
     }
+    // Word 0: its low half is byte 0, its high half byte 32 (lane 2's first).
+    let mut out = [0u16; N];
     for c in 0..N {
-        let mut b = [0u8; 64];
-        unsafe { _mm512_storeu_si512(b.as_mut_ptr().cast(), w[c]) };
-        out[c] = b[0] as u16 | (b[32] as u16) << 8;
+        let lo = _mm_cvtsi128_si32(_mm512_castsi512_si128(w[c])) as u8;
+        let hi = _mm_cvtsi128_si32(_mm512_extracti32x4_epi32::<2>(w[c])) as u8;
+        out[c] = lo as u16 | (hi as u16) << 8;
+    }
+    out
+}
+
+/// The tables of one component, as [`sign_prepared`] reads them.
+///
+/// # Safety
+/// `lines` holds [`PREPARED`] lines.
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn prepare(step: &WordMul, halves: &[WordMul; 5], lines: &mut [Line]) {
+    assert!(lines.len() >= PREPARED);
+    let p: *mut __m512i = lines.as_mut_ptr().cast();
+    // SAFETY: PREPARED lines, aligned to 64.
+    unsafe {
+        prepare_horner(step, p);
+        prepare_fold(halves, p);
+    }
+}
+
+/// Horner then the fold, `N` components, with the tables [`prepare`] made: no table is built
+/// and the lane words stay in registers between the two.
+///
+/// # Safety
+/// `prep` holds N x [`PREPARED`] lines, `accs` and `out` N entries; `data` is whole groups.
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn sign_prepared<const N: usize>(prep: &[Line], data: &[u8], accs: &[Lanes], out: &mut [u16]) {
+    let p: *const __m512i = prep.as_ptr().cast();
+    let zero = _mm512_setzero_si512();
+    let mut even = [zero; N];
+    for c in 0..N {
+        // SAFETY: a Lanes is 64 bytes.
+        even[c] = unsafe { _mm512_loadu_si512(accs[c].as_ptr().cast()) };
+    }
+    // SAFETY: the caller's contract: every component's lines are filled.
+    unsafe {
+        let w = horner_core::<N>(data, p, even);
+        out[..N].copy_from_slice(&fold_core::<N>(w, [p, p.add(PREPARED)]));
     }
 }
 
 /// Horner over the groups, last to first, each component in two chains (even and odd
-/// groups, stepping by step^2) that merge as even ^ odd * step at the end.
+/// groups, stepping by step^2) that merge as even ^ odd * step at the end; tables built for
+/// the call.
 ///
 /// The two chains share registers in a transposed form: `l` holds the low halves of the even
 /// chain's 32 words (lower 256 bits) and of the odd chain's (upper 256 bits), `h` the high
 /// halves. A step is then four full-width constant multiplications with no lane crossing
 /// (l' = m00 l ^ m01 h, h' = m10 l ^ m11 h), and the only cross-lane shuffles are the two
 /// that transpose each pair of data groups, shared by every component.
+///
+/// # Safety
+/// `data` is whole groups; `steps` and `accs` hold N <= 2 entries.
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn horner<const N: usize>(data: &[u8], steps: &[WordMul], accs: &mut [Lanes]) {
+    let mut buf = Scratch::new();
+    let p = buf.ptr();
     let zero = _mm512_setzero_si512();
-    let z = ((zero, zero), (zero, zero));
-    let mut one = [z; N];
-    let mut two = [[(zero, zero); 4]; N];
     let mut even = [zero; N];
     for c in 0..N {
-        one[c] = step_tables(&steps[c]);
-        // SAFETY: the target features are enabled on this function.
-        two[c] = square(&steps[c]).map(|x| unsafe { tables(x) });
-        // SAFETY: a Lanes is 64 bytes.
-        even[c] = unsafe { _mm512_loadu_si512(accs[c].as_ptr().cast()) };
+        // SAFETY: component c's Horner lines are inside the buffer; a Lanes is 64 bytes.
+        unsafe {
+            prepare_horner(&steps[c], p.add(c * PREPARED));
+            even[c] = _mm512_loadu_si512(accs[c].as_ptr().cast());
+        }
     }
+    // SAFETY: the Horner lines of every component were filled above.
+    let acc = unsafe { horner_core::<N>(data, p, even) };
+    for c in 0..N {
+        // SAFETY: a Lanes is 64 bytes.
+        unsafe { _mm512_storeu_si512(accs[c].as_mut_ptr().cast(), acc[c]) };
+    }
+}
+
+/// Horner from `even` (the lane words so far) over `data`, component c's tables at
+/// `p + c * PREPARED`: the new lane words.
+///
+/// # Safety
+/// `data` is whole 64-byte groups; the Horner lines of N components are filled at `p`.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+unsafe fn horner_core<const N: usize>(
+    data: &[u8],
+    p: *const __m512i,
+    mut even: [__m512i; N],
+) -> [__m512i; N] {
+    // SAFETY (table pointers): the caller's contract.
+    let t = |c: usize| unsafe { p.add(c * PREPARED) };
+    let zero = _mm512_setzero_si512();
     // SAFETY (loads below): every pointer is the start of a 64-byte group inside `data`.
     let load = |g: &[u8]| unsafe { _mm512_loadu_si512(g.as_ptr().cast()) };
     let mut rest = data;
     if (data.len() / 64) % 2 == 1 {
         let (head, last) = data.split_at(data.len() - 64);
         let g = load(last);
-        for c in 0..N {
-            even[c] = unsafe { step(even[c], one[c], g) };
+        for (c, e) in even.iter_mut().enumerate() {
+            *e = unsafe { step(*e, step_at(t(c)), g) };
         }
         rest = head;
     }
@@ -390,9 +601,14 @@ unsafe fn horner<const N: usize>(data: &[u8], steps: &[WordMul], accs: &mut [Lan
         let gl = _mm512_shuffle_i64x2::<0x44>(ge, go);
         let gh = _mm512_shuffle_i64x2::<0xEE>(ge, go);
         for c in 0..N {
-            let [t00, t01, t10, t11] = two[c];
-            // SAFETY: called with the target features enabled.
-            let ((llo, lhi), (hlo, hhi)) = unsafe { (split(l[c]), split(h[c])) };
+            // SAFETY: the caller's contract; the target features are enabled.
+            let ((t00, t01, t10, t11), ((llo, lhi), (hlo, hhi))) = unsafe {
+                let q = t(c).add(4);
+                (
+                    (pair_at(q), pair_at(q.add(2)), pair_at(q.add(4)), pair_at(q.add(6))),
+                    (split(l[c]), split(h[c])),
+                )
+            };
             let x = _mm512_ternarylogic_epi64::<0x96>(
                 _mm512_shuffle_epi8(t00.0, llo),
                 _mm512_shuffle_epi8(t00.1, lhi),
@@ -410,8 +626,8 @@ unsafe fn horner<const N: usize>(data: &[u8], steps: &[WordMul], accs: &mut [Lan
     for c in 0..N {
         let even = _mm512_shuffle_i64x2::<0x44>(l[c], h[c]);
         let odd = _mm512_shuffle_i64x2::<0xEE>(l[c], h[c]);
-        let acc = unsafe { step(odd, one[c], even) };
-        // SAFETY: a Lanes is 64 bytes.
-        unsafe { _mm512_storeu_si512(accs[c].as_mut_ptr().cast(), acc) };
+        // SAFETY: the caller's contract; the target features are enabled.
+        l[c] = unsafe { step(odd, step_at(t(c)), even) };
     }
+    l
 }

@@ -37,6 +37,11 @@ pub type WordMul = [u8; 4];
 /// GF(2^16) words, bytes 32..64 their high halves (see docs/FORMAT.md, "signature").
 pub type Lanes = [u8; 64];
 
+/// 64 bytes aligned to a cache line: one vector register's worth of a precomputed table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C, align(64))]
+pub struct Line(pub [u8; 64]);
+
 /// An implementation of the hot loops over GF(2^8).
 pub trait Engine: Send + Sync + 'static {
     /// A short name: `scalar`, `ssse3`, `avx2`, `gfni`.
@@ -67,6 +72,31 @@ pub trait Engine: Send + Sync + 'static {
             }
             *o = w[0];
         }
+    }
+
+    /// Tables for [`sig_sign`](Engine::sig_sign) derived from a signer's constants, built
+    /// once per signer rather than on every call; empty for an engine that has none.
+    fn sig_prepare(&self, steps: &[WordMul], halves: &[[WordMul; 5]]) -> Vec<Line> {
+        let _ = (steps, halves);
+        Vec::new()
+    }
+
+    /// One signature: [`sig_horner`](Engine::sig_horner) over `data` from `accs`, then
+    /// [`sig_fold`](Engine::sig_fold) into `out`. `prepared` is what
+    /// [`sig_prepare`](Engine::sig_prepare) returned for the same constants; `accs` is left
+    /// unspecified.
+    fn sig_sign(
+        &self,
+        prepared: &[Line],
+        data: &[u8],
+        steps: &[WordMul],
+        halves: &[[WordMul; 5]],
+        accs: &mut [Lanes],
+        out: &mut [u16],
+    ) {
+        let _ = prepared;
+        self.sig_horner(data, steps, accs);
+        self.sig_fold(accs, halves, out);
     }
 
     /// `dst ^= c * src`.

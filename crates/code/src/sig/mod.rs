@@ -17,7 +17,7 @@
 
 pub mod gf16;
 
-use crate::gf::{engine, Engine, Lanes, WordMul};
+use crate::gf::{engine, Engine, Line, WordMul};
 use gf16::{alpha_pow, scale16, word_mul};
 
 /// The longest chunk with the N-byte detection guarantee: 2047 groups of 32 words, fewer
@@ -114,6 +114,8 @@ pub struct Signer<const N: usize> {
     /// Per component j, multiplication by alpha^(16 j), alpha^(8 j), ... alpha^j: the halvings
     /// that fold 32 lane words into the component.
     halves: [[WordMul; 5]; N],
+    /// The engine's tables for these constants, built once (see [`Engine::sig_prepare`]).
+    prepared: Vec<Line>,
 }
 
 impl<const N: usize> std::fmt::Debug for Signer<N> {
@@ -137,13 +139,10 @@ impl<const N: usize> Signer<N> {
     /// A signer on a chosen engine.
     pub fn with_engine(engine: &'static dyn Engine) -> Self {
         let j = |c: usize| (c + 1) as u64;
-        Signer {
-            engine,
-            steps: std::array::from_fn(|c| word_mul(alpha_pow(32 * j(c)))),
-            halves: std::array::from_fn(|c| {
-                std::array::from_fn(|level| word_mul(alpha_pow(j(c) * (16 >> level))))
-            }),
-        }
+        let steps = std::array::from_fn(|c| word_mul(alpha_pow(32 * j(c))));
+        let halves =
+            std::array::from_fn(|c| std::array::from_fn(|level| word_mul(alpha_pow(j(c) * (16 >> level)))));
+        Signer { engine, steps, halves, prepared: engine.sig_prepare(&steps, &halves) }
     }
 
     /// The engine in use.
@@ -153,8 +152,25 @@ impl<const N: usize> Signer<N> {
 
     /// The signature of `data`.
     pub fn sign(&self, data: &[u8]) -> Signature<N> {
-        let lanes = self.lanes(data);
-        self.fold(lanes, 0)
+        // The zero-padded partial group first (it is the last one), then the whole groups
+        // and the fold in one engine call.
+        let mut lanes = [[0u8; 64]; N];
+        let whole = data.len() & !63;
+        if whole < data.len() {
+            let mut tail = [0u8; 64];
+            tail[..data.len() - whole].copy_from_slice(&data[whole..]);
+            self.engine.sig_horner(&tail, &self.steps, &mut lanes);
+        }
+        let mut words = [0u16; N];
+        self.engine.sig_sign(
+            &self.prepared,
+            &data[..whole],
+            &self.steps,
+            &self.halves,
+            &mut lanes,
+            &mut words,
+        );
+        Signature(words)
     }
 
     /// The signature after bytes [off, off + old.len()) changed from `old` to `new`, from the
@@ -174,32 +190,24 @@ impl<const N: usize> Signer<N> {
             for p in pos..stop {
                 buf[p - base] = old[p - off] ^ new[p - off];
             }
-            let mut lanes = [[0u8; 64]; N];
-            self.engine.sig_horner(&buf[..span], &self.steps, &mut lanes);
-            sig = sig.xor(self.fold(lanes, base / 64));
+            let (mut lanes, mut words) = ([[0u8; 64]; N], [0u16; N]);
+            self.engine.sig_sign(
+                &self.prepared,
+                &buf[..span],
+                &self.steps,
+                &self.halves,
+                &mut lanes,
+                &mut words,
+            );
+            sig = sig.xor(self.shift(words, base / 64));
             pos = stop;
         }
         sig
     }
 
-    /// Runs the engine's Horner over all groups, the zero-padded partial group first
-    /// (it is the last one).
-    fn lanes(&self, data: &[u8]) -> [Lanes; N] {
-        let mut lanes = [[0u8; 64]; N];
-        let whole = data.len() & !63;
-        if whole < data.len() {
-            let mut tail = [0u8; 64];
-            tail[..data.len() - whole].copy_from_slice(&data[whole..]);
-            self.engine.sig_horner(&tail, &self.steps, &mut lanes);
-        }
-        self.engine.sig_horner(&data[..whole], &self.steps, &mut lanes);
-        lanes
-    }
-
-    /// sum_r lane_r * alpha^(j r), times alpha^(32 j first_group).
-    fn fold(&self, lanes: [Lanes; N], first_group: usize) -> Signature<N> {
-        let mut words = [0u16; N];
-        self.engine.sig_fold(&lanes, &self.halves, &mut words);
+    /// A signature of bytes that start at group `first_group` of the chunk, from that of the
+    /// same bytes at group 0: component j times alpha^(32 j first_group).
+    fn shift(&self, words: [u16; N], first_group: usize) -> Signature<N> {
         Signature(std::array::from_fn(|c| {
             let w = words[c];
             if first_group == 0 || w == 0 {
