@@ -671,10 +671,15 @@ pub fn codecs(opts: &Options, emit: &mut dyn FnMut(Row)) {
         text.push(if rng.below(12) == 0 { b'\n' } else { b' ' });
     }
     text.truncate(mb << 20);
-    for (name, compression) in
-        [("none", Compression::None), ("lz4", Compression::Lz4), ("zstd", Compression::Zstd)]
-    {
-        let fsopts = FsOptions { compression, dirty_limit: 1 << 20, ..FsOptions::default() };
+    let read_page_ns = t.read_ns as f64 + g.raw_page_size() as f64 * t.transfer_ns_per_byte;
+    let nodes = bitmend_flashfs::DEFAULT_NODE_PAGES;
+    for (name, compression, node_pages) in [
+        ("none", Compression::None, nodes),
+        ("lz4", Compression::Lz4, nodes),
+        ("lz4, a page per node", Compression::Lz4, 1),
+        ("zstd", Compression::Zstd, nodes),
+    ] {
+        let fsopts = FsOptions { compression, dirty_limit: 1 << 20, node_pages, ..FsOptions::default() };
         let mut fs =
             Fs::format(RamNand::new(g).expect("geometry"), FsConfig::default(), fsopts).expect("mkfs");
         let f = fs.create(ROOT, b"text", 0o644, 0, 0).expect("create");
@@ -711,6 +716,33 @@ pub fn codecs(opts: &Options, emit: &mut dyn FnMut(Row)) {
             raw_write,
             "MB/s",
             Better::Higher,
+        ));
+        // Random 4 KiB reads: a page of a node of several decompresses the whole node and
+        // reads every flash page under it.
+        let n = if opts.quick { 200 } else { 2000 };
+        let before = fs.store().nand().counters();
+        let cpu = Instant::now();
+        for _ in 0..n {
+            let at = rng.below(text.len() as u64 / 4096) * 4096;
+            fs.read(f.ino, at, 4096).expect("read");
+        }
+        let cpu_us = cpu.elapsed().as_secs_f64() * 1e6 / n as f64;
+        let rr = fs.store().nand().counters() - before;
+        emit(row(
+            format!("{mb} MiB text, {name}: random 4 KiB read, device time"),
+            n as f64 * 1e9 / rr.device_ns.max(1) as f64,
+            "raw chip (2 page reads)",
+            1e9 / (2.0 * read_page_ns),
+            "ops/s",
+            Better::Higher,
+        ));
+        emit(row(
+            format!("{mb} MiB text, {name}: random 4 KiB read, CPU"),
+            cpu_us,
+            "raw chip (2 page reads)",
+            2.0 * read_page_ns / 1e3,
+            "us",
+            Better::Lower,
         ));
     }
 }
