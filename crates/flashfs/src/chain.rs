@@ -136,7 +136,7 @@ impl<N: Nand> PageStore<N> {
             for i in 0..g.pages_per_block {
                 self.nand.read_spare(g.first_page(block) + i, &mut spare)?;
                 report.spares_read += 1;
-                if erased(&spare) {
+                if erased(&spare) && self.unwritten(g.first_page(block) + i)? {
                     return Ok(None);
                 }
                 if let Some(s) = Spare::decode(&spare) {

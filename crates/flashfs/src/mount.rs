@@ -44,6 +44,17 @@ pub(crate) fn erased(b: &[u8]) -> bool {
 }
 
 impl<N: Nand> PageStore<N> {
+    /// Whether a page whose spare reads erased was never programmed. A program cut early may
+    /// have moved bits of the data area and none of the spare: that page is torn (skipped,
+    /// never programmed again), not the end of what was written.
+    pub(crate) fn unwritten(&mut self, page: u32) -> Result<bool, FsError> {
+        let mut data = vec![0u8; self.layout.g.page_size as usize];
+        self.nand.read_data(page, &mut data)?;
+        Ok(erased(&data))
+    }
+}
+
+impl<N: Nand> PageStore<N> {
     /// Mounts the store on `nand` by scanning: the first page of every segment. Correct on
     /// any version of the format, on its own; the file system mounts through the anchor
     /// log instead ([`open_anchored`](Self::open_anchored)) when it can.
@@ -150,7 +161,7 @@ impl<N: Nand> PageStore<N> {
             for i in 0..ppb {
                 self.nand.read_spare(layout.g.first_page(block) + i, &mut spare)?;
                 report.spares_read += 1;
-                if erased(&spare) {
+                if erased(&spare) && self.unwritten(layout.g.first_page(block) + i)? {
                     next = i;
                     break;
                 }
@@ -299,7 +310,7 @@ impl<N: Nand> PageStore<N> {
                     continue;
                 }
                 self.nand.read_spare(page, &mut spare)?;
-                if erased(&spare) {
+                if erased(&spare) && self.unwritten(page)? {
                     break;
                 }
                 out.push((page, Spare::decode(&spare)));

@@ -156,6 +156,43 @@ fn damage_beyond_both_levels_is_an_error_never_wrong_bytes() {
     assert!((1..=2).contains(&unrecoverable), "{unrecoverable}");
 }
 
+/// A program cut before it reached the spare: bits of the data area moved, the spare still
+/// reads erased. Mount must take the page as torn, not as the end of what was written (the
+/// chip would refuse to program it again, and pages written after it would be lost to the
+/// next mount's scan).
+#[test]
+fn a_page_torn_before_its_spare_is_skipped_not_reused() {
+    let mut store = PageStore::format(chip(), cfg(1, 1)).unwrap();
+    let mut addrs = fill(&mut store, 3, 21, 7);
+    let mut nand = store.into_nand();
+    let mut next = addrs.last().unwrap().0 + 1;
+    let mut spare = vec![0u8; 48];
+    loop {
+        nand.read_spare(next, &mut spare).unwrap();
+        if spare.iter().all(|&b| b == 0xFF) {
+            break;
+        }
+        next += 1;
+    }
+    let mut torn = vec![0xFFu8; 512];
+    torn[100..140].fill(0x5A);
+    nand.program(next, &torn, &[0xFF; 48]).unwrap();
+    let (mut store, m) = PageStore::open(nand).unwrap();
+    assert_eq!(m.torn_pages, 1, "{m:?}");
+    read_all(&mut store, 3, &addrs);
+    for i in 21..60 {
+        let a = store.append(&page(3, i)).unwrap();
+        assert!(a.0 > next, "page {i} went to {a:?}, at or before the torn page {next}");
+        addrs.push(a);
+    }
+    store.sync().unwrap();
+    // The pages after the torn one are found again (the scan of the segment reads past it).
+    let (mut store, _) = PageStore::open(store.into_nand()).unwrap();
+    read_all(&mut store, 3, &addrs);
+    let log = store.log_pages(0, None).unwrap();
+    assert!(log.contains(&PageAddr(next + 1)), "the log's pages stop at the torn one: {log:?}");
+}
+
 /// A workload of appends with syncs; returns the addresses of pages covered by a sync that
 /// returned (the durable ones) and of every page appended.
 fn workload<N: Nand>(store: &mut PageStore<N>, n: u64) -> Result<(), (FsError, usize)> {

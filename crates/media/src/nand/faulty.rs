@@ -320,6 +320,11 @@ impl<N: Nand + RawAccess> FaultyNand<N> {
                     }
                 }
             }
+            // No bit moved: the page is as erased as before the attempt (as with none of
+            // the work done), and may be programmed.
+            if d.iter().chain(&s).all(|&b| b == 0xFF) {
+                return Ok(());
+            }
         }
         self.inner.program(page, &d, &s)?;
         self.assert_stuck(page)
