@@ -43,6 +43,11 @@ impl Engine for Avx2 {
         }
     }
 
+    fn sig_fold(&self, accs: &[Lanes], halves: &[[WordMul; 5]], out: &mut [u16]) {
+        // SAFETY: `new` checked AVX2, which implies SSSE3.
+        unsafe { super::engine_ssse3::sig_fold(accs, halves, out) }
+    }
+
     fn sig_horner(&self, data: &[u8], steps: &[WordMul], accs: &mut [Lanes]) {
         check_sig(data, steps, accs);
         for (steps, accs) in steps.chunks(2).zip(accs.chunks_mut(2)) {

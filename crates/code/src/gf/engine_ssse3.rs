@@ -48,6 +48,45 @@ impl Engine for Ssse3 {
             unsafe { horner(data, step, acc) }
         }
     }
+
+    fn sig_fold(&self, accs: &[Lanes], halves: &[[WordMul; 5]], out: &mut [u16]) {
+        // SAFETY: `new` checked SSSE3.
+        unsafe { sig_fold(accs, halves, out) }
+    }
+}
+
+/// [`Engine::sig_fold`] in 16-byte registers (for the SSSE3 and AVX2 engines): after the
+/// first halving only 16 words are left, one register of low halves and one of high.
+///
+/// # Safety
+/// The CPU has SSSE3.
+#[target_feature(enable = "ssse3")]
+pub(super) unsafe fn sig_fold(accs: &[Lanes], halves: &[[WordMul; 5]], out: &mut [u16]) {
+    assert!(accs.len() == halves.len() && accs.len() == out.len(), "one fold per component");
+    for ((acc, m), o) in accs.iter().zip(halves).zip(out.iter_mut()) {
+        // SAFETY: a Lanes is 64 bytes: loads at 0, 16, 32 and 48.
+        let ld = |at: usize| unsafe { _mm_loadu_si128(acc.as_ptr().add(at).cast()) };
+        // Words 16..32 into 0..16, then 8, 4, 2 and 1 words down within the register.
+        // SAFETY (add_mul): SSSE3 is enabled here.
+        let (l, h) = unsafe { add_mul(ld(0), ld(32), ld(16), ld(48), &m[0]) };
+        let (l, h) = unsafe { add_mul(l, h, _mm_srli_si128::<8>(l), _mm_srli_si128::<8>(h), &m[1]) };
+        let (l, h) = unsafe { add_mul(l, h, _mm_srli_si128::<4>(l), _mm_srli_si128::<4>(h), &m[2]) };
+        let (l, h) = unsafe { add_mul(l, h, _mm_srli_si128::<2>(l), _mm_srli_si128::<2>(h), &m[3]) };
+        let (l, h) = unsafe { add_mul(l, h, _mm_srli_si128::<1>(l), _mm_srli_si128::<1>(h), &m[4]) };
+        *o = (_mm_cvtsi128_si32(l) as u8) as u16 | ((_mm_cvtsi128_si32(h) as u8) as u16) << 8;
+    }
+}
+
+/// (l, h) ^ m * (ul, uh), word by word (low halves in `l`, high halves in `h`).
+#[target_feature(enable = "ssse3")]
+#[inline]
+unsafe fn add_mul(l: __m128i, h: __m128i, ul: __m128i, uh: __m128i, m: &WordMul) -> (__m128i, __m128i) {
+    // SAFETY: SSSE3 is enabled here.
+    unsafe {
+        let nl = _mm_xor_si128(mul(tables(m[0]), ul), mul(tables(m[1]), uh));
+        let nh = _mm_xor_si128(mul(tables(m[2]), ul), mul(tables(m[3]), uh));
+        (_mm_xor_si128(l, nl), _mm_xor_si128(h, nh))
+    }
 }
 
 #[inline(always)]
