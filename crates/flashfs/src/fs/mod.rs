@@ -91,8 +91,8 @@ pub struct FsOptions {
     pub lz4_level: u8,
     /// The most consecutive logical pages of a file compressed together into one node
     /// (aligned: a node starts at a multiple of it), 1 to [`MAX_NODE_PAGES`]. More compress
-    /// better; a read of one page then decompresses its whole node (docs/DESIGN.md,
-    /// "Compression"). Data that does not compress is stored a page per node whatever this is.
+    /// better; a read of one page then decompresses its whole node (docs/DESIGN.md, "Nodes of
+    /// several pages"). Data that does not compress is stored a page per node whatever this is.
     pub node_pages: usize,
 }
 
@@ -102,7 +102,7 @@ pub const DEFAULT_NODE_PAGES: usize = 4;
 
 /// The default lz4 level: the high-compression compressor's own default, about 10% smaller
 /// than the fast one on source code at about 40 MB/s, well above a NAND chip's program rate
-/// (docs/DESIGN.md, "Compression").
+/// (docs/DESIGN.md, "lz4's level").
 pub const DEFAULT_LZ4_LEVEL: u8 = 9;
 
 impl Default for FsOptions {
