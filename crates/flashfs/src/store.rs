@@ -109,6 +109,9 @@ pub struct PageStore<N: Nand> {
     pub(crate) compression: u8,
     /// The version the superblock read at mount was written by (this build's for a new one).
     pub(crate) sb_version: u32,
+    /// Bytes of flash pages in the good data blocks of every segment (what the space budget
+    /// starts from; it shrinks as blocks are retired).
+    good_data_bytes: u64,
 }
 
 impl<N: Nand> std::fmt::Debug for PageStore<N> {
@@ -123,6 +126,13 @@ impl<N: Nand> std::fmt::Debug for PageStore<N> {
 impl<N: Nand> PageStore<N> {
     pub(crate) fn assemble(nand: N, layout: Layout, fs_id: u64) -> Result<PageStore<N>, FsError> {
         let ps = layout.g.page_size as usize;
+        let mut good_blocks = 0u64;
+        for seg in 0..layout.segments {
+            for b in 0..layout.data_blocks() {
+                good_blocks += u64::from(!nand.is_bad(layout.block(seg, b))?);
+            }
+        }
+        let good_data_bytes = good_blocks * (layout.max_group() as u64 * ps as u64);
         let code = |k: u32, m: u32| {
             Codec::new(k as usize, m as usize).map_err(|e| FsError::Config { why: e.to_string() })
         };
@@ -159,6 +169,7 @@ impl<N: Nand> PageStore<N> {
             stats: StoreStats::default(),
             compression: 0,
             sb_version: crate::layout::FS_VERSION,
+            good_data_bytes,
         })
     }
 
@@ -663,12 +674,31 @@ impl<N: Nand> PageStore<N> {
             Ok(()) => Ok(true),
             Err(NandError::EraseFailed { .. }) => {
                 self.stats.erase_failures += 1;
-                self.stats.blocks_retired += 1;
-                self.nand.mark_bad(block)?;
+                self.retire(block)?;
                 Ok(false)
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Marks `block` bad: no layer uses it again, and the space budget loses its pages.
+    fn retire(&mut self, block: u32) -> Result<(), FsError> {
+        self.nand.mark_bad(block)?;
+        self.stats.blocks_retired += 1;
+        let data_block = self
+            .layout
+            .locate(self.layout.g.first_page(block))
+            .is_some_and(|(_, b, _)| b < self.layout.data_blocks());
+        if data_block {
+            let bytes = self.layout.max_group() as u64 * self.ps() as u64;
+            self.good_data_bytes = self.good_data_bytes.saturating_sub(bytes);
+        }
+        Ok(())
+    }
+
+    /// Bytes of flash pages in the good data blocks of every segment.
+    pub fn good_data_capacity(&self) -> u64 {
+        self.good_data_bytes
     }
 
     /// Erases a segment the file system no longer needs and makes it free.
@@ -683,8 +713,7 @@ impl<N: Nand> PageStore<N> {
             }
             if self.w.failing.remove(&block) {
                 // A block that failed a program is not trusted again.
-                self.nand.mark_bad(block)?;
-                self.stats.blocks_retired += 1;
+                self.retire(block)?;
             } else {
                 self.erase_block(block)?;
             }

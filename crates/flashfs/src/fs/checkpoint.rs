@@ -369,6 +369,8 @@ impl<N: Nand> Fs<N> {
         let pages = blob.len().div_ceil(self.buf.len() - FRAG_HEADER) as u64;
         self.ckpt_mark = (self.log_pages_written(), pages);
         self.stats.checkpoint_bytes = blob.len() as u64;
+        let on_flash = blob.len() as u64 + pages * FRAG_HEADER as u64;
+        self.budget.checkpoint(on_flash, self.inodes.len());
         Ok(())
     }
 

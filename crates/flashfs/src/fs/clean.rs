@@ -193,7 +193,7 @@ impl<N: Nand> Fs<N> {
         Ok(())
     }
 
-    fn segment_capacity(&self) -> u64 {
+    pub(crate) fn segment_capacity(&self) -> u64 {
         let l = &self.store.layout;
         (l.data_blocks() * l.max_group()) as u64 * l.g.page_size as u64
     }

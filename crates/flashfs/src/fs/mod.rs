@@ -8,6 +8,7 @@
 //! before the inode that gives it its size, so a crash never leaves a size pointing past data.
 //! What `fsync` or `sync` returned for is durable and correctable.
 
+mod budget;
 mod check;
 mod checkpoint;
 mod clean;
@@ -326,6 +327,8 @@ pub struct Fs<N: Nand> {
     /// no longer does.
     pub(crate) ckpt_maps: std::collections::HashSet<u32>,
     pub(crate) mount_maps: std::collections::HashSet<u32>,
+    /// What the space budget knows beyond the index (see `budget`).
+    pub(crate) budget: budget::Budget,
 }
 
 /// Logical pages of a file stored plain, untried, after one that compressed poorly.
@@ -382,6 +385,7 @@ impl<N: Nand> Fs<N> {
             ckpt_maps: Default::default(),
             mount_maps: Default::default(),
             open_handles: HashMap::new(),
+            budget: budget::Budget::default(),
         })
     }
 

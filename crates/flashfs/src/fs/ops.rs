@@ -78,6 +78,8 @@ impl<N: Nand> Fs<N> {
         if self.dir(parent)?.contains_key(name) {
             return Err(FsError::Exists);
         }
+        // A symlink's target goes into its inode node: up to a page of it.
+        self.reserve(u64::from(!target.is_empty()), 1)?;
         let ino = self.next_ino;
         self.next_ino += 1;
         let t = now();
@@ -180,6 +182,7 @@ impl<N: Nand> Fs<N> {
         if self.dir(parent)?.contains_key(name) {
             return Err(FsError::Exists);
         }
+        self.reserve(0, 1)?;
         self.dirs.get_mut(&parent).expect("parent").insert(name.to_vec(), ino);
         let i = self.inodes.get_mut(&ino).expect("checked");
         i.attr.nlink += 1;
@@ -533,6 +536,16 @@ impl<N: Nand> Fs<N> {
         let Some(end) = off.checked_add(data.len() as u64) else {
             return Err(FsError::Invalid { why: "a write past the largest offset".into() });
         };
+        let pages = off / LOGICAL_PAGE as u64..end.div_ceil(LOGICAL_PAGE as u64);
+        // A page whose index chunk is beyond repair cannot be written (its map could only
+        // be rewritten without the lost entries, turning them into holes): refused here,
+        // not accepted and dropped at write-back.
+        for ck in pages.clone().step_by(super::CHUNK_PAGES as usize) {
+            self.load_chunk(super::index::chunk_key(ino, ck))?;
+        }
+        self.load_chunk(super::index::chunk_key(ino, pages.end.saturating_sub(1)))?;
+        let new = pages.filter(|&i| !self.dirty.contains_key(&(ino, i))).count() as u64;
+        self.reserve(new, 0)?;
         while pos < end {
             let index = pos / LOGICAL_PAGE as u64;
             let within = (pos % LOGICAL_PAGE as u64) as usize;
@@ -555,20 +568,10 @@ impl<N: Nand> Fs<N> {
         Ok(data.len())
     }
 
-    /// Space, in logical bytes: (total, free) as the page store's segments allow.
-    ///
-    /// Total is what data can ever use: the data pages of every segment but the ones the
-    /// cleaner keeps in reserve (like parity, they are never the user's). Free counts what
-    /// the cleaner can reclaim, not only the erased segments: total less the live file data
-    /// and an allowance per inode for metadata and the checkpoint.
+    /// Space in bytes: (total, free), as the budget counts it (see `budget`): total is what
+    /// live data and metadata may ever take, free what a write may still reserve.
     pub fn statfs(&self) -> (u64, u64) {
-        let l = &self.store.layout;
-        let per_segment = (l.data_blocks() * l.max_group()) as u64 * l.g.page_size as u64;
-        let reserve = super::clean::RESERVE as u64;
-        let total = (l.segments as u64).saturating_sub(reserve) * per_segment;
-        let (_, stored) = self.data_space();
-        let metadata = 2 * (self.inodes.len() as u64 * 128 + self.index.totals.pages * 40);
-        (total, total.saturating_sub(stored + metadata))
+        self.space()
     }
 }
 

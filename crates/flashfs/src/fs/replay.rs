@@ -350,6 +350,8 @@ impl<N: Nand> Fs<N> {
                 }
                 self.next_ino = state.next_ino;
                 self.health_base = state.health;
+                let on_flash = n.payload.len() + n.frags.len() * crate::node::FRAG_HEADER;
+                self.budget.checkpoint(on_flash as u64, self.inodes.len());
                 self.ckpt_table = state.segments;
                 dirent_versions.clear();
                 if let Some(&(page, _, _)) = n.frags.first() {

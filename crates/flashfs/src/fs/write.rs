@@ -269,32 +269,45 @@ impl<N: Nand> Fs<N> {
         // An image still marked with an older version (before its first checkpoint here) gets
         // nodes an older build reads.
         let most = if self.store.sb_version >= 5 { self.opts.node_pages.clamp(1, MAX_NODE_PAGES) } else { 1 };
-        let dirty = std::mem::take(&mut self.dirty);
+        let mut dirty = std::mem::take(&mut self.dirty).into_iter().peekable();
         let mut run: Vec<u8> = Vec::with_capacity(most * LOGICAL_PAGE);
-        let mut run_at: Option<(u64, u64)> = None;
-        for ((ino, index), page) in dirty {
+        while let Some(((ino, first), page)) = dirty.next() {
             if !self.inodes.contains_key(&ino) {
                 continue;
             }
-            let joins = run_at.is_some_and(|(i, first)| {
-                i == ino && first + (run.len() / LOGICAL_PAGE) as u64 == index && index % most as u64 != 0
-            });
-            if !joins {
-                if let Some((i, first)) = run_at.take() {
-                    self.write_data_run(i, first, &run)?;
-                }
-                run.clear();
-                run_at = Some((ino, index));
-            }
+            run.clear();
             run.extend_from_slice(&page);
+            while let Some(&((i, index), _)) = dirty.peek() {
+                let next = first + (run.len() / LOGICAL_PAGE) as u64;
+                if i != ino || index != next || index % most as u64 == 0 {
+                    break;
+                }
+                run.extend_from_slice(&dirty.next().expect("peeked").1);
+            }
+            if let Err(e) = self.write_data_run(ino, first, &run) {
+                // Nothing acknowledged is dropped: what was not written stays dirty (the
+                // run's pages may be pending in the page being filled: written again). But
+                // a run whose index chunk became unreadable since it was accepted cannot be
+                // written ever: kept, it would fail every later sync.
+                let lost_map = matches!(e, FsError::Unrecoverable { .. } | FsError::NotWritten { .. });
+                if !lost_map {
+                    for (i, p) in run.chunks(LOGICAL_PAGE).enumerate() {
+                        self.dirty.insert((ino, first + i as u64), p.to_vec());
+                    }
+                }
+                self.dirty.extend(dirty);
+                return Err(e);
+            }
         }
-        if let Some((i, first)) = run_at {
-            self.write_data_run(i, first, &run)?;
-        }
-        for ino in std::mem::take(&mut self.dirty_inodes) {
+        let mut inodes = std::mem::take(&mut self.dirty_inodes).into_iter();
+        while let Some(ino) = inodes.next() {
             if self.inodes.contains_key(&ino) {
                 let n = self.inode_node(ino);
-                self.commit(vec![n])?;
+                if let Err(e) = self.commit(vec![n]) {
+                    self.dirty_inodes.insert(ino);
+                    self.dirty_inodes.extend(inodes);
+                    return Err(e);
+                }
             }
         }
         self.maybe_clean()?;
