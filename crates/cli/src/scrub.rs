@@ -73,6 +73,21 @@ fn field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
     Some(rest[..rest.find([',', '}'])?].trim_matches('"'))
 }
 
+/// The string after `"key": ` (JSON-quoted, as Rust's `{:?}` writes it), `None` for null.
+fn text_field(status: &str, key: &str) -> Option<String> {
+    let at = status.find(&format!("\"{key}\": \""))? + key.len() + 5;
+    let mut out = String::new();
+    let mut chars = status[at..].chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => return Some(out),
+            '\\' => out.push(chars.next()?),
+            c => out.push(c),
+        }
+    }
+    None
+}
+
 fn number(status: &str, key: &str) -> Result<u64, String> {
     field(status, key)
         .and_then(|v| v.parse().ok())
@@ -108,6 +123,13 @@ fn mounted(a: &ScrubArgs, tty: bool) -> Result<(ScrubReport, String), String> {
         };
         if number(&status, "pass")? >= want {
             progress(tty, &report);
+            let idle = field(&status, "state") == Some("idle");
+            if let Some(error) = text_field(&status, "error").filter(|_| idle) {
+                if tty {
+                    eprintln!();
+                }
+                return Err(format!("the scrub pass stopped: {error}"));
+            }
             if report.done && field(&status, "state") == Some("idle") {
                 if tty {
                     eprintln!();

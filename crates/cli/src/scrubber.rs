@@ -26,6 +26,8 @@ pub struct Mounted {
     passes_started: u64,
     requested: bool,
     next_due: Option<Instant>,
+    /// Why the newest pass stopped before its end (a full chip, a failing one), if it did.
+    error: Option<String>,
 }
 
 pub type Shared = Arc<Mutex<Mounted>>;
@@ -45,6 +47,7 @@ pub fn share(fs: Fs<FileNand>, schedule: Schedule) -> Shared {
         passes_started: 0,
         requested: false,
         next_due: schedule.every.map(|d| Instant::now() + d),
+        error: None,
     }))
 }
 
@@ -65,8 +68,10 @@ impl Mounted {
     pub fn status(&self) -> String {
         let h = self.fs.as_ref().map(|fs| fs.health()).unwrap_or_default();
         let state = if self.pass.is_some() || self.requested { "running" } else { "idle" };
+        // Quoted as a JSON string: the message is ours, but a path in it could hold anything.
+        let error = self.error.as_ref().map_or("null".to_string(), |e| format!("{e:?}"));
         format!(
-            "{{\"state\": \"{state}\", \"pass\": {}, {}, {}}}\n",
+            "{{\"state\": \"{state}\", \"pass\": {}, \"error\": {error}, {}, {}}}\n",
             self.passes_started,
             report_json(&self.report),
             health_json(&h)
@@ -83,6 +88,7 @@ impl Mounted {
                 return false;
             }
             self.requested = false;
+            self.error = None;
             self.passes_started += 1;
             let pass = fs.scrub_begin();
             self.report = pass.report();
@@ -93,6 +99,7 @@ impl Mounted {
             Ok(done) => done,
             Err(e) => {
                 eprintln!("bitmend: scrub pass {} stopped: {e}", self.passes_started);
+                self.error = Some(e.to_string());
                 true
             }
         };
