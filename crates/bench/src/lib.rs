@@ -9,6 +9,7 @@ pub mod corpus;
 pub mod flashfs;
 pub mod harness;
 pub mod littlefs;
+pub mod near_full;
 pub mod nvlog;
 pub mod postmark;
 

@@ -14,7 +14,7 @@ fn chip(mib: u32) -> RamNand {
 }
 
 fn opts() -> FsOptions {
-    FsOptions { compression: Compression::Lz4, index_chunks: 16, ..FsOptions::default() }
+    FsOptions { compression: Compression::Lz4, ..FsOptions::default() }
 }
 
 /// File contents: random (incompressible) or text that compresses about 3:1.
@@ -147,19 +147,19 @@ fn a_full_chip_of_text_in_big_files() {
 
 #[test]
 fn a_full_chip_of_small_files() {
-    fill_delete_fill(FsConfig::default(), 32, 4096, false);
+    fill_delete_fill(FsConfig::default(), 16, 4096, false);
 }
 
 #[test]
 fn a_full_chip_of_small_text_files() {
-    fill_delete_fill(FsConfig::default(), 32, 3000, true);
+    fill_delete_fill(FsConfig::default(), 16, 3000, true);
 }
 
 #[test]
 fn a_full_chip_with_two_parity_pages_and_blocks() {
     let cfg = FsConfig { parity_pages: 2, parity_blocks: 2, ..FsConfig::default() };
     fill_delete_fill(cfg, 32, 1 << 20, false);
-    fill_delete_fill(cfg, 32, 4096, true);
+    fill_delete_fill(cfg, 16, 4096, true);
 }
 
 #[test]

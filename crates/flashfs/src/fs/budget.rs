@@ -34,6 +34,9 @@ pub(crate) struct Budget {
     /// Bytes of the newest checkpoint, and inodes it held.
     ckpt_bytes: u64,
     ckpt_inodes: u64,
+    /// Where the cleaner last stopped short of its reserve: free segments, and the bytes
+    /// committed then (see `Fs::maybe_clean`).
+    pub stalled: Option<(usize, u64)>,
 }
 
 impl Budget {
@@ -41,6 +44,11 @@ impl Budget {
     pub fn checkpoint(&mut self, bytes: u64, inodes: usize) {
         self.ckpt_bytes = bytes;
         self.ckpt_inodes = inodes as u64;
+    }
+
+    /// Bytes of the newest checkpoint on the flash.
+    pub fn checkpoint_bytes(&self) -> u64 {
+        self.ckpt_bytes
     }
 }
 
@@ -56,7 +64,7 @@ impl<N: Nand> Fs<N> {
 
     /// Bytes of live data and metadata the file system may hold (statfs's total).
     pub(crate) fn capacity(&self) -> u64 {
-        let held_back = (super::clean::RESERVE as u64 + 1) * self.segment_capacity();
+        let held_back = (self.cleaner_reserve() as u64 + 1) * self.segment_capacity();
         let fillable = self.store.good_data_capacity().saturating_sub(held_back);
         fillable / FILL_DEN * FILL_NUM
     }

@@ -17,20 +17,47 @@ use crate::store::PageAddr;
 use crate::FsError;
 
 /// Free segments below which the cleaner runs (room to move a segment's data and write a
-/// checkpoint).
+/// checkpoint), for a checkpoint of a page; [`Fs::cleaner_reserve`] adds the checkpoint.
 pub(crate) const RESERVE: usize = 3;
 /// Erases by which a segment may lag the most worn one before the cleaner moves its data
 /// for wear's sake alone.
 const WEAR_GAP: u32 = 8;
+/// How much more live (as a fraction of a segment) than the emptiest candidate a victim
+/// may be.
+const NEAR_EMPTIEST: f64 = 0.1;
 
 impl<N: Nand> Fs<N> {
+    /// Free segments the cleaner keeps for itself: [`RESERVE`], and a segment more per
+    /// quarter of a segment the checkpoint takes. A pass writes a checkpoint and must free
+    /// more than that: with tens of thousands of files a checkpoint is a third of a segment,
+    /// and a pass that could afford one victim two-thirds live freed nothing.
+    pub(crate) fn cleaner_reserve(&self) -> usize {
+        RESERVE + (4.0 * self.checkpoint_segments()) as usize
+    }
+
+    /// The segments a checkpoint takes (a fraction, mostly).
+    fn checkpoint_segments(&self) -> f64 {
+        self.budget.checkpoint_bytes() as f64 / self.segment_capacity() as f64
+    }
+
     pub(crate) fn maybe_clean(&mut self) -> Result<(), FsError> {
-        if self.cleaning || self.store.free_segments() >= RESERVE {
+        let reserve = self.cleaner_reserve();
+        let free = self.store.free_segments();
+        if self.cleaning || free >= reserve {
+            return Ok(());
+        }
+        // The cleaner stopped short of its reserve at this many free segments, and nothing
+        // was freed since: running it again after every operation would redo the same work
+        // for nothing (near full, each create + fsync cost seconds). It runs again once a
+        // segment more is used, or once space was freed.
+        if self.budget.stalled.is_some_and(|(at, committed)| free >= at && self.committed() >= committed) {
             return Ok(());
         }
         self.cleaning = true;
-        let r = self.clean_until(RESERVE);
+        let r = self.clean_until(reserve);
         self.cleaning = false;
+        let free = self.store.free_segments();
+        self.budget.stalled = (free < reserve).then(|| (free, self.committed()));
         r
     }
 
@@ -86,10 +113,19 @@ impl<N: Nand> Fs<N> {
                 // Every candidate is full of live data: moving one would free nothing.
                 return Ok(());
             }
+            // Cost-benefit among the emptiest only: left to itself it prefers an old segment
+            // nine-tenths live to a young one two-thirds live, and near full, where each
+            // victim must free more than moving it and the checkpoint after cost, that
+            // frees nothing (the cleaner ran the chip out of segments under small-file
+            // churn at 95% full). Within a tenth of the emptiest, age still decides.
+            let emptiest = ranked.iter().map(|r| r.2).fold(1.0, f64::min);
+            ranked.retain(|r| r.2 <= emptiest + NEAR_EMPTIEST);
             ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
             // The best victims whose live data fits in the free segments but one (at least
             // one victim), moved together under one sync.
-            let budget = (self.store.free_segments() as f64 - 1.0).max(0.0);
+            // Room for the checkpoint the pass may write, and the segment being written.
+            let spare = 1.0 + self.checkpoint_segments();
+            let budget = (self.store.free_segments() as f64 - spare).max(0.0);
             let mut victims = Vec::new();
             let mut load = 0.0;
             for &(_, phys, u) in &ranked {
@@ -132,7 +168,7 @@ impl<N: Nand> Fs<N> {
                     .iter()
                     .any(|&p| self.store.used_segments().iter().any(|u| u.1 == p) && !eligible(self, p));
                 // Finishing segments early spends free ones: not when the cleaner needs them.
-                if !waiting || self.store.free_segments() < RESERVE + 2 {
+                if !waiting || self.store.free_segments() < self.cleaner_reserve() + 2 {
                     break;
                 }
                 self.checkpoint()?;
