@@ -98,13 +98,25 @@ pub(crate) fn open_image(image: &Path) -> Result<FileNand, String> {
 
 pub fn mkfs(a: &MkfsArgs) -> Result<(), String> {
     let g = a.geometry.geometry()?;
-    if a.force {
-        let _ = std::fs::remove_file(&a.image);
+    if a.force && a.image.exists() {
+        // A mounted image is live: replacing it under its daemon destroys what it holds,
+        // fsync'd data included.
+        if let Err(bitmend_media::nand::NandError::Locked { .. }) = FileNand::open(&a.image) {
+            let why = open_image(&a.image).err();
+            return Err(why.unwrap_or_else(|| format!("{}: in use", a.image.display())));
+        }
+        std::fs::remove_file(&a.image).map_err(|e| format!("{}: {e}", a.image.display()))?;
     }
     let nand = FileNand::create(&a.image, g).map_err(err)?;
-    let fs = Fs::format(nand, a.config(), a.compress.options()).map_err(err)?;
-    let (total, _) = fs.statfs();
-    fs.unmount().map_err(err)?;
+    let made = Fs::format(nand, a.config(), a.compress.options()).and_then(|fs| {
+        let (total, _) = fs.statfs();
+        fs.unmount().map(|_| total)
+    });
+    // A failed mkfs leaves nothing behind: the next one must not find "File exists".
+    let total = made.map_err(|e| {
+        let _ = std::fs::remove_file(&a.image);
+        err(e)
+    })?;
     println!(
         "{}: {g}; {} parity page(s) per group, {} parity block(s) per segment of {} blocks; {} MiB for files",
         a.image.display(),

@@ -93,9 +93,14 @@ fn time((s, ns): (i64, u32)) -> SystemTime {
 fn stamp(t: SystemTime) -> (i64, u32) {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => (d.as_secs() as i64, d.subsec_nanos()),
+        // Before 1970: whole seconds down, nanoseconds up from there (as `time` reads them
+        // back), so -1 ns is (-1, 999,999,999), not -1 s.
         Err(e) => {
             let d = e.duration();
-            (-(d.as_secs() as i64), 0)
+            match d.subsec_nanos() {
+                0 => (-(d.as_secs() as i64), 0),
+                ns => (-(d.as_secs() as i64) - 1, 1_000_000_000 - ns),
+            }
         }
     }
 }
@@ -468,5 +473,23 @@ impl Filesystem for FuseFs {
         let a = try_reply!(reply, self.fs().create(parent, name.as_bytes(), perm, req.uid(), req.gid()));
         try_reply!(reply, self.fs().open_file(a.ino));
         reply.created(&TTL, &attr(&a), 0, 0, 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_before_1970_keep_their_nanoseconds() {
+        for t in [
+            UNIX_EPOCH - Duration::from_nanos(1),
+            UNIX_EPOCH - Duration::new(5, 250_000_000),
+            UNIX_EPOCH - Duration::from_secs(86_400),
+            UNIX_EPOCH + Duration::new(3, 7),
+        ] {
+            assert_eq!(time(stamp(t)), t, "{t:?}");
+        }
+        assert_eq!(stamp(UNIX_EPOCH - Duration::from_nanos(1)), (-1, 999_999_999));
     }
 }

@@ -142,3 +142,33 @@ fn a_full_chip_through_the_mount() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `mkfs --force` refuses an image that is mounted, as every other command does: replacing it
+/// would destroy the live file system, fsync'd data included.
+#[test]
+fn mkfs_force_refuses_a_mounted_image() {
+    if !Path::new("/dev/fuse").exists() {
+        assert!(std::env::var_os("BITMEND_REQUIRE_FUSE").is_none(), "FUSE required but /dev/fuse is missing");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("bitmend-mkfs-force-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let img = dir.join("fs.img");
+    let mnt = dir.join("mnt");
+    let (img_s, mnt_s) = (img.to_str().unwrap(), mnt.to_str().unwrap());
+    assert!(bitmend(&["mkfs", img_s, "--size", "16MiB"]).status.success());
+    assert!(bitmend(&["mount", img_s, mnt_s]).status.success());
+    let mut f = std::fs::File::create(mnt.join("kept")).unwrap();
+    f.write_all(b"fsync'd before the mkfs").unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let out = bitmend(&["mkfs", img_s, "--size", "16MiB", "--force"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("mounted at"), "{said}");
+    assert_eq!(std::fs::read(mnt.join("kept")).unwrap(), b"fsync'd before the mkfs");
+    unmount_and_check(&mnt, img_s, "after the refused mkfs");
+    // Unmounted, --force replaces it.
+    assert!(bitmend(&["mkfs", img_s, "--size", "16MiB", "--force"]).status.success());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
