@@ -22,7 +22,14 @@ use bitmend_media::rng::Rng;
 
 use crate::harness::{Better, Options, Row};
 
-fn row(case: String, ours: f64, anchor: &str, anchor_value: f64, unit: &'static str, better: Better) -> Row {
+pub(crate) fn row(
+    case: String,
+    ours: f64,
+    anchor: &str,
+    anchor_value: f64,
+    unit: &'static str,
+    better: Better,
+) -> Row {
     Row {
         bench: "flashfs",
         case,

@@ -13,6 +13,7 @@ use bitmend_flashfs::{Compression, Fs, FsConfig, FsOptions, ROOT};
 use bitmend_media::nand::{Geometry, Nand, RamNand, Timing};
 use bitmend_media::rng::Rng;
 
+use crate::flashfs::row;
 use crate::harness::{Better, Options, Row};
 
 /// Device and CPU time per operation (ms), and segments the cleaner emptied per operation.
@@ -59,31 +60,27 @@ fn churn(fill: f64, ops: usize, seed: u64) -> Churn {
     }
 }
 
-fn row(case: String, ours: f64, anchor: &str, anchor_value: f64, unit: &'static str) -> Row {
-    Row {
-        bench: "flashfs",
-        case,
-        ours,
-        anchor: anchor.into(),
-        anchor_value: Some(anchor_value),
-        unit,
-        better: Better::Lower,
-    }
-}
-
 /// The rows: at 95% beside 50%, device time, CPU, and cleaning per operation.
 pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
     let ops = if opts.quick { 300 } else { 3000 };
     let half = churn(0.5, ops, 21);
     let full = churn(0.95, ops, 21);
     let case = |what: &str| format!("4 KiB file create + fsync, 95% full: {what}");
-    emit(row(case("device time per op"), full.device_ms, "the same at 50% full", half.device_ms, "ms"));
-    emit(row(case("CPU per op"), full.cpu_ms, "the same at 50% full", half.cpu_ms, "ms"));
+    emit(row(
+        case("device time per op"),
+        full.device_ms,
+        "the same at 50% full",
+        half.device_ms,
+        "ms",
+        Better::Lower,
+    ));
+    emit(row(case("CPU per op"), full.cpu_ms, "the same at 50% full", half.cpu_ms, "ms", Better::Lower));
     emit(row(
         case("segments cleaned per op"),
         full.cleaned,
         "the same at 50% full",
         half.cleaned,
         "segments",
+        Better::Lower,
     ));
 }
