@@ -130,7 +130,7 @@ fn mounted(a: &ScrubArgs, tty: bool) -> Result<(ScrubReport, String), String> {
                 }
                 return Err(format!("the scrub pass stopped: {error}"));
             }
-            if report.done && field(&status, "state") == Some("idle") {
+            if report.done && idle {
                 if tty {
                     eprintln!();
                 }

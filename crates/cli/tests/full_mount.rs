@@ -69,6 +69,21 @@ fn write_until_full(path: &Path, body: &[u8]) -> Option<usize> {
     Some(kept)
 }
 
+/// Files `{prefix}{i}` of `len` random bytes until one is refused: what each acknowledged.
+fn fill(mnt: &Path, prefix: &str, seed: u64, len: usize) -> Vec<(String, Vec<u8>)> {
+    let mut stored = Vec::new();
+    for i in 0.. {
+        let body = noise(seed + i, len);
+        let name = format!("{prefix}{i}");
+        let Some(kept) = write_until_full(&mnt.join(&name), &body) else { break };
+        stored.push((name, body[..kept].to_vec()));
+        if kept < body.len() {
+            break;
+        }
+    }
+    stored
+}
+
 fn libc_enospc() -> i32 {
     28
 }
@@ -90,16 +105,7 @@ fn a_full_chip_through_the_mount() {
     assert!(bitmend(&["mount", img_s, mnt_s]).status.success());
 
     // Big files of random data until one is refused.
-    let mut stored: Vec<(String, Vec<u8>)> = Vec::new();
-    for i in 0.. {
-        let body = noise(i, 4 << 20);
-        let name = format!("big{i}");
-        let Some(kept) = write_until_full(&mnt.join(&name), &body) else { break };
-        stored.push((name, body[..kept].to_vec()));
-        if kept < body.len() {
-            break;
-        }
-    }
+    let mut stored = fill(&mnt, "big", 0, 4 << 20);
     assert!(stored.len() >= 3, "{} files", stored.len());
     let check = |stored: &[(String, Vec<u8>)], when: &str| {
         for (name, body) in stored {
@@ -119,16 +125,7 @@ fn a_full_chip_through_the_mount() {
         std::fs::remove_file(mnt.join(name)).unwrap();
     }
     // Small files until full, then all read back.
-    let mut small = Vec::new();
-    for i in 0.. {
-        let body = noise(1000 + i, 4096);
-        let name = format!("s{i}");
-        let Some(kept) = write_until_full(&mnt.join(&name), &body) else { break };
-        small.push((name, body[..kept].to_vec()));
-        if kept < body.len() {
-            break;
-        }
-    }
+    let small = fill(&mnt, "s", 1000, 4096);
     assert!(small.len() > 1000, "{} small files", small.len());
     check(&small, "small files, full");
     unmount_and_check(&mnt, img_s, "full of small files");
