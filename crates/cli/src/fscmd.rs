@@ -70,27 +70,14 @@ pub(crate) fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// Where `image` is mounted by a bitmend daemon, from the mount table.
-fn mounted_at(image: &Path) -> Option<String> {
-    let canon = std::fs::canonicalize(image).ok()?;
-    let want = format!("bitmend:{}", canon.display());
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    info.lines()
-        .find_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            (right.split_whitespace().nth(1) == Some(want.as_str()))
-                .then(|| left.split_whitespace().nth(4))?
-        })
-        .map(str::to_string)
-}
-
 /// Opens an image for a command that needs it unmounted; if it is mounted, says where and
 /// what to do instead.
 pub(crate) fn open_image(image: &Path) -> Result<FileNand, String> {
-    FileNand::open(image).map_err(|e| match (&e, mounted_at(image)) {
+    FileNand::open(image).map_err(|e| match (&e, crate::mounted::mounted_at(image)) {
         (bitmend_media::nand::NandError::Locked { .. }, Some(at)) => format!(
-            "{}: mounted at {at}; unmount it first (fusermount3 -u {at}), or scrub it mounted: bitmend scrub {at}",
-            image.display()
+            "{}: mounted at {at}; unmount it first (bitmend umount {at}), or scrub it mounted: bitmend scrub {at}",
+            image.display(),
+            at = at.display()
         ),
         _ => e.to_string(),
     })
@@ -152,6 +139,11 @@ pub struct MountArgs {
     /// Request one now with `bitmend scrub MOUNTPOINT` or `echo start > MOUNTPOINT/.bitmend-scrub`.
     #[arg(long, default_value = "24h", value_name = "DURATION")]
     pub scrub_every: String,
+    /// Commit every change within this long even if no one syncs (ms, s, m, h or d; 0: only
+    /// at fsync, `bitmend sync` and unmount). A crash or `kill -9` of the daemon loses at
+    /// most the changes of the last interval; fsync'd ones never.
+    #[arg(long, default_value = "5s", value_name = "DURATION")]
+    pub commit_interval: String,
     /// Pause between the segments of a pass, so that it takes a bounded share of the daemon
     /// (each segment is checked under the file system's lock).
     #[arg(long, default_value_t = 10, value_name = "MS")]
@@ -183,14 +175,9 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
-fn is_mounted(mountpoint: &Path) -> bool {
-    let Ok(canon) = std::fs::canonicalize(mountpoint) else { return false };
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return false };
-    info.lines().any(|l| l.split_whitespace().nth(4) == Some(&canon.display().to_string()))
-}
-
 pub fn mount(a: &MountArgs) -> Result<(), String> {
-    crate::scrubber::parse_every(&a.scrub_every)?;
+    crate::units::parse_duration(&a.scrub_every)?;
+    let commit_interval = crate::units::parse_duration(&a.commit_interval)?;
     if a.index_chunks == 0 {
         return Err("--index-chunks must be at least 1".into());
     }
@@ -217,6 +204,8 @@ pub fn mount(a: &MountArgs) -> Result<(), String> {
         }
         cmd.arg("--scrub-every")
             .arg(&a.scrub_every)
+            .arg("--commit-interval")
+            .arg(&a.commit_interval)
             .arg("--scrub-pause-ms")
             .arg(a.scrub_pause_ms.to_string())
             .arg("--index-chunks")
@@ -235,9 +224,9 @@ pub fn mount(a: &MountArgs) -> Result<(), String> {
         cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(log_file);
         let mut child = cmd.spawn().map_err(err)?;
         for _ in 0..200 {
-            if is_mounted(&a.mountpoint) {
+            if crate::mounted::is_mountpoint(&a.mountpoint) {
                 println!(
-                    "mounted {} at {} (pid {}, log {}); unmount with: fusermount3 -u {}",
+                    "mounted {} at {} (pid {}, log {}); unmount with: bitmend umount {}",
                     a.image.display(),
                     a.mountpoint.display(),
                     child.id(),
@@ -280,7 +269,8 @@ pub fn mount(a: &MountArgs) -> Result<(), String> {
     let mut options = vec![
         // The canonical path, so that commands given the image can tell it is mounted.
         fuser::MountOption::FSName(format!(
-            "bitmend:{}",
+            "{}{}",
+            crate::mounted::SOURCE_PREFIX,
             std::fs::canonicalize(&a.image).unwrap_or_else(|_| a.image.clone()).display()
         )),
         fuser::MountOption::DefaultPermissions,
@@ -294,11 +284,12 @@ pub fn mount(a: &MountArgs) -> Result<(), String> {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
     let schedule = crate::scrubber::Schedule {
-        every: crate::scrubber::parse_every(&a.scrub_every)?,
+        every: crate::units::parse_duration(&a.scrub_every)?,
         pause: Duration::from_millis(a.scrub_pause_ms),
     };
     let shared = crate::scrubber::share(fs, schedule);
     let scrubber = crate::scrubber::spawn(shared.clone(), schedule);
+    let committer = commit_interval.map(|i| crate::commit::spawn(shared.clone(), i));
     let session =
         fuser::spawn_mount2(crate::fuse::FuseFs { shared }, &a.mountpoint, &options).map_err(err)?;
     while !STOP.load(Ordering::SeqCst) && !session.guard.is_finished() {
@@ -308,6 +299,9 @@ pub fn mount(a: &MountArgs) -> Result<(), String> {
     // scrubber stops when it finds it gone.
     drop(session);
     let _ = scrubber.join();
+    if let Some(c) = committer {
+        let _ = c.join();
+    }
     eprintln!("bitmend: unmounted {}", a.image.display());
     Ok(())
 }

@@ -407,6 +407,11 @@ impl Filesystem for FuseFs {
                     lock(&self.shared).request();
                     reply.written(data.len() as u32)
                 }
+                // `bitmend sync`: the write returns once everything is durable.
+                b"sync" => {
+                    try_reply!(reply, self.fs().sync());
+                    reply.written(data.len() as u32)
+                }
                 _ => reply.error(libc::EINVAL),
             };
         }

@@ -1,14 +1,16 @@
 //! The `bitmend` command line.
 
 mod bench;
+mod commit;
 mod demo;
 mod fscmd;
 mod fuse;
 mod inject;
 mod media;
+mod mounted;
 mod scrub;
 mod scrubber;
-mod size;
+mod units;
 
 use std::process::ExitCode;
 
@@ -32,10 +34,20 @@ enum Command {
     /// Mount a flash file system image with FUSE.
     ///
     /// Without --foreground the mount runs in a background process and this command returns
-    /// once it is mounted; unmount with `fusermount3 -u MOUNTPOINT`. Everything is written
+    /// once it is mounted; unmount with `bitmend umount MOUNTPOINT`. Everything is written
     /// out (with a checkpoint) at unmount. An image is locked while mounted: a second mount
     /// is refused.
+    ///
+    /// Durability: `fsync` (and `sync FILE`) returns once everything written before it is
+    /// on the image; `bitmend sync MOUNTPOINT` does the same for the whole file system; and
+    /// every change is committed within --commit-interval even if no one syncs. Linux does
+    /// not pass `sync` or `syncfs` to FUSE file systems, so plain `sync` gives no guarantee.
     Mount(fscmd::MountArgs),
+    /// Commit everything a mounted file system holds, and return once it is durable.
+    Sync(mounted::SyncArgs),
+    /// Unmount a mounted file system and wait until its daemon has written everything out
+    /// and let go of the image.
+    Umount(mounted::UmountArgs),
     /// Check every structure of an unmounted image and read back every byte of file data.
     Fsck(fscmd::CheckArgs),
     /// Check every written page of an image, or of a mounted file system, against its
@@ -61,6 +73,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Mkfs(a) => fscmd::mkfs(&a).map(|()| 0),
         Command::Mount(a) => fscmd::mount(&a).map(|()| 0),
+        Command::Sync(a) => mounted::sync(&a).map(|()| 0),
+        Command::Umount(a) => mounted::umount(&a).map(|()| 0),
         Command::Fsck(a) => fscmd::fsck(&a),
         Command::Scrub(a) => scrub::scrub(&a),
         Command::Stat(a) => fscmd::stat(&a).map(|()| 0),

@@ -6,7 +6,7 @@ use bitmend_bench::harness::json_str;
 use bitmend_media::nand::{FileNand, Geometry, Nand, RawAccess};
 use clap::{Args, Subcommand};
 
-use crate::size::{parse_size, show_size};
+use crate::units::{parse_size, show_size};
 
 #[derive(Args, Debug)]
 pub struct MediaArgs {

@@ -2,7 +2,8 @@
 //! under the file system's lock, so a request waits for at most one segment's check; passes
 //! start on a schedule and on request. The control file `.bitmend-scrub` in the mount's root
 //! (found by name, never listed) is how a pass is requested and watched: write `start` to it,
-//! read it for one line of JSON. `bitmend scrub MOUNTPOINT` does both.
+//! read it for one line of JSON. `bitmend scrub MOUNTPOINT` does both. Writing `sync` to it
+//! commits everything (`bitmend sync MOUNTPOINT`).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -180,18 +181,4 @@ pub fn spawn(shared: Shared, schedule: Schedule) -> JoinHandle<()> {
         // request or the schedule.
         std::thread::sleep(if more { schedule.pause } else { Duration::from_millis(100) });
     })
-}
-
-/// Parses a duration such as `90s`, `15m`, `24h` or `0` (never).
-pub fn parse_every(s: &str) -> Result<Option<Duration>, String> {
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num.parse().map_err(|_| format!("{s:?}: expected a number and s, m, h or d"))?;
-    let secs = match unit {
-        "" | "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        "d" => n * 86_400,
-        _ => return Err(format!("{s:?}: the unit is s, m, h or d")),
-    };
-    Ok((secs > 0).then(|| Duration::from_secs(secs)))
 }

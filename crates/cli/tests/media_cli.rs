@@ -169,3 +169,22 @@ fn stat_says_a_version_2_image_was_scanned_once_then_followed_by_its_anchor() {
     let text = String::from_utf8_lossy(&bitmend(&["stat", &img]).stdout).to_string();
     assert!(text.contains("by the anchor log and a chain of 1 segment"), "{text}");
 }
+
+/// An image larger than the host's free space is refused before anything is written (it
+/// used to fill the host disk and leave a half-written image behind); sizes take TiB.
+#[test]
+fn mkfs_refuses_an_image_the_host_has_no_room_for() {
+    let img = temp_path("huge.img");
+    let _ = std::fs::remove_file(&img);
+    let df = Command::new("df").args(["-B1", "--output=avail"]).arg(std::env::temp_dir()).output().unwrap();
+    let free: u64 =
+        String::from_utf8_lossy(&df.stdout).lines().nth(1).and_then(|l| l.trim().parse().ok()).unwrap();
+    if free > 7 << 40 {
+        eprintln!("the host has 7 TiB free: nothing to refuse, skipped");
+        return;
+    }
+    let out = bitmend(&["mkfs", &img, "--size", "7TiB"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("the image needs 7") && err.contains("GiB free"), "{err}");
+    assert!(!std::path::Path::new(&img).exists(), "the refused image was left behind");
+}

@@ -724,3 +724,45 @@ fn cold_data_does_not_pin_its_blocks() {
     // by a checkpoint before it erases their segment, 80..91).
     assert!(min >= 50 && max - min <= 12, "erase counts {min}..{max}");
 }
+
+/// The mount's commit interval counts from `unsynced_since`: every kind of change must set
+/// it (else the interval would never commit that change), a sync clears it, reads do not.
+#[test]
+fn every_change_is_noted_as_unsynced_until_a_sync() {
+    let mut fs = Fs::format(chip(64), cfg(), opts(Compression::Lz4)).unwrap();
+    fs.sync().unwrap();
+    assert!(fs.unsynced_since().is_none(), "after format and sync");
+    let f = fs.create(ROOT, b"f", 0o644, 0, 0).unwrap().ino;
+    fs.sync().unwrap();
+    type Change = fn(&mut Fs<RamNand>, u64);
+    let changes: [(&str, Change); 8] = [
+        ("write", |fs, f| {
+            fs.write(f, 0, b"data").unwrap();
+        }),
+        ("truncate", |fs, f| {
+            fs.setattr(f, SetAttr { size: Some(1), ..SetAttr::default() }).unwrap();
+        }),
+        ("chmod", |fs, f| {
+            fs.setattr(f, SetAttr { perm: Some(0o600), ..SetAttr::default() }).unwrap();
+        }),
+        ("mkdir", |fs, _| {
+            fs.mkdir(ROOT, b"d", 0o755, 0, 0).unwrap();
+        }),
+        ("rename", |fs, _| fs.rename(ROOT, b"d", ROOT, b"e").unwrap()),
+        ("rmdir", |fs, _| fs.rmdir(ROOT, b"e").unwrap()),
+        ("link", |fs, f| {
+            fs.link(f, ROOT, b"g").unwrap();
+        }),
+        ("unlink", |fs, _| fs.unlink(ROOT, b"g").unwrap()),
+    ];
+    for (what, change) in changes {
+        change(&mut fs, f);
+        assert!(fs.unsynced_since().is_some(), "{what} is not noted");
+        let since = fs.unsynced_since();
+        let _ = fs.read(f, 0, 10).unwrap();
+        let _ = fs.readdir(ROOT).unwrap();
+        assert_eq!(fs.unsynced_since(), since, "{what}: a read moved the mark");
+        fs.sync().unwrap();
+        assert!(fs.unsynced_since().is_none(), "{what}: sync did not clear the mark");
+    }
+}

@@ -329,6 +329,9 @@ pub struct Fs<N: Nand> {
     pub(crate) mount_maps: std::collections::HashSet<u32>,
     /// What the space budget knows beyond the index (see `budget`).
     pub(crate) budget: budget::Budget,
+    /// When the oldest change not yet made durable was made (none: everything is synced).
+    /// The mount's commit interval is measured from it.
+    pub(crate) unsynced_since: Option<std::time::Instant>,
 }
 
 /// Logical pages of a file stored plain, untried, after one that compressed poorly.
@@ -386,6 +389,7 @@ impl<N: Nand> Fs<N> {
             mount_maps: Default::default(),
             open_handles: HashMap::new(),
             budget: budget::Budget::default(),
+            unsynced_since: None,
         })
     }
 

@@ -546,6 +546,7 @@ impl<N: Nand> Fs<N> {
         self.load_chunk(super::index::chunk_key(ino, pages.end.saturating_sub(1)))?;
         let new = pages.filter(|&i| !self.dirty.contains_key(&(ino, i))).count() as u64;
         self.reserve(new, 0)?;
+        self.note_unsynced();
         while pos < end {
             let index = pos / LOGICAL_PAGE as u64;
             let within = (pos % LOGICAL_PAGE as u64) as usize;

@@ -60,6 +60,7 @@ impl<N: Nand> Fs<N> {
     }
 
     fn put_frag(&mut self, f: &Frag, payload: &[u8]) -> u16 {
+        self.note_unsynced();
         let at = self.fill;
         f.encode(&mut self.buf[at..at + FRAG_HEADER]);
         self.buf[at + FRAG_HEADER..at + FRAG_HEADER + payload.len()].copy_from_slice(payload);
@@ -320,7 +321,20 @@ impl<N: Nand> Fs<N> {
         if self.fill > 0 {
             self.seal_page()?;
         }
-        self.store.sync()
+        self.store.sync()?;
+        self.unsynced_since = None;
+        Ok(())
+    }
+
+    /// Notes a change that the next `sync` makes durable.
+    pub(crate) fn note_unsynced(&mut self) {
+        self.unsynced_since.get_or_insert_with(std::time::Instant::now);
+    }
+
+    /// When the oldest change that is not yet durable was made; `None` when a crash now
+    /// would lose nothing. The mount commits once it is older than its commit interval.
+    pub fn unsynced_since(&self) -> Option<std::time::Instant> {
+        self.unsynced_since
     }
 
     /// `fsync`: as `sync` (one log, so one file's durability is everyone's).

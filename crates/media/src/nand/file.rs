@@ -53,6 +53,24 @@ fn image_len(g: &Geometry) -> u64 {
     data_offset(g) + g.pages() as u64 * g.raw_page_size() as u64
 }
 
+/// Bytes an unprivileged writer may still use on the file system holding `path`.
+fn host_free(path: &Path) -> Result<u64, NandError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let p = dir.display().to_string();
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|_| io(&p)(std::io::Error::from(std::io::ErrorKind::InvalidInput)))?;
+    // SAFETY: statvfs is a plain C struct of integers, for which all zeros is a value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: the path is NUL-terminated and outlives the call; statvfs writes only into `st`.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(io(format!("{p}: statvfs"))(std::io::Error::last_os_error()));
+    }
+    Ok(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
 fn encode_header(g: &Geometry) -> Vec<u8> {
     let mut h = vec![0u8; HEADER_SIZE as usize];
     h[OFF_MAGIC..OFF_MAGIC + 8].copy_from_slice(&MAGIC);
@@ -171,6 +189,12 @@ impl FileNand {
     pub fn create(path: impl AsRef<Path>, geometry: Geometry) -> Result<FileNand, NandError> {
         geometry.validate()?;
         let p = path.as_ref().display().to_string();
+        // Every byte is written (erased cells are ones): a host that runs out halfway would
+        // leave a broken image, so the room is checked first.
+        let (need, free) = (image_len(&geometry), host_free(path.as_ref())?);
+        if need > free {
+            return Err(NandError::HostFull { path: p, need, free });
+        }
         let mut file =
             OpenOptions::new().read(true).write(true).create_new(true).open(path.as_ref()).map_err(io(&p))?;
         lock(&file, &p)?;

@@ -59,6 +59,9 @@ pub enum NandError {
     NotAnImage { path: String, why: String },
     #[error("{path}: NAND image format version {found}, this build reads version {supported}")]
     Version { path: String, found: u32, supported: u32 },
+    /// The host file system has too little room for the image (checked before it is made).
+    #[error("{path}: the image needs {:.1} GiB, the host file system has {:.1} GiB free", gib(*need), gib(*free))]
+    HostFull { path: String, need: u64, free: u64 },
     #[error("{path}: image is in use by another process")]
     Locked { path: String },
     #[error("{context}: {source}")]
@@ -67,6 +70,10 @@ pub enum NandError {
         #[source]
         source: std::io::Error,
     },
+}
+
+fn gib(bytes: u64) -> f64 {
+    bytes as f64 / (1u64 << 30) as f64
 }
 
 /// What a chip's timing datasheet gives; used to model device time beside CPU time.

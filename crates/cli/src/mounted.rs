@@ -1,0 +1,179 @@
+//! Mounted file systems: finding them in the mount table, and the commands that act on one
+//! through its daemon (`bitmend sync`, `bitmend umount`).
+
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use bitmend_media::nand::{FileNand, NandError};
+use clap::Args;
+
+use crate::scrubber::CONTROL_NAME;
+
+/// The source a bitmend daemon gives its mount: `bitmend:` and the image's canonical path,
+/// so that commands given the image can tell it is mounted.
+pub const SOURCE_PREFIX: &str = "bitmend:";
+
+/// One line of the mount table.
+#[derive(Debug, PartialEq)]
+pub struct MountEntry {
+    pub mountpoint: PathBuf,
+    pub source: String,
+}
+
+impl MountEntry {
+    /// The image of a bitmend mount; `None` for any other file system.
+    pub fn image(&self) -> Option<PathBuf> {
+        self.source.strip_prefix(SOURCE_PREFIX).map(PathBuf::from)
+    }
+}
+
+/// The kernel escapes space, tab, newline and backslash in paths as `\ooo`.
+fn unescape(field: &str) -> String {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal =
+            b.get(i + 1..i + 4).filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) => {
+                out.push(d.iter().fold(0u8, |v, c| v.wrapping_mul(8) + (c - b'0')));
+                i += 4;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Parses `/proc/self/mountinfo`: the mountpoint is field 5, the source the second field
+/// after the ` - ` separator.
+fn parse(info: &str) -> Vec<MountEntry> {
+    info.lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            Some(MountEntry {
+                mountpoint: PathBuf::from(unescape(left.split_whitespace().nth(4)?)),
+                source: unescape(right.split_whitespace().nth(1)?),
+            })
+        })
+        .collect()
+}
+
+fn table() -> Vec<MountEntry> {
+    parse(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default())
+}
+
+/// Where `image` is mounted by a bitmend daemon.
+pub fn mounted_at(image: &Path) -> Option<PathBuf> {
+    let canon = std::fs::canonicalize(image).ok()?;
+    table().into_iter().find(|e| e.image().as_deref() == Some(canon.as_path())).map(|e| e.mountpoint)
+}
+
+/// Whether something is mounted at `mountpoint`.
+pub fn is_mountpoint(mountpoint: &Path) -> bool {
+    let Ok(canon) = std::fs::canonicalize(mountpoint) else { return false };
+    table().iter().any(|e| e.mountpoint == canon)
+}
+
+/// The bitmend mount at `mountpoint` (the mountpoint itself, not a path inside it), with a
+/// message that says what is there instead.
+fn bitmend_mount(mountpoint: &Path) -> Result<MountEntry, String> {
+    let canon = std::fs::canonicalize(mountpoint).map_err(|e| format!("{}: {e}", mountpoint.display()))?;
+    // The last entry wins: it is the one mounted on top.
+    let entry = table().into_iter().rev().find(|e| e.mountpoint == canon);
+    match entry {
+        Some(e) if e.image().is_some() => Ok(e),
+        Some(e) => {
+            Err(format!("{}: {} is mounted there, not a bitmend file system", mountpoint.display(), e.source))
+        }
+        None => Err(format!("{}: not a mountpoint", mountpoint.display())),
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct SyncArgs {
+    /// The mountpoint of a mounted bitmend file system.
+    pub mountpoint: PathBuf,
+}
+
+/// `bitmend sync MOUNTPOINT`: commits everything the daemon holds and returns once it is
+/// durable, or fails with why it is not.
+pub fn sync(a: &SyncArgs) -> Result<(), String> {
+    bitmend_mount(&a.mountpoint)?;
+    let dir = std::fs::File::open(&a.mountpoint).map_err(|e| format!("{}: {e}", a.mountpoint.display()))?;
+    // First what the kernel may hold for us (nothing today: the mount does not use the
+    // kernel's write-back cache), then the daemon's own state, which `syncfs` never reaches.
+    // SAFETY: syncfs on a descriptor we own; no memory is passed.
+    if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
+        return Err(format!("{}: syncfs: {}", a.mountpoint.display(), std::io::Error::last_os_error()));
+    }
+    let control = a.mountpoint.join(std::str::from_utf8(CONTROL_NAME).expect("ASCII"));
+    std::fs::write(&control, "sync\n").map_err(|e| format!("{}: commit failed: {e}", a.mountpoint.display()))
+}
+
+#[derive(Args, Debug)]
+pub struct UmountArgs {
+    /// The mountpoint of a mounted bitmend file system.
+    pub mountpoint: PathBuf,
+    /// Give up waiting for the daemon after this many seconds.
+    #[arg(long, default_value_t = 60)]
+    pub timeout: u64,
+}
+
+/// `bitmend umount MOUNTPOINT`: unmounts, then waits until the daemon has written everything
+/// out and let go of the image, so that the next command on the image finds it free.
+pub fn umount(a: &UmountArgs) -> Result<(), String> {
+    let entry = bitmend_mount(&a.mountpoint)?;
+    let image = entry.image().expect("a bitmend mount");
+    let out = Command::new("fusermount3")
+        .arg("-u")
+        .arg(&entry.mountpoint)
+        .output()
+        .map_err(|e| format!("fusermount3: {e} (install fuse3)"))?;
+    if !out.status.success() {
+        let said = String::from_utf8_lossy(&out.stderr);
+        return Err(format!("fusermount3 -u {}: {}", entry.mountpoint.display(), said.trim()));
+    }
+    let deadline = Instant::now() + Duration::from_secs(a.timeout);
+    loop {
+        match FileNand::open(&image) {
+            Ok(_) => return Ok(()),
+            Err(NandError::Locked { .. }) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(NandError::Locked { .. }) => {
+                return Err(format!(
+                    "unmounted, but the daemon still holds {} after {} s",
+                    image.display(),
+                    a.timeout
+                ))
+            }
+            Err(e) => return Err(format!("unmounted; then {e}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mount_table_is_read_with_its_escapes() {
+        let info = "36 35 98:0 / /mnt1 rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n\
+                    90 29 0:52 / /tmp/my\\040mount rw,nosuid shared:1 - fuse bitmend:/tmp/a\\040b.img rw\n";
+        let t = parse(info);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0].mountpoint, PathBuf::from("/mnt1"));
+        assert_eq!(t[0].image(), None);
+        assert_eq!(t[1].mountpoint, PathBuf::from("/tmp/my mount"));
+        assert_eq!(t[1].image(), Some(PathBuf::from("/tmp/a b.img")));
+        assert_eq!(unescape("a\\134b\\011"), "a\\b\t");
+        assert_eq!(unescape("trailing\\04"), "trailing\\04");
+    }
+}
