@@ -259,12 +259,14 @@ pub fn mount(a: &MountArgs) -> Result<(), String> {
         fs.set_compression(c);
     }
     eprintln!(
-        "bitmend: mounted {} ({}; {} pages replayed{}, {} repaired on the way)",
+        "bitmend: mounted {} ({}; {} pages replayed{}, {} repaired on the way; {} damaged superblock copies, {} rewritten)",
         a.image.display(),
         mount_method(&rep),
         rep.pages,
         if rep.from_checkpoint { " from a checkpoint" } else { "" },
-        rep.pages_repaired
+        rep.pages_repaired,
+        rep.superblocks_damaged,
+        rep.superblocks_rewritten
     );
     let mut options = vec![
         // The canonical path, so that commands given the image can tell it is mounted.
@@ -341,7 +343,7 @@ pub fn fsck(a: &CheckArgs) -> Result<u8, String> {
         println!(
             "{{\"image\": {}, \"files\": {}, \"dirs\": {}, \"symlinks\": {}, \"data_pages\": {}, \"unreadable_pages\": {}, \
              \"repaired_pages\": {}, \"repaired_by_group\": {}, \"repaired_by_segment\": {}, \"pages_lost_at_mount\": {}, \
-             \"problems\": [{}], \"clean\": {}}}",
+             \"superblocks_damaged\": {}, \"superblocks_rewritten\": {}, \"problems\": [{}], \"clean\": {}}}",
             json_str(&a.image.display().to_string()),
             c.files,
             c.dirs,
@@ -352,6 +354,8 @@ pub fn fsck(a: &CheckArgs) -> Result<u8, String> {
             st.repaired_by_group,
             st.repaired_by_segment,
             rep.pages_lost,
+            rep.superblocks_damaged,
+            rep.superblocks_rewritten,
             problems.join(", "),
             c.clean()
         );
@@ -372,6 +376,12 @@ pub fn fsck(a: &CheckArgs) -> Result<u8, String> {
             "  unreadable logical pages: {}; pages lost at mount: {}",
             c.unreadable_pages, rep.pages_lost
         );
+        if rep.superblocks_damaged > 0 {
+            println!(
+                "  superblock copies: {} damaged, {} rewritten from the good one",
+                rep.superblocks_damaged, rep.superblocks_rewritten
+            );
+        }
         for p in &c.problems {
             println!("  problem: {p}");
         }

@@ -48,6 +48,15 @@ enum Fault {
         #[arg(long, default_value_t = 1)]
         pages: u32,
     },
+    /// Copy a page, data and spare, over another (a write that reached the wrong address).
+    Misdirect {
+        /// The page whose contents are copied.
+        #[arg(long)]
+        from: u32,
+        /// The page they land on.
+        #[arg(long)]
+        to: u32,
+    },
     /// Mark an erase block bad (as a failed erase does).
     Bad {
         /// The erase block.
@@ -104,6 +113,7 @@ pub fn run(args: InjectArgs) -> Result<(), String> {
             chip.geometry().check_block(*block).map_err(|e| e.to_string())?;
             vec![]
         }
+        Fault::Misdirect { .. } => vec![],
     };
     let mut n = FaultyNand::new(chip, seed);
     match args.fault {
@@ -123,6 +133,7 @@ pub fn run(args: InjectArgs) -> Result<(), String> {
             }
         }
         Fault::Bad { block } => n.mark_bad(block).map_err(|e| e.to_string())?,
+        Fault::Misdirect { from, to } => n.misdirect(from, to).map_err(|e| e.to_string())?,
     }
     n.sync().map_err(|e| e.to_string())?;
     let g = n.geometry();
@@ -166,6 +177,16 @@ pub fn run(args: InjectArgs) -> Result<(), String> {
                     );
                 } else {
                     println!("{image}: page {page} (block {}) replaced with garbage", g.block_of(*page));
+                }
+            }
+            NandFault::Misdirected { from, to } => {
+                if args.json {
+                    println!(
+                        "{{\"image\": {}, \"fault\": \"misdirected\", \"from\": {from}, \"to\": {to}}}",
+                        json_str(&image)
+                    );
+                } else {
+                    println!("{image}: page {from} copied over page {to} (block {})", g.block_of(*to));
                 }
             }
             _ => {}

@@ -34,7 +34,8 @@ pub fn scrub(a: &ScrubArgs) -> Result<u8, String> {
     } else {
         println!("{}: {}", a.target.display(), report_text(&r));
     }
-    Ok(if r.unreadable_pages == 0 { 0 } else { EXIT_PROBLEMS })
+    let sb_left = r.superblocks_damaged > r.superblocks_rewritten;
+    Ok(if r.unreadable_pages == 0 && !sb_left { 0 } else { EXIT_PROBLEMS })
 }
 
 fn progress(tty: bool, r: &ScrubReport) {
@@ -52,7 +53,7 @@ fn progress(tty: bool, r: &ScrubReport) {
 /// An unmounted image: the pass runs here, and the image is written out after it.
 fn image(a: &ScrubArgs, tty: bool) -> Result<(ScrubReport, String), String> {
     let nand = crate::fscmd::open_image(&a.target)?;
-    let (mut fs, _) = Fs::open(nand, FsOptions::default()).map_err(err)?;
+    let (mut fs, mounted) = Fs::open(nand, FsOptions::default()).map_err(err)?;
     let mut pass = fs.scrub_begin();
     while !fs.scrub_step(&mut pass).map_err(err)? {
         progress(tty, &pass.report());
@@ -63,7 +64,11 @@ fn image(a: &ScrubArgs, tty: bool) -> Result<(ScrubReport, String), String> {
     }
     let health = health_json(&fs.health());
     fs.unmount().map_err(err)?;
-    Ok((pass.report(), health))
+    // Opening the image already checked the superblock copies and rewrote what it could.
+    let mut r = pass.report();
+    r.superblocks_damaged += mounted.superblocks_damaged;
+    r.superblocks_rewritten += mounted.superblocks_rewritten;
+    Ok((r, health))
 }
 
 /// The number after `"key": ` in a line of the control file's JSON.
@@ -119,6 +124,8 @@ fn mounted(a: &ScrubArgs, tty: bool) -> Result<(ScrubReport, String), String> {
             parity_damaged: number(&status, "parity_damaged")?,
             logical_pages_relocated: number(&status, "logical_pages_relocated")?,
             segments_healed: number(&status, "segments_healed")?,
+            superblocks_damaged: number(&status, "superblocks_damaged")?,
+            superblocks_rewritten: number(&status, "superblocks_rewritten")?,
             done: field(&status, "done") == Some("true"),
         };
         if number(&status, "pass")? >= want {

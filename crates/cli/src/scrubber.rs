@@ -119,7 +119,8 @@ pub fn report_json(r: &ScrubReport) -> String {
     format!(
         "\"segments_total\": {}, \"segments_done\": {}, \"pages_checked\": {}, \"repaired_by_group\": {}, \
          \"repaired_by_segment\": {}, \"unreadable_pages\": {}, \"parity_damaged\": {}, \
-         \"logical_pages_relocated\": {}, \"segments_healed\": {}, \"done\": {}",
+         \"logical_pages_relocated\": {}, \"segments_healed\": {}, \"superblocks_damaged\": {}, \
+         \"superblocks_rewritten\": {}, \"done\": {}",
         r.segments_total,
         r.segments_done,
         r.pages_checked,
@@ -129,6 +130,8 @@ pub fn report_json(r: &ScrubReport) -> String {
         r.parity_damaged,
         r.logical_pages_relocated,
         r.segments_healed,
+        r.superblocks_damaged,
+        r.superblocks_rewritten,
         r.done
     )
 }
@@ -138,7 +141,7 @@ pub fn report_text(r: &ScrubReport) -> String {
     format!(
         "{} segments, {} pages checked; repaired {} from group parity, {} from segment parity; \
          {} beyond repair; {} damaged parity pages; {} logical pages rewritten; \
-         {} segments rewritten under fresh parity",
+         {} segments rewritten under fresh parity; {} of {} damaged superblock copies rewritten",
         r.segments_done,
         r.pages_checked,
         r.repaired_by_group,
@@ -146,7 +149,9 @@ pub fn report_text(r: &ScrubReport) -> String {
         r.unreadable_pages,
         r.parity_damaged,
         r.logical_pages_relocated,
-        r.segments_healed
+        r.segments_healed,
+        r.superblocks_rewritten,
+        r.superblocks_damaged
     )
 }
 

@@ -139,7 +139,7 @@ impl<N: Nand> PageStore<N> {
                 if erased(&spare) && self.unwritten(g.first_page(block) + i)? {
                     return Ok(None);
                 }
-                if let Some(s) = Spare::decode(&spare) {
+                if let Some(s) = Spare::decode(&spare, g.first_page(block) + i) {
                     return Ok(Some(s));
                 }
             }
@@ -274,14 +274,87 @@ impl<N: Nand> PageStore<N> {
             return Ok(());
         }
         for _ in 0..RESERVED_BLOCKS {
-            if let Some((block, _)) = self.w.anchor {
-                // As if the block were full: the next anchor goes into the other one.
-                self.w.anchor = Some((block, self.layout.g.pages_per_block));
-            }
-            self.record_checkpoint(page)?;
+            self.wrap_anchor_log(page)?;
         }
         self.sb_version = crate::layout::FS_VERSION;
+        self.sb_damaged.clear();
         Ok(())
+    }
+
+    /// Moves the anchor log to the other reserved block, as if its block were full: erases
+    /// it, writes the superblock into its page 0 and the anchor of checkpoint `page` after.
+    fn wrap_anchor_log(&mut self, page: PageAddr) -> Result<(), FsError> {
+        if let Some((block, _)) = self.w.anchor {
+            self.w.anchor = Some((block, self.layout.g.pages_per_block));
+        }
+        self.record_checkpoint(page)
+    }
+
+    /// This file system's superblock, as page 0 of each reserved block and every anchor
+    /// carry it.
+    pub(crate) fn superblock(&self) -> Superblock {
+        let (g, cfg) = (self.layout.g, self.layout.cfg);
+        Superblock { g, cfg, fs_id: self.fs_id, compression: self.compression }
+    }
+
+    /// Reserved blocks whose superblock copy is damaged (as of the mount or the last
+    /// [`check_superblocks`](Self::check_superblocks)).
+    pub fn damaged_superblocks(&self) -> &[u32] {
+        &self.sb_damaged
+    }
+
+    /// Reads both superblock copies again (for scrub); returns the damaged ones' blocks.
+    pub fn check_superblocks(&mut self) -> Result<&[u32], FsError> {
+        let g = self.layout.g;
+        let want = self.superblock();
+        let (mut page, mut spare) = (vec![0u8; g.page_size as usize], vec![0u8; g.spare_size as usize]);
+        self.sb_damaged.clear();
+        for b in 0..RESERVED_BLOCKS {
+            if self.nand.is_bad(b)? {
+                continue;
+            }
+            self.nand.read_page(g.first_page(b), &mut page, &mut spare)?;
+            if Superblock::decode(&page).ok() != Some(want) {
+                self.sb_damaged.push(b);
+            }
+        }
+        Ok(&self.sb_damaged)
+    }
+
+    /// Rewrites every damaged superblock copy from the good superblock, by moving the anchor
+    /// log into its block (erased, given the superblock, then the anchor of checkpoint
+    /// `page`). A cut at any point leaves a superblock to mount from: while a block is
+    /// erased, the other's page 0 or, when that is the damaged one, its newest anchor's
+    /// copy. Returns how many were rewritten; a copy in a block whose log has no anchor
+    /// with a copy (written before version 6), or whose partner block is bad, stays damaged.
+    pub fn rewrite_superblocks(&mut self, page: PageAddr) -> Result<u32, FsError> {
+        let mut rewritten = 0;
+        for block in self.sb_damaged.clone() {
+            let other = (block + 1) % RESERVED_BLOCKS;
+            if self.nand.is_bad(other)? {
+                continue;
+            }
+            if self.w.anchor.map(|a| a.0) == Some(block) {
+                // The log is in the damaged block: it moves out first, which erases the
+                // good copy; the newest anchor here must carry the superblock meanwhile.
+                if !self.newest_anchor_carries_superblock()? {
+                    continue;
+                }
+                self.wrap_anchor_log(page)?;
+            }
+            self.wrap_anchor_log(page)?;
+            rewritten += 1;
+        }
+        self.check_superblocks()?;
+        Ok(rewritten)
+    }
+
+    fn newest_anchor_carries_superblock(&mut self) -> Result<bool, FsError> {
+        let Some((block, next)) = self.w.anchor.filter(|a| a.1 > 1) else { return Ok(false) };
+        let g = self.layout.g;
+        let (mut page, mut spare) = (vec![0u8; g.page_size as usize], vec![0u8; g.spare_size as usize]);
+        self.nand.read_page(g.first_page(block) + next - 1, &mut page, &mut spare)?;
+        Ok(Anchor::superblock_in(&page).is_some_and(|(_, sb)| sb == self.superblock()))
     }
 
     /// Appends an anchor; when its block is full, erases the other reserved block, writes
@@ -292,14 +365,15 @@ impl<N: Nand> PageStore<N> {
         let g = self.layout.g;
         let mut page = vec![0u8; g.page_size as usize];
         let anchor = Anchor { seq: self.w.anchor_seq + 1, ckpt };
-        anchor.encode(self.fs_id, &mut page);
-        let spare = self.spare_for(Kind::Anchor, 0, 0, 0, &page);
+        anchor.encode(self.fs_id, &mut page, Some(&self.superblock()));
         // Each attempt either programs the anchor or moves on by a page or a block.
         for _ in 0..4 * g.pages_per_block {
             let Some((block, next)) = self.w.anchor else { break };
             if next < g.pages_per_block && !self.nand.is_bad(block)? {
                 self.w.anchor = Some((block, next + 1));
-                match self.nand.program(g.first_page(block) + next, &page, &spare) {
+                let at = g.first_page(block) + next;
+                let spare = self.spare_for(Kind::Anchor, 0, 0, 0, &page, at);
+                match self.nand.program(at, &page, &spare) {
                     Ok(()) => {
                         self.nand.sync()?;
                         self.w.anchor_seq = anchor.seq;
@@ -336,9 +410,8 @@ impl<N: Nand> PageStore<N> {
                 Err(e) => return Err(e.into()),
             }
             let mut sb = vec![0u8; g.page_size as usize];
-            Superblock { g, cfg: self.layout.cfg, fs_id: self.fs_id, compression: self.compression }
-                .encode(&mut sb);
-            let spare = self.spare_for(Kind::Superblock, 0, 0, 0, &sb);
+            self.superblock().encode(&mut sb);
+            let spare = self.spare_for(Kind::Superblock, 0, 0, 0, &sb, g.first_page(target));
             match self.nand.program(g.first_page(target), &sb, &spare) {
                 Ok(()) | Err(NandError::ProgramFailed { .. }) => {}
                 Err(e) => return Err(e.into()),

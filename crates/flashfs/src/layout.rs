@@ -1,20 +1,22 @@
 //! Where things live on the chip, and the byte forms of the superblock and of every page's
 //! spare area (docs/FORMAT.md, "flash file system").
 
-use bitmend_code::crc::crc32c;
+use bitmend_code::crc::{crc32c, crc32c_append};
 use bitmend_code::sig::Sig64;
 use bitmend_media::nand::Geometry;
 
 use crate::FsError;
 
 /// The on-media version of the flash layout this build reads and writes.
-pub const FS_VERSION: u32 = 5;
+pub const FS_VERSION: u32 = 6;
 /// The oldest version this build still reads: 1 lacks the recorded compression and the
 /// checkpoint's health section, which read as "not recorded" and zeros; 1 and 2 lack the
 /// anchor log and the successor queue in the spares, and are mounted by scanning; 1 to 3 list
 /// every logical page in the checkpoint (version 4 keeps the index in map nodes), which the
 /// first checkpoint after mounting them writes out; 1 to 4 hold a logical page per data node
-/// (version 5 compresses runs of pages together), which this build reads as they are.
+/// (version 5 compresses runs of pages together), which this build reads as they are; 1 to 5
+/// write spares whose CRC does not cover the page's address (version 6 binds it, so a page
+/// written to the wrong place is detected), read as they are.
 pub const FS_VERSION_OLDEST: u32 = 1;
 
 const MAGIC: [u8; 8] = *b"BMFLASH\0";
@@ -182,10 +184,23 @@ pub(crate) fn queue_len(n: usize) -> usize {
     (0..QUEUE_SLOTS).take_while(|&i| queue_slot(i, n).is_some()).count()
 }
 
+/// Bit 7 of the kind byte (version 6): the spare's CRC covers the page's address too, so a
+/// page programmed at, or copied to, another address than the one it was made for fails its
+/// check there, as damage does, and is rebuilt from parity.
+const BOUND: u8 = 0x80;
+
+/// The spare's CRC: over its bytes before the CRC, then, for a bound spare, the address.
+fn spare_crc(body: &[u8], bound_to: Option<u32>) -> u32 {
+    let crc = crc32c(body);
+    bound_to.map_or(crc, |page| crc32c_append(crc, &page.to_le_bytes()))
+}
+
 impl Spare {
-    pub fn encode(&self, out: &mut [u8]) {
+    /// Encodes the spare of the page at chip page `bind_to`, or, for images whose superblock
+    /// predates version 6, `None`: unbound, as older builds read it.
+    pub fn encode(&self, out: &mut [u8], bind_to: Option<u32>) {
         out.fill(0);
-        out[0] = self.kind as u8;
+        out[0] = self.kind as u8 | if bind_to.is_some() { BOUND } else { 0 };
         out[1] = self.index;
         out[2] = self.group_first;
         out[3] = self.group_len;
@@ -199,14 +214,16 @@ impl Spare {
                 out[r].copy_from_slice(&(q + 1).to_le_bytes());
             }
         }
-        let crc = crc32c(&out[..n - 4]);
+        let crc = spare_crc(&out[..n - 4], bind_to);
         out[n - 4..].copy_from_slice(&crc.to_le_bytes());
     }
 
-    /// `None` for an erased spare, a torn one or garbage.
-    pub fn decode(b: &[u8]) -> Option<Spare> {
+    /// The spare read from chip page `at`: `None` for an erased spare, a torn one, garbage,
+    /// or a bound one made for another page.
+    pub fn decode(b: &[u8], at: u32) -> Option<Spare> {
         let n = b.len();
-        if u32::from_le_bytes(b[n - 4..].try_into().unwrap()) != crc32c(&b[..n - 4]) {
+        let bound = b[0] & BOUND != 0;
+        if u32::from_le_bytes(b[n - 4..].try_into().unwrap()) != spare_crc(&b[..n - 4], bound.then_some(at)) {
             return None;
         }
         let mut queue = [None; QUEUE_SLOTS];
@@ -216,7 +233,7 @@ impl Spare {
             }
         }
         Some(Spare {
-            kind: Kind::from_u8(b[0])?,
+            kind: Kind::from_u8(b[0] & !BOUND)?,
             index: b[1],
             group_first: b[2],
             group_len: b[3],
@@ -250,10 +267,19 @@ pub(crate) struct AnchorCkpt {
 }
 
 const ANCHOR_MAGIC: [u8; 8] = *b"BMANCHOR";
+/// Bytes of a superblock (its CRC included), and where an anchor page carries a copy of it
+/// (version 6): a mount whose superblock pages are both unreadable takes it from the newest
+/// anchor, so rewriting a damaged copy (which erases a reserved block) is safe at any cut.
+pub(crate) const SUPERBLOCK_LEN: usize = 64;
+const ANCHOR_SUPERBLOCK_AT: usize = 64;
 
 impl Anchor {
-    pub fn encode(&self, fs_id: u64, page: &mut [u8]) {
+    /// Encodes the anchor, with a copy of the superblock `sb` when given.
+    pub fn encode(&self, fs_id: u64, page: &mut [u8], sb: Option<&Superblock>) {
         page.fill(0);
+        if let Some(sb) = sb {
+            sb.encode(&mut page[ANCHOR_SUPERBLOCK_AT..ANCHOR_SUPERBLOCK_AT + SUPERBLOCK_LEN]);
+        }
         page[0..8].copy_from_slice(&ANCHOR_MAGIC);
         page[8..16].copy_from_slice(&fs_id.to_le_bytes());
         page[16..24].copy_from_slice(&self.seq.to_le_bytes());
@@ -283,6 +309,13 @@ impl Anchor {
         };
         Some(Anchor { seq: u64_at(16), ckpt })
     }
+
+    /// The superblock an anchor page carries (version 6), with the anchor it is in; `None`
+    /// for any other page, or an anchor without a copy or of another file system.
+    pub fn superblock_in(page: &[u8]) -> Option<(Anchor, Superblock)> {
+        let sb = Superblock::decode(anchor_superblock(page)).ok()?;
+        Some((Anchor::decode(sb.fs_id, page)?, sb))
+    }
 }
 
 /// The superblock: geometry, configuration, identity.
@@ -294,6 +327,16 @@ pub(crate) struct Superblock {
     /// The compression chosen at mkfs for file data (byte 48): 0 not recorded (images made
     /// before it was), 1 none, 2 lz4, 3 zstd.
     pub compression: u8,
+}
+
+/// The version field of an encoded superblock.
+pub(crate) fn superblock_version(sb: &[u8]) -> u32 {
+    u32::from_le_bytes(sb[8..12].try_into().expect("4 bytes"))
+}
+
+/// Where an anchor page's copy of the superblock is.
+pub(crate) fn anchor_superblock(page: &[u8]) -> &[u8] {
+    &page[ANCHOR_SUPERBLOCK_AT..ANCHOR_SUPERBLOCK_AT + SUPERBLOCK_LEN]
 }
 
 impl Superblock {
@@ -358,39 +401,59 @@ mod tests {
             queue: [Some(0), Some(9), None, Some(70_000)],
         };
         let mut b = [0u8; 64];
-        s.encode(&mut b);
-        assert_eq!(Spare::decode(&b), Some(s));
+        s.encode(&mut b, Some(77));
+        assert_eq!(Spare::decode(&b, 77), Some(s));
+        // Bound to page 77: read at any other page, it is no spare (a misdirected write).
+        for at in [0, 76, 78, 77 ^ (1 << 20)] {
+            assert_eq!(Spare::decode(&b, at), None, "read at {at}");
+        }
+        // Unbound (images before version 6): read wherever it is.
+        let mut old = [0u8; 64];
+        s.encode(&mut old, None);
+        assert_eq!(old[0], Kind::GroupParity as u8);
+        assert_eq!((Spare::decode(&old, 77), Spare::decode(&old, 5)), (Some(s), Some(s)));
         // A 40-byte spare keeps the first two successors.
         let mut small = [0u8; 40];
-        s.encode(&mut small);
-        let d = Spare::decode(&small).unwrap();
+        s.encode(&mut small, Some(3));
+        let d = Spare::decode(&small, 3).unwrap();
         assert_eq!(d.queue, [Some(0), Some(9), None, None]);
         assert_eq!((queue_len(40), queue_len(64)), (2, 4));
         b[10] ^= 1;
-        assert_eq!(Spare::decode(&b), None);
-        assert_eq!(Spare::decode(&[0xFF; 64]), None, "an erased spare is no spare");
+        assert_eq!(Spare::decode(&b, 77), None);
+        assert_eq!(Spare::decode(&[0xFF; 64], 0), None, "an erased spare is no spare");
     }
 
     #[test]
     fn anchor_round_trips_and_rejects_other_file_systems() {
         let mut page = vec![0u8; 2048];
         let a = Anchor { seq: 9, ckpt: Some(AnchorCkpt { page: 4711, segment: 33, phys: 12 }) };
-        a.encode(5, &mut page);
+        a.encode(5, &mut page, None);
         assert_eq!(Anchor::decode(5, &page), Some(a));
+        assert_eq!(Anchor::superblock_in(&page), None, "no copy of the superblock");
         assert_eq!(Anchor::decode(6, &page), None, "another file system's anchor");
         page[30] ^= 4;
         assert_eq!(Anchor::decode(5, &page), None);
         let r = Anchor { seq: 10, ckpt: None };
-        r.encode(5, &mut page);
+        r.encode(5, &mut page, None);
         assert_eq!(Anchor::decode(5, &page), Some(r));
+        // Version 6: the anchor carries the superblock, found without knowing the id first.
+        let sb = Superblock { g: Geometry::RCFFS, cfg: FsConfig::default(), fs_id: 5, compression: 2 };
+        a.encode(5, &mut page, Some(&sb));
+        assert_eq!(Anchor::decode(5, &page), Some(a));
+        assert_eq!(Anchor::superblock_in(&page), Some((a, sb)));
+        page[70] ^= 1;
+        assert_eq!(Anchor::superblock_in(&page), None, "a damaged copy is no copy");
+        let other = Superblock { fs_id: 6, ..sb };
+        a.encode(5, &mut page, Some(&other));
+        assert_eq!(Anchor::superblock_in(&page), None, "a copy of another file system's");
     }
 
     #[test]
-    fn superblock_versions_1_to_5_are_read_and_later_ones_refused() {
+    fn superblock_versions_1_to_6_are_read_and_later_ones_refused() {
         let sb = Superblock { g: Geometry::RCFFS, cfg: FsConfig::default(), fs_id: 7, compression: 2 };
         let mut page = vec![0u8; 2048];
         for (version, ok) in
-            [(1u32, true), (2, true), (3, true), (4, true), (5, true), (6, false), (0, false)]
+            [(1u32, true), (2, true), (3, true), (4, true), (5, true), (6, true), (7, false), (0, false)]
         {
             sb.encode(&mut page);
             page[8..12].copy_from_slice(&version.to_le_bytes());

@@ -65,31 +65,71 @@ impl<N: Nand> PageStore<N> {
         Ok((store, report))
     }
 
-    /// Reads the superblock (from whichever reserved block has a good one) and assembles
-    /// the store, with nothing known yet about its segments.
+    /// Reads the superblock (from whichever reserved block has a good one, else from the
+    /// newest anchor that carries a copy) and assembles the store, with nothing known yet
+    /// about its segments. Notes which reserved blocks hold a damaged copy.
     pub(crate) fn with_superblock(mut nand: N) -> Result<PageStore<N>, FsError> {
         let g = nand.geometry();
         let mut page = vec![0u8; g.page_size as usize];
         let mut spare = vec![0u8; g.spare_size as usize];
         let mut why = FsError::NotAFs { why: "no readable superblock".into() };
+        let mut copies = Vec::new();
         for b in 0..RESERVED_BLOCKS.min(g.blocks) {
             if nand.is_bad(b)? {
                 continue;
             }
             nand.read_page(g.first_page(b), &mut page, &mut spare)?;
             match Superblock::decode(&page) {
-                Ok(sb) if sb.g == g => {
-                    let layout = Layout::new(g, sb.cfg)?;
-                    let mut store = PageStore::assemble(nand, layout, sb.fs_id)?;
-                    store.compression = sb.compression;
-                    store.sb_version = u32::from_le_bytes(page[8..12].try_into().expect("4 bytes"));
-                    return Ok(store);
+                Ok(sb) if sb.g == g => copies.push((b, Some((sb, crate::layout::superblock_version(&page))))),
+                Ok(_) => {
+                    why = FsError::NotAFs { why: "superblock geometry differs from the chip's".into() };
+                    copies.push((b, None));
                 }
-                Ok(_) => why = FsError::NotAFs { why: "superblock geometry differs from the chip's".into() },
-                Err(e) => why = e,
+                Err(e) => {
+                    why = e;
+                    copies.push((b, None));
+                }
             }
         }
-        Err(why)
+        let found = copies.iter().find_map(|c| c.1);
+        let Some((sb, version)) = found.or(Self::superblock_from_anchors(&mut nand)?) else {
+            return Err(why);
+        };
+        let layout = Layout::new(g, sb.cfg)?;
+        let mut store = PageStore::assemble(nand, layout, sb.fs_id)?;
+        store.compression = sb.compression;
+        store.sb_version = version;
+        // A copy that is not this superblock (an erased, zeroed or random page 0, or another
+        // file system's) is damaged; a copy of an older version is not.
+        store.sb_damaged =
+            copies.iter().filter(|c| c.1.is_none_or(|(other, _)| other != sb)).map(|c| c.0).collect();
+        Ok(store)
+    }
+
+    /// The superblock as the newest anchor carrying a copy has it (version 6), with its
+    /// version; `None` if no anchor does.
+    fn superblock_from_anchors(nand: &mut N) -> Result<Option<(Superblock, u32)>, FsError> {
+        let g = nand.geometry();
+        let mut page = vec![0u8; g.page_size as usize];
+        let mut spare = vec![0u8; g.spare_size as usize];
+        let mut newest: Option<(u64, Superblock, u32)> = None;
+        for b in 0..RESERVED_BLOCKS.min(g.blocks) {
+            if nand.is_bad(b)? {
+                continue;
+            }
+            for i in 1..g.pages_per_block {
+                nand.read_page(g.first_page(b) + i, &mut page, &mut spare)?;
+                if let Some((a, sb)) = crate::layout::Anchor::superblock_in(&page).filter(|(_, sb)| sb.g == g)
+                {
+                    if newest.as_ref().is_none_or(|n| a.seq > n.0) {
+                        let version =
+                            crate::layout::superblock_version(crate::layout::anchor_superblock(&page));
+                        newest = Some((a.seq, sb, version));
+                    }
+                }
+            }
+        }
+        Ok(newest.map(|(_, sb, v)| (sb, v)))
     }
 
     /// Finds the segments in use from the first written page of every segment, then the
@@ -139,11 +179,12 @@ impl<N: Nand> PageStore<N> {
                     // counting the torn pages after it as if they had one each.
                     let mut newest = None;
                     for i in (0..ppb).rev() {
+                        let at = layout.g.first_page(block) + i;
                         if i < ppb - 1 {
-                            self.nand.read_spare(layout.g.first_page(block) + i, &mut spare)?;
+                            self.nand.read_spare(at, &mut spare)?;
                             report.spares_read += 1;
                         }
-                        if let Some(s) = Spare::decode(&spare) {
+                        if let Some(s) = Spare::decode(&spare, at) {
                             newest = Some(s.seq.saturating_add((ppb - 1 - i) as u64));
                             break;
                         }
@@ -159,13 +200,14 @@ impl<N: Nand> PageStore<N> {
             let mut spares: Vec<Option<Spare>> = Vec::new();
             let mut next = ppb;
             for i in 0..ppb {
-                self.nand.read_spare(layout.g.first_page(block) + i, &mut spare)?;
+                let at = layout.g.first_page(block) + i;
+                self.nand.read_spare(at, &mut spare)?;
                 report.spares_read += 1;
                 if erased(&spare) && self.unwritten(layout.g.first_page(block) + i)? {
                     next = i;
                     break;
                 }
-                let s = Spare::decode(&spare);
+                let s = Spare::decode(&spare, at);
                 if s.is_none() {
                     report.torn_pages += 1;
                 }
@@ -217,7 +259,7 @@ impl<N: Nand> PageStore<N> {
             }
             let last = layout.g.first_page(block) + layout.g.pages_per_block - 1;
             self.nand.read_spare(last, &mut spare)?;
-            if Spare::decode(&spare).is_none_or(|s| s.kind != Kind::SegmentParity) {
+            if Spare::decode(&spare, last).is_none_or(|s| s.kind != Kind::SegmentParity) {
                 return Ok(false);
             }
         }
@@ -313,7 +355,7 @@ impl<N: Nand> PageStore<N> {
                 if erased(&spare) && self.unwritten(page)? {
                     break;
                 }
-                out.push((page, Spare::decode(&spare)));
+                out.push((page, Spare::decode(&spare, page)));
             }
         }
         Ok(out)

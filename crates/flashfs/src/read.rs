@@ -16,7 +16,7 @@ impl<N: Nand> PageStore<N> {
     fn read_raw(&mut self, page: u32, data: &mut [u8]) -> Result<Option<Spare>, FsError> {
         let mut spare = vec![0u8; self.layout.g.spare_size as usize];
         self.nand.read_page(page, data, &mut spare)?;
-        Ok(Spare::decode(&spare))
+        Ok(Spare::decode(&spare, page))
     }
 
     /// A page whose bytes match the signature in its spare.
@@ -91,7 +91,7 @@ impl<N: Nand> PageStore<N> {
         let mut group: Option<(u32, u32)> = None;
         for j in 0..ppb {
             self.nand.read_spare(first_page + j, &mut spare)?;
-            let Some(s) = Spare::decode(&spare) else { continue };
+            let Some(s) = Spare::decode(&spare, first_page + j) else { continue };
             if s.kind != Kind::GroupParity || (s.index as usize) >= p {
                 continue;
             }

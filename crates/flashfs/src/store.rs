@@ -109,6 +109,9 @@ pub struct PageStore<N: Nand> {
     pub(crate) compression: u8,
     /// The version the superblock read at mount was written by (this build's for a new one).
     pub(crate) sb_version: u32,
+    /// Reserved blocks (good ones) whose page 0 is not a good copy of the superblock: found
+    /// at mount and by scrub, rewritten by [`rewrite_superblocks`](Self::rewrite_superblocks).
+    pub(crate) sb_damaged: Vec<u32>,
     /// Bytes of flash pages in the good data blocks of every segment (what the space budget
     /// starts from; it shrinks as blocks are retired).
     good_data_bytes: u64,
@@ -169,6 +172,7 @@ impl<N: Nand> PageStore<N> {
             stats: StoreStats::default(),
             compression: 0,
             sb_version: crate::layout::FS_VERSION,
+            sb_damaged: Vec::new(),
             good_data_bytes,
         })
     }
@@ -207,7 +211,7 @@ impl<N: Nand> PageStore<N> {
             if store.nand.is_bad(b)? {
                 continue;
             }
-            let spare = store.spare_for(Kind::Superblock, 0, 0, 0, &page);
+            let spare = store.spare_for(Kind::Superblock, 0, 0, 0, &page, g.first_page(b));
             if store.nand.program(g.first_page(b), &page, &spare).is_ok() {
                 written += 1;
                 // The anchor log starts after the first superblock written.
@@ -257,6 +261,7 @@ impl<N: Nand> PageStore<N> {
         group_first: u32,
         group_len: u32,
         data: &[u8],
+        at: u32,
     ) -> Vec<u8> {
         let segment = self.w.seg.map_or(0, |s| s.1);
         let spare = Spare {
@@ -270,8 +275,16 @@ impl<N: Nand> PageStore<N> {
             queue: std::array::from_fn(|i| self.w.queue.get(i).copied()),
         };
         let mut b = vec![0u8; self.layout.g.spare_size as usize];
-        spare.encode(&mut b);
+        // Bound to its address once the superblock says version 6: an older build, which
+        // could not read a bound spare, refuses the image first.
+        spare.encode(&mut b, (self.sb_version >= 6).then_some(at));
         b
+    }
+
+    /// The chip page the next `program_here` programs.
+    fn here(&self) -> u32 {
+        let (phys, _) = self.w.seg.expect("segment open");
+        self.layout.page(phys, self.w.block, self.w.next)
     }
 
     /// Opens the next segment: the first of the successor queue still free, which mount will
@@ -366,8 +379,7 @@ impl<N: Nand> PageStore<N> {
     /// Programs one page at the write position; returns the bytes the chip now holds there
     /// (what was asked, or what a failed program left).
     fn program_here(&mut self, data: &[u8], spare: &[u8]) -> Result<(u32, bool), FsError> {
-        let (phys, _) = self.w.seg.expect("segment open");
-        let page = self.layout.page(phys, self.w.block, self.w.next);
+        let page = self.here();
         let ok = match self.nand.program(page, data, spare) {
             Ok(()) => true,
             Err(NandError::ProgramFailed { .. }) => {
@@ -445,7 +457,7 @@ impl<N: Nand> PageStore<N> {
         if self.w.group_len == 0 {
             self.w.group_first = self.w.next;
         }
-        let spare = self.spare_for(Kind::Data, mark, self.w.group_first, 0, data);
+        let spare = self.spare_for(Kind::Data, mark, self.w.group_first, 0, data, self.here());
         let (page, ok) = self.program_here(data, &spare)?;
         if !ok {
             // The failed page is not part of any group: close the group before it, retry after.
@@ -474,8 +486,8 @@ impl<N: Nand> PageStore<N> {
         let ps = self.ps();
         for j in 0..self.layout.cfg.parity_pages {
             let parity = self.w.group_parity[j as usize * ps..(j as usize + 1) * ps].to_vec();
-            let spare =
-                self.spare_for(Kind::GroupParity, j as u8, self.w.group_first, self.w.group_len, &parity);
+            let (first, len, at) = (self.w.group_first, self.w.group_len, self.here());
+            let spare = self.spare_for(Kind::GroupParity, j as u8, first, len, &parity, at);
             // A parity page that fails to program leaves the group short of one parity page:
             // still detectable, and correctable by the rest (and the segment parity).
             self.program_here(&parity, &spare)?;
@@ -531,8 +543,9 @@ impl<N: Nand> PageStore<N> {
                 for i in 0..ppb {
                     let at = ((t * ppb + i) as usize) * ps;
                     let data = self.w.seg_parity[at..at + ps].to_vec();
-                    let spare = self.spare_for(Kind::SegmentParity, t as u8, 0, 0, &data);
-                    match self.nand.program(self.layout.g.first_page(block) + i, &data, &spare) {
+                    let at = self.layout.g.first_page(block) + i;
+                    let spare = self.spare_for(Kind::SegmentParity, t as u8, 0, 0, &data, at);
+                    match self.nand.program(at, &data, &spare) {
                         Ok(()) => {}
                         Err(NandError::ProgramFailed { .. }) => {
                             self.stats.program_failures += 1;
@@ -635,7 +648,7 @@ impl<N: Nand> PageStore<N> {
     fn pad_rest_of_block(&mut self) -> Result<(), FsError> {
         let pad = vec![0u8; self.ps()];
         while self.w.next < self.layout.g.pages_per_block {
-            let spare = self.spare_for(Kind::Pad, 0, 0, 0, &pad);
+            let spare = self.spare_for(Kind::Pad, 0, 0, 0, &pad, self.here());
             self.program_here(&pad, &spare)?;
             self.stats.pad_pages += 1;
         }
@@ -729,7 +742,7 @@ impl<N: Nand> PageStore<N> {
     pub fn page_seq(&mut self, addr: PageAddr) -> Result<Option<u64>, FsError> {
         let mut spare = vec![0u8; self.layout.g.spare_size as usize];
         self.nand.read_spare(addr.0, &mut spare)?;
-        Ok(Spare::decode(&spare).map(|s| s.seq))
+        Ok(Spare::decode(&spare, addr.0).map(|s| s.seq))
     }
 
     /// The first data page of physical segment `phys`, if written.
@@ -742,7 +755,7 @@ impl<N: Nand> PageStore<N> {
             }
             let page = self.layout.g.first_page(block);
             self.nand.read_spare(page, &mut spare)?;
-            return Ok(Spare::decode(&spare).filter(|s| s.kind == Kind::Data).map(|_| PageAddr(page)));
+            return Ok(Spare::decode(&spare, page).filter(|s| s.kind == Kind::Data).map(|_| PageAddr(page)));
         }
         Ok(None)
     }

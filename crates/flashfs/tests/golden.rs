@@ -28,7 +28,7 @@ fn golden_store_reads_back() {
     nand.raw_read(0, &mut raw).unwrap();
     assert_eq!(&raw[..8], b"BMFLASH\0");
     nand.raw_read(32, &mut raw).unwrap(); // block 2, page 0: segment 0's first page
-    let s = Spare::decode(&raw[512..]).unwrap();
+    let s = Spare::decode(&raw[512..], 32).unwrap();
     assert_eq!((s.kind, s.group_first, s.segment), (Kind::Data, 0, 0));
     assert_eq!(raw[..512], data(0)[..]);
     let (mut store, m) = PageStore::open(nand).unwrap();

@@ -30,7 +30,7 @@ fn opts(c: Compression) -> FsOptions {
 
 #[test]
 fn golden_file_system_reads_back() {
-    for version in [1, 2, 3, 4, 5] {
+    for version in [1, 2, 3, 4, 5, 6] {
         read_back(version);
     }
 }
@@ -38,6 +38,7 @@ fn golden_file_system_reads_back() {
 fn read_back(version: u32) {
     let copy = std::env::temp_dir().join(format!("bitmend-fs-golden-{}-v{version}", std::process::id()));
     std::fs::copy(golden_v(version), &copy).unwrap();
+    spares_bound_from_version_6(&copy, version);
     let (mut fs, report) = Fs::open(FileNand::open(&copy).unwrap(), opts(Compression::Lz4)).unwrap();
     assert_eq!(report.pages_repaired, 0);
     // Both reserved blocks now carry this version's superblock: an older build, which does
@@ -59,6 +60,20 @@ fn read_back(version: u32) {
     assert!(!report.store.scanned && report.store.chain_length >= 1, "version {version}: {report:?}");
     check_contents(fs, version);
     let _ = std::fs::remove_file(copy);
+}
+
+/// Segment 0's first page (block 2, page 0 = chip page 16): from version 6 its spare's kind
+/// byte has bit 7 set and its CRC covers the address, so it reads as no spare anywhere else.
+fn spares_bound_from_version_6(image: &std::path::Path, version: u32) {
+    use bitmend_flashfs::Spare;
+    use bitmend_media::nand::RawAccess as _;
+    let mut nand = FileNand::open(image).unwrap();
+    let mut raw = vec![0u8; 2048 + 64];
+    nand.raw_read(16, &mut raw).unwrap();
+    let spare = &raw[2048..];
+    assert_eq!(spare[0] & 0x80 != 0, version >= 6, "version {version}: kind byte {:#x}", spare[0]);
+    assert!(Spare::decode(spare, 16).is_some(), "version {version}");
+    assert_eq!(Spare::decode(spare, 17).is_some(), version < 6, "version {version}: read at page 17");
 }
 
 fn check_contents(mut fs: Fs<FileNand>, version: u32) {

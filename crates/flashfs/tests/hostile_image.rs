@@ -57,7 +57,7 @@ fn damage(nand: &mut RamNand, r: &mut Rng) -> String {
         tries += 1;
         let page = r.below(pages as u64) as u32;
         nand.raw_read(page, &mut raw).unwrap();
-        let Some(mut spare) = Spare::decode(&raw[ps..]) else { continue };
+        let Some(mut spare) = Spare::decode(&raw[ps..], page) else { continue };
         let data = &mut raw[..ps];
         let how = match r.below(4) {
             0 => {
@@ -93,7 +93,8 @@ fn damage(nand: &mut RamNand, r: &mut Rng) -> String {
             spare.group_len = r.next_u64() as u8;
         }
         let mut sb = vec![0u8; ss];
-        spare.encode(&mut sb);
+        // A forger that knows the format: the spare is valid for where it is written.
+        spare.encode(&mut sb, Some(page));
         raw[ps..].copy_from_slice(&sb);
         nand.raw_write(page, 0, &raw).unwrap();
         done.push(format!("page {page}: {how}"));
@@ -119,7 +120,7 @@ fn forge_anchor(nand: &mut RamNand, r: &mut Rng) -> String {
             newest = Some((page, raw.clone()));
         }
     }
-    let (Some((_, mut forged)), Some(at)) = (newest, free) else { return "no anchor to forge".into() };
+    let (Some((from, mut forged)), Some(at)) = (newest, free) else { return "no anchor to forge".into() };
     let seq = u64::from_le_bytes(forged[16..24].try_into().unwrap()) + 1 + r.below(1000);
     forged[16..24].copy_from_slice(&seq.to_le_bytes());
     forged[24] = if r.below(4) == 0 { 2 } else { 1 };
@@ -129,10 +130,10 @@ fn forge_anchor(nand: &mut RamNand, r: &mut Rng) -> String {
     forged[40..44].copy_from_slice(&(r.below(14) as u32).to_le_bytes());
     let crc = bitmend_code::crc::crc32c(&forged[..44]);
     forged[44..48].copy_from_slice(&crc.to_le_bytes());
-    let mut spare = Spare::decode(&forged[ps..]).expect("a real anchor's spare");
+    let mut spare = Spare::decode(&forged[ps..], from).expect("a real anchor's spare");
     spare.sig = Signer::<4>::new().sign(&forged[..ps]);
     let mut sb = vec![0u8; ss];
-    spare.encode(&mut sb);
+    spare.encode(&mut sb, Some(at));
     forged[ps..].copy_from_slice(&sb);
     nand.raw_write(at, 0, &forged).unwrap();
     format!("anchor forged at page {at}")

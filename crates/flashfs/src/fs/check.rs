@@ -95,6 +95,10 @@ impl<N: Nand> Fs<N> {
                 c.problems.push(format!("inode {ino} is not in any directory"));
             }
         }
+        // Both copies of the superblock (a mount rewrites a damaged one it can).
+        for block in self.store.damaged_superblocks() {
+            c.problems.push(format!("the superblock copy in reserved block {block} is damaged"));
+        }
         // The index, a chunk at a time (loaded and evicted as reads do, within the bound).
         let chunks = self.index.all_chunks();
         let total = self.index.totals.pages;

@@ -33,6 +33,9 @@ pub struct MountReport {
     /// Index chunks whose map node the mount read (replay keeps the pages it finds beside
     /// maps not yet read; only a replayed shrink or removal reads them).
     pub maps_loaded: u64,
+    /// Superblock copies found damaged, and rewritten from the good superblock.
+    pub superblocks_damaged: u64,
+    pub superblocks_rewritten: u64,
 }
 
 /// A node that replay cannot apply because the index chunk it belongs to has a map beyond
@@ -149,6 +152,8 @@ impl<N: Nand> Fs<N> {
         if let Some(c) = fs.ckpt.filter(|_| fs.store.anchored()) {
             fs.store.upgrade_superblock(crate::PageAddr(c.page))?;
         }
+        report.superblocks_damaged = fs.store.damaged_superblocks().len() as u64;
+        report.superblocks_rewritten = fs.rewrite_damaged_superblocks()? as u64;
         fs.ckpt_maps = fs.index.map_segments(|p| fs.store.segment_of(crate::PageAddr(p)));
         fs.mount_maps = fs.ckpt_maps.clone();
         report.maps_loaded = fs.index.loads;

@@ -30,6 +30,9 @@ pub struct ScrubReport {
     /// Segments with a damaged page whose data was moved under fresh parity and which were
     /// erased.
     pub segments_healed: u64,
+    /// Superblock copies found damaged (re-read at the end of the pass), and rewritten.
+    pub superblocks_damaged: u64,
+    pub superblocks_rewritten: u64,
     pub done: bool,
 }
 
@@ -119,9 +122,23 @@ impl<N: Nand> Fs<N> {
         self.store.stats.repaired_by_group = counted.repaired_by_group;
         self.store.stats.repaired_by_segment = counted.repaired_by_segment;
         self.sync()?;
+        pass.report.superblocks_damaged = self.store.check_superblocks()?.len() as u64;
+        pass.report.superblocks_rewritten = self.rewrite_damaged_superblocks()? as u64;
         self.scrubbed.0 += 1;
         pass.report.done = true;
         Ok(true)
+    }
+
+    /// Rewrites the damaged superblock copies (see `PageStore::rewrite_superblocks`), with
+    /// the anchor of the newest checkpoint; none before the file system has an anchored one.
+    pub(crate) fn rewrite_damaged_superblocks(&mut self) -> Result<u32, FsError> {
+        if self.store.damaged_superblocks().is_empty() {
+            return Ok(0);
+        }
+        match self.ckpt.filter(|_| self.store.anchored()) {
+            Some(c) => self.store.rewrite_superblocks(crate::PageAddr(c.page)),
+            None => Ok(0),
+        }
     }
 
     /// Rereads every logical page with a fragment on a repaired flash page; the read repairs

@@ -46,6 +46,9 @@ pub enum NandFault {
     StuckBit { page: u32, bit: u32, value: bool },
     /// A page whose data and spare were replaced by garbage.
     LostPage { page: u32 },
+    /// A misdirected write: the data and spare of page `from` landed on page `to` too (a
+    /// controller or firmware error in the address), so `to` holds a valid page of elsewhere.
+    Misdirected { from: u32, to: u32 },
     /// A program reported as failed; the page holds part of what was programmed.
     ProgramFailed { page: u32 },
     /// An erase reported as failed; the block turned bad.
@@ -183,6 +186,19 @@ impl<N: Nand + RawAccess> FaultyNand<N> {
         self.rng.fill(&mut garbage);
         self.inner.raw_write(page, 0, &garbage)?;
         self.faults.push(NandFault::LostPage { page });
+        Ok(())
+    }
+
+    /// Copies page `from`, data and spare, over page `to`: a write that reached the wrong
+    /// address. Every check of `to` that does not know its own address passes.
+    pub fn misdirect(&mut self, from: u32, to: u32) -> Result<(), NandError> {
+        let g = self.inner.geometry();
+        g.check_page(from)?;
+        g.check_page(to)?;
+        let mut page = vec![0u8; g.raw_page_size()];
+        self.inner.raw_read(from, &mut page)?;
+        self.inner.raw_write(to, 0, &page)?;
+        self.faults.push(NandFault::Misdirected { from, to });
         Ok(())
     }
 
