@@ -3,6 +3,8 @@
 //! rename work on the full chip, everything is deleted and the chip filled again with small
 //! files, with a clean fsck at each step.
 
+mod common;
+
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output};
@@ -144,16 +146,12 @@ fn a_full_chip_through_the_mount() {
 /// would destroy the live file system, fsync'd data included.
 #[test]
 fn mkfs_force_refuses_a_mounted_image() {
-    if !Path::new("/dev/fuse").exists() {
-        assert!(std::env::var_os("BITMEND_REQUIRE_FUSE").is_none(), "FUSE required but /dev/fuse is missing");
+    if !common::fuse_available() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("bitmend-mkfs-force-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let img = dir.join("fs.img");
-    let mnt = dir.join("mnt");
-    let (img_s, mnt_s) = (img.to_str().unwrap(), mnt.to_str().unwrap());
+    let (dir, img, mnt_s) = common::scratch("mkfs-force");
+    let (img_s, mnt_s) = (img.as_str(), mnt_s.as_str());
+    let mnt = Path::new(mnt_s);
     assert!(bitmend(&["mkfs", img_s, "--size", "16MiB"]).status.success());
     assert!(bitmend(&["mount", img_s, mnt_s]).status.success());
     let mut f = std::fs::File::create(mnt.join("kept")).unwrap();
@@ -164,7 +162,7 @@ fn mkfs_force_refuses_a_mounted_image() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && said.contains("mounted at"), "{said}");
     assert_eq!(std::fs::read(mnt.join("kept")).unwrap(), b"fsync'd before the mkfs");
-    unmount_and_check(&mnt, img_s, "after the refused mkfs");
+    unmount_and_check(mnt, img_s, "after the refused mkfs");
     // Unmounted, --force replaces it.
     assert!(bitmend(&["mkfs", img_s, "--size", "16MiB", "--force"]).status.success());
     std::fs::remove_dir_all(&dir).unwrap();
