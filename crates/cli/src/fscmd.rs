@@ -342,7 +342,7 @@ pub fn fsck(a: &CheckArgs) -> Result<u8, String> {
         let problems: Vec<String> = c.problems.iter().map(|p| json_str(p)).collect();
         println!(
             "{{\"image\": {}, \"files\": {}, \"dirs\": {}, \"symlinks\": {}, \"data_pages\": {}, \"unreadable_pages\": {}, \
-             \"repaired_pages\": {}, \"repaired_by_group\": {}, \"repaired_by_segment\": {}, \"pages_lost_at_mount\": {}, \
+             \"repaired_pages\": {}, \"maps_rebuilt\": {}, \"repaired_by_group\": {}, \"repaired_by_segment\": {}, \"pages_lost_at_mount\": {}, \
              \"superblocks_damaged\": {}, \"superblocks_rewritten\": {}, \"problems\": [{}], \"clean\": {}}}",
             json_str(&a.image.display().to_string()),
             c.files,
@@ -351,6 +351,7 @@ pub fn fsck(a: &CheckArgs) -> Result<u8, String> {
             c.data_pages,
             c.unreadable_pages,
             c.repaired_pages,
+            c.maps_rebuilt,
             st.repaired_by_group,
             st.repaired_by_segment,
             rep.pages_lost,
@@ -376,6 +377,13 @@ pub fn fsck(a: &CheckArgs) -> Result<u8, String> {
             "  unreadable logical pages: {}; pages lost at mount: {}",
             c.unreadable_pages, rep.pages_lost
         );
+        if c.maps_rebuilt > 0 {
+            println!(
+                "  index maps lost and rebuilt from the data nodes: {}{}",
+                c.maps_rebuilt,
+                if a.repair { " (written again)" } else { " (fsck --repair writes them again)" }
+            );
+        }
         if rep.superblocks_damaged > 0 {
             println!(
                 "  superblock copies: {} damaged, {} rewritten from the good one",

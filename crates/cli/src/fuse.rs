@@ -7,11 +7,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use std::ops::{Deref, DerefMut};
 use std::sync::MutexGuard;
 
-use bitmend_flashfs::{Attr, FileType, Fs, FsError, SetAttr, ROOT};
+use bitmend_flashfs::{Attr, Falloc, FileType, Fs, FsError, SetAttr, XattrMode, ROOT};
 use bitmend_media::nand::FileNand;
 use fuser::{
     FileAttr, Filesystem, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
 };
 
 use crate::scrubber::{lock, Mounted, Shared, CONTROL_INO, CONTROL_NAME};
@@ -78,7 +78,22 @@ fn errno(e: &FsError) -> i32 {
         FsError::NameTooLong => libc::ENAMETOOLONG,
         FsError::Invalid { .. } => libc::EINVAL,
         FsError::NoSpace => libc::ENOSPC,
+        FsError::NoXattr => libc::ENODATA,
+        FsError::XattrTooBig { .. } => libc::E2BIG,
+        FsError::Unsupported { .. } => libc::EOPNOTSUPP,
         _ => libc::EIO,
+    }
+}
+
+/// Answers a getxattr or listxattr: the size asked for with `size` 0, the bytes if they fit,
+/// else ERANGE.
+fn xattr_reply(reply: ReplyXattr, size: u32, bytes: &[u8]) {
+    if size == 0 {
+        reply.size(bytes.len() as u32);
+    } else if bytes.len() <= size as usize {
+        reply.data(bytes);
+    } else {
+        reply.error(libc::ERANGE);
     }
 }
 
@@ -433,6 +448,89 @@ impl Filesystem for FuseFs {
 
     fn fsyncdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
         try_reply!(reply, self.fs().fsync(ino));
+        reply.ok();
+    }
+
+    fn setxattr(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        if ino == CONTROL_INO {
+            return reply.error(libc::EPERM);
+        }
+        let mode = match flags {
+            0 => XattrMode::Any,
+            libc::XATTR_CREATE => XattrMode::Create,
+            libc::XATTR_REPLACE => XattrMode::Replace,
+            _ => return reply.error(libc::EINVAL),
+        };
+        try_reply!(reply, self.fs().setxattr(ino, name.as_bytes(), value, mode));
+        reply.ok();
+    }
+
+    fn getxattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if ino == CONTROL_INO {
+            return reply.error(libc::ENODATA);
+        }
+        let value = try_reply!(reply, self.fs().getxattr(ino, name.as_bytes()));
+        xattr_reply(reply, size, &value);
+    }
+
+    fn listxattr(&mut self, _req: &Request<'_>, ino: u64, size: u32, reply: ReplyXattr) {
+        if ino == CONTROL_INO {
+            return xattr_reply(reply, size, &[]);
+        }
+        let names = try_reply!(reply, self.fs().listxattr(ino));
+        // Each name followed by a NUL, as listxattr(2) returns them.
+        let list: Vec<u8> = names
+            .into_iter()
+            .flat_map(|mut n| {
+                n.push(0);
+                n
+            })
+            .collect();
+        xattr_reply(reply, size, &list);
+    }
+
+    fn removexattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, reply: ReplyEmpty) {
+        if ino == CONTROL_INO {
+            return reply.error(libc::ENODATA);
+        }
+        try_reply!(reply, self.fs().removexattr(ino, name.as_bytes()));
+        reply.ok();
+    }
+
+    fn fallocate(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        _fh: u64,
+        offset: i64,
+        length: i64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let (Ok(off), Ok(len)) = (u64::try_from(offset), u64::try_from(length)) else {
+            return reply.error(libc::EINVAL);
+        };
+        let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        let how = match mode & !libc::FALLOC_FL_KEEP_SIZE {
+            0 => Falloc::Reserve { keep_size },
+            // Linux accepts a punch only with KEEP_SIZE.
+            libc::FALLOC_FL_PUNCH_HOLE if keep_size => Falloc::PunchHole,
+            libc::FALLOC_FL_ZERO_RANGE => Falloc::ZeroRange { keep_size },
+            _ => return reply.error(libc::EOPNOTSUPP),
+        };
+        if ino == CONTROL_INO {
+            return reply.error(libc::ENODEV);
+        }
+        try_reply!(reply, self.fs().fallocate(ino, off, len, how));
         reply.ok();
     }
 

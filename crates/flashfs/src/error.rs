@@ -36,4 +36,10 @@ pub enum FsError {
     NameTooLong,
     #[error("invalid argument: {why}")]
     Invalid { why: String },
+    #[error("no such extended attribute")]
+    NoXattr,
+    #[error("the extended attributes of one inode take at most {room} bytes together")]
+    XattrTooBig { room: usize },
+    #[error("not supported: {why}")]
+    Unsupported { why: String },
 }

@@ -8,7 +8,7 @@ use bitmend_media::nand::Geometry;
 use crate::FsError;
 
 /// The on-media version of the flash layout this build reads and writes.
-pub const FS_VERSION: u32 = 6;
+pub const FS_VERSION: u32 = 7;
 /// The oldest version this build still reads: 1 lacks the recorded compression and the
 /// checkpoint's health section, which read as "not recorded" and zeros; 1 and 2 lack the
 /// anchor log and the successor queue in the spares, and are mounted by scanning; 1 to 3 list
@@ -16,7 +16,10 @@ pub const FS_VERSION: u32 = 6;
 /// first checkpoint after mounting them writes out; 1 to 4 hold a logical page per data node
 /// (version 5 compresses runs of pages together), which this build reads as they are; 1 to 5
 /// write spares whose CRC does not cover the page's address (version 6 binds it, so a page
-/// written to the wrong place is detected), read as they are.
+/// written to the wrong place is detected), read as they are; 1 to 6 keep no summary of each
+/// map in the checkpoint (version 7 rebuilds a lost map from the data nodes with it, and
+/// stores symlink targets over 1,024 bytes as data and extended attributes as nodes), whose
+/// maps are rebuilt only once a checkpoint here has summarized them.
 pub const FS_VERSION_OLDEST: u32 = 1;
 
 const MAGIC: [u8; 8] = *b"BMFLASH\0";
@@ -449,12 +452,20 @@ mod tests {
     }
 
     #[test]
-    fn superblock_versions_1_to_6_are_read_and_later_ones_refused() {
+    fn superblock_versions_1_to_7_are_read_and_later_ones_refused() {
         let sb = Superblock { g: Geometry::RCFFS, cfg: FsConfig::default(), fs_id: 7, compression: 2 };
         let mut page = vec![0u8; 2048];
-        for (version, ok) in
-            [(1u32, true), (2, true), (3, true), (4, true), (5, true), (6, true), (7, false), (0, false)]
-        {
+        for (version, ok) in [
+            (1u32, true),
+            (2, true),
+            (3, true),
+            (4, true),
+            (5, true),
+            (6, true),
+            (7, true),
+            (8, false),
+            (0, false),
+        ] {
             sb.encode(&mut page);
             page[8..12].copy_from_slice(&version.to_le_bytes());
             let crc = crc32c(&page[..60]);

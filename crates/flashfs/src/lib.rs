@@ -25,9 +25,10 @@ mod read;
 mod store;
 
 pub use fs::{
-    Check, Compression, DirEntry, Fs, FsOptions, FsStats, Health, MountReport, ScrubPass, ScrubReport,
-    SetAttr, CHUNK_PAGES, DEFAULT_INDEX_CHUNKS, DEFAULT_LZ4_LEVEL, DEFAULT_NODE_PAGES, LOGICAL_PAGE,
-    MAX_LZ4_LEVEL, MAX_NODE_PAGES, NAME_MAX, ROOT,
+    Check, Compression, DirEntry, Falloc, Fs, FsOptions, FsStats, Health, MountReport, ScrubPass,
+    ScrubReport, SetAttr, XattrMode, CHUNK_PAGES, DEFAULT_INDEX_CHUNKS, DEFAULT_LZ4_LEVEL,
+    DEFAULT_NODE_PAGES, INLINE_TARGET_MAX, LOGICAL_PAGE, MAX_LZ4_LEVEL, MAX_NODE_PAGES, NAME_MAX, ROOT,
+    SYMLINK_MAX, XATTR_NAME_MAX,
 };
 pub use node::{Attr, FileType};
 

@@ -33,6 +33,10 @@ pub(crate) enum NodeKind {
     /// A chunk of a file's index (key: ino, chunk number; payload: its pages' locations),
     /// written before the checkpoint that refers to it (format version 4).
     Map = 7,
+    /// An inode's extended attributes, all of them (key: ino; version 7).
+    Xattr = 8,
+    /// File pages punched out: key2 to the end in the payload (key: ino; version 7).
+    Punch = 9,
 }
 
 impl NodeKind {
@@ -45,6 +49,8 @@ impl NodeKind {
             5 => NodeKind::SegmentInfo,
             6 => NodeKind::Checkpoint,
             7 => NodeKind::Map,
+            8 => NodeKind::Xattr,
+            9 => NodeKind::Punch,
             _ => return None,
         })
     }
@@ -213,6 +219,52 @@ pub(crate) fn encode_dirent(child: u64, name: &[u8]) -> Vec<u8> {
 
 pub(crate) fn decode_dirent(b: &[u8]) -> Option<(u64, Vec<u8>)> {
     (b.len() >= 8).then(|| (u64::from_le_bytes(b[..8].try_into().unwrap()), b[8..].to_vec()))
+}
+
+/// An inode's extended attributes, by name.
+pub type Xattrs = std::collections::BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// Extended-attribute payload: u16 count, then per attribute u8 name length, u16 value
+/// length, the name, the value (in name order).
+pub(crate) fn encode_xattrs(set: &Xattrs) -> Vec<u8> {
+    let mut v = (set.len() as u16).to_le_bytes().to_vec();
+    for (name, value) in set {
+        debug_assert!(!name.is_empty() && name.len() <= 255 && value.len() <= u16::MAX as usize);
+        v.push(name.len() as u8);
+        v.extend_from_slice(&(value.len() as u16).to_le_bytes());
+        v.extend_from_slice(name);
+        v.extend_from_slice(value);
+    }
+    v
+}
+
+/// The size of [`encode_xattrs`]'s payload for `set`.
+pub(crate) fn xattrs_len(set: &Xattrs) -> usize {
+    2 + set.iter().map(|(n, v)| 3 + n.len() + v.len()).sum::<usize>()
+}
+
+pub(crate) fn decode_xattrs(b: &[u8]) -> Option<Xattrs> {
+    let mut r = crate::fs::Reader(b);
+    let mut set = Xattrs::new();
+    for _ in 0..r.u16()? {
+        let n = r.take(1)?[0] as usize;
+        let len = r.u16()? as usize;
+        let name = r.take(n)?.to_vec();
+        if name.is_empty() {
+            return None;
+        }
+        set.insert(name, r.take(len)?.to_vec());
+    }
+    r.0.is_empty().then_some(set)
+}
+
+/// Punch payload: the end (exclusive) of the logical pages removed from key2 on.
+pub(crate) fn encode_punch(end: u64) -> Vec<u8> {
+    end.to_le_bytes().to_vec()
+}
+
+pub(crate) fn decode_punch(b: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(b.try_into().ok()?))
 }
 
 /// The highest lz4 high-compression level (the library's optimal parser).

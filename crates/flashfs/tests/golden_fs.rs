@@ -2,7 +2,7 @@
 //! directory, a symlink, a hard link, a checkpoint with its health section, and nodes written
 //! after the checkpoint that mount must replay. A change to the node format breaks it.
 
-use bitmend_flashfs::{Compression, FileType, Fs, FsConfig, FsOptions, ROOT};
+use bitmend_flashfs::{Compression, Falloc, FileType, Fs, FsConfig, FsOptions, XattrMode, ROOT};
 use bitmend_media::nand::{FileNand, Geometry};
 
 /// `fs-v1.img` was written by version 1 (no compression byte); `fs-v2.img` by the current
@@ -30,7 +30,7 @@ fn opts(c: Compression) -> FsOptions {
 
 #[test]
 fn golden_file_system_reads_back() {
-    for version in [1, 2, 3, 4, 5, 6] {
+    for version in [1, 2, 3, 4, 5, 6, 7] {
         read_back(version);
     }
 }
@@ -96,6 +96,19 @@ fn check_contents(mut fs: Fs<FileNand>, version: u32) {
     // Written after the checkpoint: replayed from the log.
     let late = get(&mut fs, docs.ino, b"after-checkpoint");
     assert_eq!(fs.read(late.ino, 0, 1 << 20).unwrap(), noise(4, 3_000));
+    if version >= 7 {
+        // A symlink target held as data, extended attributes from the checkpoint and from
+        // the log, a hole punched (a page dropped, the edges zeroed).
+        let long = get(&mut fs, ROOT, b"long-sym");
+        assert_eq!(fs.readlink(long.ino).unwrap(), text(5, 2_000));
+        assert_eq!(fs.getxattr(c.ino, b"user.origin").unwrap(), b"golden");
+        assert_eq!(fs.getxattr(c.ino, b"security.label").unwrap(), b"s0");
+        assert_eq!(fs.getxattr(docs.ino, b"user.late").unwrap(), b"replayed");
+        let p = get(&mut fs, ROOT, b"punched");
+        let mut want = text(6, 16_384);
+        want[3_000..11_000].fill(0);
+        assert_eq!(fs.read(p.ino, 0, 1 << 20).unwrap(), want);
+    }
     let h = fs.health();
     assert_eq!((h.scrub_passes, h.pages_scrubbed > 0), (1, true), "{h:?}");
     assert!(fs.check(true).clean());
@@ -130,10 +143,18 @@ fn write_golden_fs() {
     fs.write(c.ino, 0, &noise(3, 12_345)).unwrap();
     fs.link(c.ino, ROOT, b"hard").unwrap();
     fs.symlink(ROOT, b"sym", b"docs/lz4.txt", 0, 0).unwrap();
+    // Version 7: a long symlink, extended attributes, a punched hole.
+    fs.symlink(ROOT, b"long-sym", &text(5, 2_000), 0, 0).unwrap();
+    fs.setxattr(c.ino, b"user.origin", b"golden", XattrMode::Create).unwrap();
+    fs.setxattr(c.ino, b"security.label", b"s0", XattrMode::Any).unwrap();
+    let p = fs.create(ROOT, b"punched", 0o644, 0, 0).unwrap();
+    fs.write(p.ino, 0, &text(6, 16_384)).unwrap();
+    fs.fallocate(p.ino, 3_000, 8_000, Falloc::PunchHole).unwrap();
     fs.scrub().unwrap();
     fs.checkpoint().unwrap();
     let late = fs.create(docs.ino, b"after-checkpoint", 0o644, 0, 0).unwrap();
     fs.write(late.ino, 0, &noise(4, 3_000)).unwrap();
+    fs.setxattr(docs.ino, b"user.late", b"replayed", XattrMode::Any).unwrap();
     fs.sync().unwrap();
     // Not unmounted: the last nodes are found by replay, as after a crash.
     drop(fs);

@@ -54,7 +54,7 @@ impl Budget {
 
 impl<N: Nand> Fs<N> {
     /// Flash bytes a dirty logical page takes at worst once written.
-    fn page_cost(&self) -> u64 {
+    pub(crate) fn page_cost(&self) -> u64 {
         let payload = LOGICAL_PAGE as u64 + 4;
         let room = (self.buf.len() - FRAG_HEADER) as u64;
         // A node may start anywhere in a page: one fragment more than its length needs.
@@ -75,7 +75,7 @@ impl<N: Nand> Fs<N> {
     pub(crate) fn committed(&self) -> u64 {
         let grown = (self.inodes.len() as u64).saturating_sub(self.budget.ckpt_inodes);
         let ckpt = self.budget.ckpt_bytes + grown * NAME_COST;
-        let dirty = self.dirty.len() as u64 * self.page_cost();
+        let dirty = (self.dirty.len() as u64 + self.reserved.pages) * self.page_cost();
         let inodes = self.dirty_inodes.len() as u64 * NAME_COST;
         self.index.totals.footprint + self.index.totals.pages * MAP_ENTRY + 2 * ckpt + dirty + inodes
     }

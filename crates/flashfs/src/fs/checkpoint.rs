@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use bitmend_media::nand::Nand;
 
 use super::index::{MapAt, Totals};
+use super::rebuild::MapSummary;
 use super::{Fs, Health, Inode, Loc, PENDING};
 use crate::node::{self, Frag, NodeKind, FLAG_LAST, FLAG_ZSTD, FRAG_HEADER};
 use crate::store::PageAddr;
@@ -32,6 +33,12 @@ const TABLE_MAGIC: u32 = 0x5447_4553; // "SEGT"
 const MAPS_MAGIC: u32 = 0x5350_414D; // "MAPS"
 const USAGE_MAGIC: u32 = 0x4741_5355; // "USAG"
 const TOTALS_MAGIC: u32 = 0x4C54_4F54; // "TOTL"
+/// Version 7's section after the totals: per map, which pages it holds and a digest of their
+/// versions, from which a lost map is rebuilt (FORMAT.md section 8).
+const SUMMARY_MAGIC: u32 = 0x4D55_534D; // "MSUM"
+/// Version 7's section after the summaries: the extended attributes of every inode that has
+/// any (FORMAT.md section 8).
+const XATTR_MAGIC: u32 = 0x5254_4158; // "XATR"
 
 /// Where a checkpoint starts: its first flash page and that page's logical segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,7 +130,7 @@ fn decode(b: &[u8]) -> Option<State> {
         let version = r.u64()?;
         let len = r.u32()? as usize;
         let (attr, target) = node::decode_inode(ino, r.take(len)?)?;
-        inodes.insert(ino, Inode { attr, target, version });
+        inodes.insert(ino, Inode::new(attr, target, version));
     }
     let mut dirs: HashMap<u64, BTreeMap<Vec<u8>, u64>> = HashMap::new();
     for _ in 0..r.u32()? {
@@ -177,9 +184,8 @@ fn decode(b: &[u8]) -> Option<State> {
             for _ in 0..n {
                 frags.push((r.u32()?, r.u16()?, r.u16()?));
             }
-            m.insert(key, MapAt { frags, version });
+            m.insert(key, MapAt { frags, version, summary: None });
         }
-        maps = Some(m);
         if r.u32()? != USAGE_MAGIC {
             return None;
         }
@@ -190,6 +196,23 @@ fn decode(b: &[u8]) -> Option<State> {
             return None;
         }
         totals = Totals { pages: r.u64()?, stored: r.u64()?, footprint: r.u64()? };
+        if r.u32() == Some(SUMMARY_MAGIC) && r.u32()? as usize == m.len() {
+            for at in m.values_mut() {
+                let (mask, digest) = (r.u64()?, r.u64()?);
+                at.summary = (mask != 0).then_some(MapSummary { mask, digest });
+            }
+        }
+        maps = Some(m);
+    }
+    if r.u32() == Some(XATTR_MAGIC) {
+        for _ in 0..r.u32()? {
+            let ino = r.u64()?;
+            let version = r.u64()?;
+            let len = r.u32()? as usize;
+            let set = node::decode_xattrs(r.take(len)?)?;
+            let i = inodes.get_mut(&ino)?;
+            (i.xattrs, i.xattr_version) = (set, version);
+        }
     }
     Some(State { inodes, dirs, data, next_ino, health, segments, maps, usage, totals })
 }
@@ -259,6 +282,28 @@ impl<N: Nand> Fs<N> {
         put_u32(&mut v, TOTALS_MAGIC);
         for x in [t.pages, t.stored, t.footprint] {
             put_u64(&mut v, x);
+        }
+        // Zeros for a map not read since a checkpoint before version 7: not known.
+        // (Both sections of version 7 are always written: a reader finds each by its magic
+        // in turn.)
+        put_u32(&mut v, SUMMARY_MAGIC);
+        put_u32(&mut v, self.index.maps.len() as u32);
+        for m in self.index.maps.values() {
+            let s = m.summary.unwrap_or(MapSummary { mask: 0, digest: 0 });
+            put_u64(&mut v, s.mask);
+            put_u64(&mut v, s.digest);
+        }
+        let mut with: Vec<(&u64, &Inode)> =
+            self.inodes.iter().filter(|(_, i)| !i.xattrs.is_empty()).collect();
+        with.sort_unstable_by_key(|w| *w.0);
+        put_u32(&mut v, XATTR_MAGIC);
+        put_u32(&mut v, with.len() as u32);
+        for (ino, i) in with {
+            put_u64(&mut v, *ino);
+            put_u64(&mut v, i.xattr_version);
+            let p = node::encode_xattrs(&i.xattrs);
+            put_u32(&mut v, p.len() as u32);
+            v.extend_from_slice(&p);
         }
         v
     }

@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use bitmend_media::nand::Nand;
 
+use super::rebuild::MapSummary;
 use super::{Fs, Loc, PENDING};
 use crate::node::{Frag, NodeKind, CODEC_FLAGS, FRAG_HEADER};
 use crate::store::PageAddr;
@@ -42,11 +43,18 @@ const CRC_KNOWN: u8 = 0x80;
 /// in one byte (version 5).
 const IN_NODE_OF_SEVERAL: u8 = 0x08;
 
+/// A map node read: its chunk's pages, and whether a flash page under it was repaired.
+type ReadMap = (BTreeMap<u64, Loc>, bool);
+
 /// Where a chunk's map node is on the flash.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct MapAt {
     pub frags: Frags,
     pub version: u64,
+    /// Which pages it maps and a digest of their versions, to rebuild it from the data
+    /// nodes if it is lost (unknown for a map read from a checkpoint before version 7 and
+    /// not loaded since).
+    pub summary: Option<MapSummary>,
 }
 
 /// A chunk in RAM: its pages by index, whether it changed since its map node was written, and
@@ -88,6 +96,10 @@ pub(crate) struct Index {
     /// usage table and the totals, which the next checkpoint recounts from the index.
     pub stale_counts: bool,
     pub loads: u64,
+    /// Chunks whose lost map was rebuilt from the data nodes.
+    pub rebuilt: u64,
+    /// Maps (chunk, version) found lost that could not be rebuilt (not tried again).
+    pub unrebuildable: HashSet<((u64, u64), u64)>,
     pub evictions: u64,
     pub maps_written: u64,
 }
@@ -296,14 +308,26 @@ impl<N: Nand> Fs<N> {
             return Ok(true);
         }
         let Some(at) = self.index.maps.get(&key).cloned() else { return Ok(false) };
-        let (payload, repaired) = self.read_payload(&at.frags)?;
-        let Some(mut pages) = decode_map(&payload, key) else {
-            self.stats.unreadable += 1;
-            return Err(FsError::Unrecoverable { page: at.frags.first().map_or(0, |f| f.0) });
+        let (mut pages, mut dirty) = match self.read_map(key, &at)? {
+            Some((pages, repaired)) => (pages, repaired),
+            None => {
+                // Beyond repair: rebuilt from the data nodes if that matches what the
+                // checkpoint says the map held, and written again at the next checkpoint.
+                let lost = FsError::Unrecoverable { page: at.frags.first().map_or(0, |f| f.0) };
+                // A rebuild reads the whole log: tried once per map.
+                if !self.index.unrebuildable.insert((key, at.version)) {
+                    return Err(lost);
+                }
+                let pages = self.rebuild_map(key, &at)?.ok_or(lost)?;
+                self.index.unrebuildable.remove(&(key, at.version));
+                self.index.rebuilt += 1;
+                // The usage table counted the map's locations; a copy the rebuild took
+                // instead may sit elsewhere: the next checkpoint recounts.
+                self.index.stale_counts = true;
+                (pages, true)
+            }
         };
         self.index.loads += 1;
-        // A map read through a repair is written again at the next checkpoint.
-        let mut dirty = repaired;
         for (i, loc) in self.index.overlay.remove(&key).unwrap_or_default() {
             if pages.get(&i).is_some_and(|old| old.version > loc.version) {
                 self.count_loc(&loc, false);
@@ -317,6 +341,32 @@ impl<N: Nand> Fs<N> {
         self.index.loaded.insert(key, Chunk { pages, dirty, used: tick });
         self.evict(key);
         Ok(true)
+    }
+
+    /// Reads and decodes the map node of chunk `key` (and whether a flash page under it was
+    /// repaired); `None` if it is beyond repair or is not the map the checkpoint summarized.
+    fn read_map(&mut self, key: (u64, u64), at: &MapAt) -> Result<Option<ReadMap>, FsError> {
+        let (payload, repaired) = match self.read_payload(&at.frags) {
+            Ok(p) => p,
+            Err(FsError::Unrecoverable { .. } | FsError::NotWritten { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let pages = decode_map(&payload, key);
+        let summary = pages.as_ref().and_then(MapSummary::of);
+        // What the checkpoint says the map held, and what it holds, agree.
+        let Some(pages) = pages.filter(|_| at.summary.is_none_or(|s| Some(s) == summary)) else {
+            self.stats.unreadable += 1;
+            return Ok(None);
+        };
+        match at.summary {
+            Some(_) => {}
+            None => {
+                if let Some(m) = self.index.maps.get_mut(&key) {
+                    m.summary = summary;
+                }
+            }
+        }
+        Ok(Some((pages, repaired)))
     }
 
     /// Drops the least recently used clean chunks once more than the bound are in RAM.
@@ -422,11 +472,24 @@ impl<N: Nand> Fs<N> {
         from: u64,
         unless_newer: Option<u64>,
     ) -> Result<(), FsError> {
+        self.remove_range(ino, from..u64::MAX, unless_newer)
+    }
+
+    /// As [`remove_pages`](Self::remove_pages), for the pages in `range` only.
+    pub(crate) fn remove_range(
+        &mut self,
+        ino: u64,
+        range: std::ops::Range<u64>,
+        unless_newer: Option<u64>,
+    ) -> Result<(), FsError> {
+        let (from, end) = (range.start, range.end);
         for ck in self.index.chunks_of(ino) {
-            if ck.1.saturating_add(1).saturating_mul(CHUNK_PAGES) <= from {
+            let (first, past) =
+                (ck.1.saturating_mul(CHUNK_PAGES), ck.1.saturating_add(1).saturating_mul(CHUNK_PAGES));
+            if past <= from || first >= end {
                 continue;
             }
-            let whole = ck.1.saturating_mul(CHUNK_PAGES) >= from && unless_newer.is_none();
+            let whole = first >= from && past <= end && unless_newer.is_none();
             match self.load_chunk(ck) {
                 Ok(_) => {}
                 Err(_) if whole => {
@@ -446,7 +509,7 @@ impl<N: Nand> Fs<N> {
             let gone: Vec<u64> = chunk
                 .pages
                 .iter()
-                .filter(|(i, l)| **i >= from && unless_newer.is_none_or(|v| l.version <= v))
+                .filter(|(i, l)| range.contains(i) && unless_newer.is_none_or(|v| l.version <= v))
                 .map(|(i, _)| *i)
                 .collect();
             if gone.is_empty() {
@@ -485,9 +548,10 @@ impl<N: Nand> Fs<N> {
                 continue;
             }
             let payload = encode_map(ck, &chunk.pages);
+            let summary = MapSummary::of(&chunk.pages);
             self.version += 1;
             let version = self.version;
-            if let Some(old) = self.index.maps.insert(ck, MapAt { frags: Vec::new(), version }) {
+            if let Some(old) = self.index.maps.insert(ck, MapAt { frags: Vec::new(), version, summary }) {
                 self.account(&old.frags, false);
             }
             self.put_node(NodeKind::Map, 0, ck, version, &payload, super::write::Pending::Map(ck))?;

@@ -12,19 +12,26 @@ mod budget;
 mod check;
 mod checkpoint;
 mod clean;
+mod falloc;
 pub(crate) mod index;
 mod ops;
+mod rebuild;
 mod replay;
+mod scan;
 mod scrub;
 mod write;
+mod xattr;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use bitmend_media::nand::Nand;
 
 pub use check::Check;
+pub(crate) use checkpoint::Reader;
+pub use falloc::Falloc;
 pub use replay::MountReport;
 pub use scrub::{ScrubPass, ScrubReport};
+pub use xattr::{XattrMode, XATTR_NAME_MAX};
 
 use crate::node::Attr;
 use crate::store::PageStore;
@@ -37,8 +44,11 @@ pub const ROOT: u64 = 1;
 pub const LOGICAL_PAGE: usize = 4096;
 /// Longest name in a directory.
 pub const NAME_MAX: usize = 255;
-/// Longest symlink target.
-pub const SYMLINK_MAX: usize = 1024;
+/// Longest symlink target (Linux's PATH_MAX less the NUL).
+pub const SYMLINK_MAX: usize = 4095;
+/// Longest symlink target kept in the inode node; a longer one is the symlink's logical
+/// page 0 (version 7), so that an operation's nodes still fit in one flash page.
+pub const INLINE_TARGET_MAX: usize = 1024;
 /// Smallest flash page the file system runs on (one metadata operation fits in a page).
 pub const MIN_PAGE: u32 = 2048;
 
@@ -169,6 +179,8 @@ pub struct FsStats {
     pub maps_loaded: u64,
     pub maps_evicted: u64,
     pub maps_written: u64,
+    /// Index chunks whose lost map node was rebuilt from the data nodes' keys.
+    pub maps_rebuilt: u64,
 }
 
 /// What the file system has had to repair over its life: kept in every checkpoint, so they
@@ -271,6 +283,15 @@ pub(crate) struct Inode {
     pub attr: Attr,
     pub target: Vec<u8>,
     pub version: u64,
+    /// Extended attributes, and the version of the node that last set them.
+    pub xattrs: crate::node::Xattrs,
+    pub xattr_version: u64,
+}
+
+impl Inode {
+    pub fn new(attr: Attr, target: Vec<u8>, version: u64) -> Inode {
+        Inode { attr, target, version, xattrs: Default::default(), xattr_version: 0 }
+    }
 }
 
 /// The file system on a NAND chip.
@@ -332,6 +353,8 @@ pub struct Fs<N: Nand> {
     /// When the oldest change not yet made durable was made (none: everything is synced).
     /// The mount's commit interval is measured from it.
     pub(crate) unsynced_since: Option<std::time::Instant>,
+    /// Pages reserved by fallocate, until written.
+    pub(crate) reserved: falloc::Reservations,
 }
 
 /// Logical pages of a file stored plain, untried, after one that compressed poorly.
@@ -390,6 +413,7 @@ impl<N: Nand> Fs<N> {
             open_handles: HashMap::new(),
             budget: budget::Budget::default(),
             unsynced_since: None,
+            reserved: Default::default(),
         })
     }
 
@@ -411,7 +435,7 @@ impl<N: Nand> Fs<N> {
             ctime: t,
             rdev: 0,
         };
-        fs.inodes.insert(ROOT, Inode { attr: root, target: vec![], version: 0 });
+        fs.inodes.insert(ROOT, Inode::new(root, vec![], 0));
         fs.dirs.insert(ROOT, BTreeMap::new());
         fs.commit(vec![fs.inode_node(ROOT)])?;
         fs.checkpoint()?;
@@ -450,6 +474,7 @@ impl<N: Nand> Fs<N> {
             maps_loaded: self.index.loads,
             maps_evicted: self.index.evictions,
             maps_written: self.index.maps_written,
+            maps_rebuilt: self.index.rebuilt,
             ..self.stats
         }
     }

@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 
 use bitmend_media::nand::Nand;
 
-use super::{now, DirEntry, Fs, Inode, SetAttr, LOGICAL_PAGE, NAME_MAX, PENDING, ROOT, SYMLINK_MAX};
+use super::{
+    now, DirEntry, Fs, Inode, SetAttr, INLINE_TARGET_MAX, LOGICAL_PAGE, NAME_MAX, PENDING, ROOT, SYMLINK_MAX,
+};
 use crate::node::{self, Attr, FileType};
 use crate::store::{PageAddr, Repaired};
 use crate::FsError;
@@ -20,7 +22,7 @@ fn check_name(name: &[u8]) -> Result<(), FsError> {
 }
 
 impl<N: Nand> Fs<N> {
-    fn inode(&self, ino: u64) -> Result<&Inode, FsError> {
+    pub(crate) fn inode(&self, ino: u64) -> Result<&Inode, FsError> {
         self.inodes.get(&ino).ok_or(FsError::NotFound)
     }
 
@@ -78,8 +80,9 @@ impl<N: Nand> Fs<N> {
         if self.dir(parent)?.contains_key(name) {
             return Err(FsError::Exists);
         }
-        // A symlink's target goes into its inode node: up to a page of it.
+        // A symlink's target goes into its inode node, or, when long, into a page of data.
         self.reserve(u64::from(!target.is_empty()), 1)?;
+        let inline = target.len() <= INLINE_TARGET_MAX;
         let ino = self.next_ino;
         self.next_ino += 1;
         let t = now();
@@ -96,7 +99,18 @@ impl<N: Nand> Fs<N> {
             ctime: t,
             rdev,
         };
-        self.inodes.insert(ino, Inode { attr: attr.clone(), target: target.to_vec(), version: 0 });
+        let kept = if inline { target.to_vec() } else { Vec::new() };
+        self.inodes.insert(ino, Inode::new(attr.clone(), kept, 0));
+        if !inline {
+            // Written before the operation's page: a crash between them leaves data of an
+            // inode that does not exist, which mount drops.
+            let mut page = target.to_vec();
+            page.resize(LOGICAL_PAGE, 0);
+            if let Err(e) = self.write_page(ino, 0, &page) {
+                self.inodes.remove(&ino);
+                return Err(e);
+            }
+        }
         if kind == FileType::Dir {
             self.dirs.insert(ino, BTreeMap::new());
             self.inodes.get_mut(&parent).expect("parent").attr.nlink += 1;
@@ -165,12 +179,23 @@ impl<N: Nand> Fs<N> {
         }
     }
 
-    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>, FsError> {
+    pub fn readlink(&mut self, ino: u64) -> Result<Vec<u8>, FsError> {
         let i = self.inode(ino)?;
-        match i.attr.kind {
-            FileType::Symlink => Ok(i.target.clone()),
-            _ => Err(FsError::Invalid { why: "not a symlink".into() }),
+        if i.attr.kind != FileType::Symlink {
+            return Err(FsError::Invalid { why: "not a symlink".into() });
         }
+        if !i.target.is_empty() || i.attr.size == 0 {
+            return Ok(i.target.clone());
+        }
+        // A target longer than the inode node holds is the symlink's page 0.
+        let len = (i.attr.size as usize).min(SYMLINK_MAX);
+        // Not a hole: a target page the index lost reads as an error, not as NULs.
+        if self.loc(ino, 0)?.is_none() {
+            return Err(FsError::Unrecoverable { page: 0 });
+        }
+        let mut page = self.page(ino, 0)?;
+        page.truncate(len);
+        Ok(page)
     }
 
     /// A new name `name` in `parent` for the file `ino`.
@@ -231,6 +256,7 @@ impl<N: Nand> Fs<N> {
             let _ = self.remove_pages(ino, 0, None);
             self.dirty.retain(|k, _| k.0 != ino);
             self.dirty_inodes.remove(&ino);
+            self.reserved.take(ino, 0..u64::MAX);
         }
     }
 
@@ -392,6 +418,7 @@ impl<N: Nand> Fs<N> {
             }
             self.remove_pages(ino, keep, None)?;
             self.dirty.retain(|k, _| k.0 != ino || k.1 < keep);
+            self.reserved.take(ino, keep..u64::MAX);
             self.inodes.get_mut(&ino).expect("checked").attr.size = size;
             // The shrink reaches the flash after the cut page and before any later data, so
             // older pages past the end never come back at mount.
@@ -544,8 +571,11 @@ impl<N: Nand> Fs<N> {
             self.load_chunk(super::index::chunk_key(ino, ck))?;
         }
         self.load_chunk(super::index::chunk_key(ino, pages.end.saturating_sub(1)))?;
-        let new = pages.filter(|&i| !self.dirty.contains_key(&(ino, i))).count() as u64;
-        self.reserve(new, 0)?;
+        let new = pages.clone().filter(|&i| !self.dirty.contains_key(&(ino, i))).count() as u64;
+        // Pages fallocate reserved are paid for: the write takes their reservation over.
+        let held = self.reserved.count(ino, pages.clone());
+        self.reserve(new.saturating_sub(held), 0)?;
+        self.reserved.take(ino, pages);
         self.note_unsynced();
         while pos < end {
             let index = pos / LOGICAL_PAGE as u64;

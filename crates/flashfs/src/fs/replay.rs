@@ -7,8 +7,9 @@ use std::collections::HashMap;
 
 use bitmend_media::nand::Nand;
 
+use super::scan::{Assembler, Partial};
 use super::{Fs, FsOptions, Inode, Loc, ROOT};
-use crate::node::{self, Frag, NodeKind, CODEC_FLAGS, FLAG_LAST, FRAG_HEADER};
+use crate::node::{self, NodeKind, CODEC_FLAGS};
 use crate::store::{PageStore, Repaired};
 use crate::{FsError, Mount};
 
@@ -49,13 +50,6 @@ fn lost(e: FsError, report: &mut MountReport) -> Result<(), FsError> {
         }
         e => Err(e),
     }
-}
-
-/// A node being reassembled from its fragments.
-struct Partial {
-    head: Frag,
-    payload: Vec<u8>,
-    frags: Vec<(u32, u16, u16)>,
 }
 
 impl<N: Nand> Fs<N> {
@@ -180,7 +174,7 @@ impl<N: Nand> Fs<N> {
         }
         let mut first_is_checkpoint: Option<bool> = None;
         let mut dirent_versions: HashMap<(u64, Vec<u8>), u64> = HashMap::new();
-        let mut partial: Option<Partial> = None;
+        let mut nodes = Assembler::default();
         let mut flash = vec![0u8; fs.buf.len()];
         for addr in pages {
             match fs.store.read(addr, &mut flash) {
@@ -191,59 +185,25 @@ impl<N: Nand> Fs<N> {
                     } else {
                         report.pages_lost += 1;
                     }
-                    if partial.take().is_some() {
-                        report.partial_nodes += 1;
-                    }
+                    nodes.lost_page();
                     continue;
                 }
                 Err(e) => return Err(e),
             }
             report.pages += 1;
-            let mut off = 0;
-            while off + FRAG_HEADER <= flash.len() {
-                let f = match Frag::decode(&flash[off..]) {
-                    Ok(Some(f)) => f,
-                    Ok(None) | Err(()) => break,
-                };
-                let body = &flash[off + FRAG_HEADER..off + FRAG_HEADER + f.len as usize];
-                let loc = (addr.0, (off + FRAG_HEADER) as u16, f.len);
-                off += FRAG_HEADER + f.len as usize;
-                // A segment's first page names the checkpoint; it may fall between two
-                // fragments of a node that crosses into the segment, and does not cut it.
-                if f.kind == NodeKind::SegmentInfo {
-                    continue;
+            nodes.page(addr.0, &flash, |done| {
+                let is_start = done.head.kind == NodeKind::Checkpoint
+                    && done.frags.first().map(|f| f.0) == start.map(|c| c.page);
+                let applied = fs.apply(done, &mut dirent_versions, report)?;
+                if first_is_checkpoint.is_none() {
+                    // A checkpoint that does not decode is no starting point.
+                    first_is_checkpoint = Some(is_start && applied);
                 }
-                // Continue the node in progress, or start one (dropping a node cut short).
-                let continues = partial.as_ref().is_some_and(|p| {
-                    (p.head.kind, p.head.key, p.head.key2, p.head.version)
-                        == (f.kind, f.key, f.key2, f.version)
-                });
-                if !continues {
-                    if partial.take().is_some() {
-                        report.partial_nodes += 1;
-                    }
-                    partial = Some(Partial { head: f, payload: Vec::new(), frags: Vec::new() });
-                }
-                let p = partial.as_mut().expect("set above");
-                p.payload.extend_from_slice(body);
-                p.frags.push(loc);
-                if f.flags & FLAG_LAST != 0 {
-                    let done = partial.take().expect("in progress");
-                    if done.payload.len() == done.head.total as usize {
-                        let is_start = done.head.kind == NodeKind::Checkpoint
-                            && done.frags.first().map(|f| f.0) == start.map(|c| c.page);
-                        let applied = fs.apply(done, &mut dirent_versions, report)?;
-                        if first_is_checkpoint.is_none() {
-                            // A checkpoint that does not decode is no starting point.
-                            first_is_checkpoint = Some(is_start && applied);
-                        }
-                        report.nodes += 1;
-                    } else {
-                        report.partial_nodes += 1;
-                    }
-                }
-            }
+                report.nodes += 1;
+                Ok::<(), FsError>(())
+            })?;
         }
+        report.partial_nodes += nodes.cut;
         Ok(first_is_checkpoint.unwrap_or(false))
     }
 
@@ -285,7 +245,12 @@ impl<N: Nand> Fs<N> {
                         lost(e, report)?;
                     }
                 }
-                self.inodes.insert(ino, Inode { attr, target, version: v });
+                // Extended attributes have nodes of their own: they stay.
+                let mut inode = Inode::new(attr, target, v);
+                if let Some(old) = self.inodes.remove(&ino) {
+                    (inode.xattrs, inode.xattr_version) = (old.xattrs, old.xattr_version);
+                }
+                self.inodes.insert(ino, inode);
             }
             NodeKind::Dirent => {
                 let Some((child, name)) = node::decode_dirent(&n.payload) else { return Ok(false) };
@@ -362,6 +327,19 @@ impl<N: Nand> Fs<N> {
                 if let Some(&(page, _, _)) = n.frags.first() {
                     let segment = self.segment_logical(crate::PageAddr(page)).unwrap_or(0);
                     self.ckpt = Some(super::checkpoint::CkptAt { page, segment });
+                }
+            }
+            NodeKind::Punch => {
+                let Some(end) = node::decode_punch(&n.payload) else { return Ok(false) };
+                // Pages written after the punch stay.
+                if let Err(e) = self.remove_range(n.head.key, n.head.key2..end, Some(v)) {
+                    lost(e, report)?;
+                }
+            }
+            NodeKind::Xattr => {
+                let Some(set) = node::decode_xattrs(&n.payload) else { return Ok(false) };
+                if let Some(i) = self.inodes.get_mut(&n.head.key).filter(|i| i.xattr_version < v) {
+                    (i.xattrs, i.xattr_version) = (set, v);
                 }
             }
             // A map node counts only through the checkpoint that refers to it.

@@ -142,7 +142,7 @@ impl<N: Nand> Fs<N> {
     }
 
     /// Writes one logical page of file data as a data node of its own.
-    fn write_page(&mut self, ino: u64, index: u64, page: &[u8]) -> Result<(), FsError> {
+    pub(crate) fn write_page(&mut self, ino: u64, index: u64, page: &[u8]) -> Result<(), FsError> {
         // After a page of a file that compressed poorly (by less than an eighth), the next
         // pages of that file are stored plain without trying (then one is tried again): data
         // that does not compress (media, archives, encrypted files) does not pay for an

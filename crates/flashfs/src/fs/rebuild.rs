@@ -1,0 +1,109 @@
+//! Rebuilding a lost map node from the data nodes' own keys (RCFFS's reverse index).
+//!
+//! Every data node names its file, its first logical page and its version. A chunk's map is
+//! therefore, for each page it maps, the newest data node for that page older than the map.
+//! Two things cannot be read off the data nodes, and the checkpoint keeps them for every
+//! chunk (format version 7): which pages the map held (a page truncated away and a hole
+//! later written over it leave old nodes behind that must not come back), and a digest of
+//! the (page, version) pairs, which a rebuilt map must match before it is used. A rebuild
+//! that does not match (a live node of the chunk was lost too, or was moved and its old
+//! place erased before a crash) is not used: the chunk stays unreadable, never wrong.
+
+use std::collections::BTreeMap;
+
+use bitmend_media::nand::Nand;
+
+use super::index::{chunk_key, MapAt, CHUNK_PAGES};
+use super::scan::{Assembler, Partial};
+use super::{Fs, Loc};
+use crate::node::{NodeKind, CODEC_FLAGS};
+use crate::FsError;
+
+/// What the checkpoint keeps of a map to rebuild it: bit i of `mask` says page i of the
+/// chunk is mapped; `digest` sums a hash of each mapped page's index and version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MapSummary {
+    pub mask: u64,
+    pub digest: u64,
+}
+
+/// SplitMix64's finalizer: every input bit moves every output bit.
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+impl MapSummary {
+    /// The summary of a chunk's pages (none for a chunk without pages, which has no map).
+    pub fn of(pages: &BTreeMap<u64, Loc>) -> Option<MapSummary> {
+        let mut s = MapSummary { mask: 0, digest: 0 };
+        for (&index, loc) in pages {
+            s.mask |= 1 << (index % CHUNK_PAGES);
+            s.digest = s.digest.wrapping_add(mix(index ^ mix(loc.version)));
+        }
+        (s.mask != 0).then_some(s)
+    }
+}
+
+impl<N: Nand> Fs<N> {
+    /// The pages of chunk `key`, whose map node `at` cannot be read, rebuilt from the data
+    /// nodes on the flash; `None` when the checkpoint keeps no summary of the map (written
+    /// before version 7) or the rebuild does not match it. Reads every data page written.
+    pub(crate) fn rebuild_map(
+        &mut self,
+        key: (u64, u64),
+        at: &MapAt,
+    ) -> Result<Option<BTreeMap<u64, Loc>>, FsError> {
+        let Some(want) = at.summary else { return Ok(None) };
+        let mut found = BTreeMap::new();
+        let mut nodes = Assembler::default();
+        let mut flash = vec![0u8; self.buf.len()];
+        for addr in self.store.log_pages(0, None)? {
+            match self.store.read(addr, &mut flash) {
+                Ok(_) => {}
+                Err(FsError::Unrecoverable { .. } | FsError::NotWritten { .. }) => {
+                    nodes.lost_page();
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            nodes.page(addr.0, &flash, |n| {
+                consider(&mut found, &n, key, at.version, want.mask);
+                Ok::<(), FsError>(())
+            })?;
+        }
+        // A live node of the chunk lost too, or moved and its old place erased before a
+        // crash: no rebuild.
+        Ok((MapSummary::of(&found) == Some(want)).then_some(found))
+    }
+}
+
+/// Takes data node `n` as the location of each page of chunk `key` it holds that the map
+/// had (`mask`), if it is older than the map (`below`) and newer than what was found so far.
+fn consider(found: &mut BTreeMap<u64, Loc>, n: &Partial, key: (u64, u64), below: u64, mask: u64) {
+    let h = &n.head;
+    if h.kind != NodeKind::Data || h.key != key.0 || h.version >= below {
+        return;
+    }
+    let count = h.pages();
+    for slot in 0..count {
+        let index = h.key2.saturating_add(slot as u64);
+        if chunk_key(key.0, index) != key || mask & (1 << (index % CHUNK_PAGES)) == 0 {
+            continue;
+        }
+        if found.get(&index).is_some_and(|l: &Loc| l.version >= h.version) {
+            continue;
+        }
+        let crc = n.payload.get(4 * slot..4 * slot + 4).map(|b| u32::from_le_bytes(b.try_into().expect("4")));
+        let loc = Loc {
+            frags: n.frags.clone(),
+            codec: h.flags & CODEC_FLAGS,
+            version: h.version,
+            crc,
+            slot: slot as u8,
+            count: count as u8,
+        };
+        found.insert(index, loc);
+    }
+}
