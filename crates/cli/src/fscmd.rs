@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use bitmend_bench::harness::json_str;
+use crate::json::json_str;
 use bitmend_flashfs::{Compression, Fs, FsConfig, FsOptions};
 use bitmend_media::nand::FileNand;
 use clap::builder::TypedValueParser as _;

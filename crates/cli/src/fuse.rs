@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use std::ops::{Deref, DerefMut};
 use std::sync::MutexGuard;
 
-use bitmend_flashfs::{Attr, Falloc, FileType, Fs, FsError, SetAttr, XattrMode, ROOT};
+use bitmend_flashfs::{Attr, Falloc, FileType, Fs, SetAttr, XattrMode, ROOT};
 use bitmend_media::nand::FileNand;
 use fuser::{
     FileAttr, Filesystem, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
@@ -65,23 +65,6 @@ fn control_attr(len: usize, owner: (u32, u32)) -> FileAttr {
         rdev: 0,
         blksize: 4096,
         flags: 0,
-    }
-}
-
-fn errno(e: &FsError) -> i32 {
-    match e {
-        FsError::NotFound => libc::ENOENT,
-        FsError::Exists => libc::EEXIST,
-        FsError::NotDir => libc::ENOTDIR,
-        FsError::IsDir => libc::EISDIR,
-        FsError::NotEmpty => libc::ENOTEMPTY,
-        FsError::NameTooLong => libc::ENAMETOOLONG,
-        FsError::Invalid { .. } => libc::EINVAL,
-        FsError::NoSpace => libc::ENOSPC,
-        FsError::NoXattr => libc::ENODATA,
-        FsError::XattrTooBig { .. } => libc::E2BIG,
-        FsError::Unsupported { .. } => libc::EOPNOTSUPP,
-        _ => libc::EIO,
     }
 }
 
@@ -177,7 +160,7 @@ macro_rules! try_reply {
     ($reply:expr, $e:expr) => {
         match $e {
             Ok(v) => v,
-            Err(e) => return $reply.error(errno(&e)),
+            Err(e) => return $reply.error(e.errno()),
         }
     };
 }

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use bitmend_bench::harness::json_str;
+use crate::json::json_str;
 use bitmend_media::nand::{Area, FaultyNand, FileNand, Nand, NandFault, RawAccess};
 use bitmend_media::rng::Rng;
 use clap::{Args, Subcommand, ValueEnum};

@@ -1,11 +1,13 @@
 //! The `bitmend` command line.
 
+#[cfg(feature = "bench")]
 mod bench;
 mod commit;
 mod demo;
 mod fscmd;
 mod fuse;
 mod inject;
+mod json;
 mod media;
 mod mounted;
 mod scrub;
@@ -59,7 +61,14 @@ enum Command {
     /// flip bits, lose a page, cut the power mid-write, remount, scrub, verify every byte.
     Demo(demo::DemoArgs),
     /// Measure bitmend beside the systems it replaces, in one run, as ratios (> 1 is better).
+    #[cfg(feature = "bench")]
     Bench(bench::BenchArgs),
+    /// Measure bitmend beside the systems it replaces (not in this build: `--features bench`).
+    #[cfg(not(feature = "bench"))]
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        rest: Vec<String>,
+    },
     /// Create and describe raw NAND image files.
     Media(media::MediaArgs),
     /// Damage an unmounted NAND image as hardware does: flip bits, lose pages, mark blocks bad.
@@ -79,7 +88,12 @@ fn main() -> ExitCode {
         Command::Scrub(a) => scrub::scrub(&a),
         Command::Stat(a) => fscmd::stat(&a).map(|()| 0),
         Command::Demo(a) => demo::run(&a).map(|()| 0),
+        #[cfg(feature = "bench")]
         Command::Bench(args) => bench::run(args).map(|()| 0),
+        #[cfg(not(feature = "bench"))]
+        Command::Bench { .. } => Err("this bitmend was built without the benchmarks: \
+             cargo install --path crates/cli --features bench (needs ISA-L, PMDK and libclang)"
+            .into()),
         Command::Media(args) => media::run(args).map(|()| 0),
         Command::Inject(args) => inject::run(args).map(|()| 0),
     };

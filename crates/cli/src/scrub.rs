@@ -5,7 +5,7 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use bitmend_bench::harness::json_str;
+use crate::json::json_str;
 use bitmend_flashfs::{Fs, FsOptions, ScrubReport};
 use clap::Args;
 

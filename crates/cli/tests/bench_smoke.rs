@@ -1,6 +1,8 @@
 //! `bitmend bench code --quick --json` runs, and every row carries the agreed fields with a
 //! consistent ratio. (A smoke test of the plumbing, not a timing: figures are not asserted.)
 
+#![cfg(feature = "bench")]
+
 use std::process::Command;
 
 fn field<'a>(line: &'a str, name: &str) -> &'a str {

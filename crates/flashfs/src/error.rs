@@ -43,3 +43,25 @@ pub enum FsError {
     #[error("not supported: {why}")]
     Unsupported { why: String },
 }
+
+impl FsError {
+    /// The errno a POSIX front end (the FUSE mount) answers with: the one place errors
+    /// become numbers.
+    pub fn errno(&self) -> i32 {
+        match self {
+            FsError::Nand(NandError::HostFull { .. }) | FsError::NoSpace => libc::ENOSPC,
+            FsError::Nand(_) | FsError::Unrecoverable { .. } | FsError::NotWritten { .. } => libc::EIO,
+            FsError::Config { .. } | FsError::NotAFs { .. } | FsError::Version { .. } => libc::EINVAL,
+            FsError::NotFound => libc::ENOENT,
+            FsError::Exists => libc::EEXIST,
+            FsError::NotDir => libc::ENOTDIR,
+            FsError::IsDir => libc::EISDIR,
+            FsError::NotEmpty => libc::ENOTEMPTY,
+            FsError::NameTooLong => libc::ENAMETOOLONG,
+            FsError::Invalid { .. } => libc::EINVAL,
+            FsError::NoXattr => libc::ENODATA,
+            FsError::XattrTooBig { .. } => libc::E2BIG,
+            FsError::Unsupported { .. } => libc::EOPNOTSUPP,
+        }
+    }
+}

@@ -5,15 +5,14 @@
 //! parity pages in its erase block and parity blocks in its segment, so that it corrects what
 //! the chip's ECC cannot: many flipped bits, lost pages, torn writes.
 //!
-//! Two layers so far:
+//! Two layers:
 //! - the [`PageStore`] writes pages as a log of segments, signs them, adds the parity, mounts
 //!   from a bounded number of spare reads, and verifies and repairs every read;
-//! - the file system [`Fs`] writes inodes, directory entries and (lz4-compressed) file data
-//!   as nodes into that log, keeps a RAM index of where every node lives (with the CRC-32C of
-//!   every logical page, checked end to end), and offers the POSIX-like operations.
-//!
-//! Still to come (see the issue): the on-flash index with bounded RAM (the checkpoint holds
-//! the whole index today; mount reads it and the log after it).
+//! - the file system [`Fs`] writes inodes, directory entries, extended attributes and
+//!   (compressed) file data as nodes into that log, keeps an index of where every logical
+//!   page lives in map nodes on the flash with a bounded window of them in RAM (with the
+//!   CRC-32C of every logical page, checked end to end), writes checkpoints, cleans segments,
+//!   scrubs, checks, and offers the POSIX-like operations.
 
 mod chain;
 mod error;
