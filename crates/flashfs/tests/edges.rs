@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use bitmend_flashfs::{
     Compression, Falloc, Fs, FsConfig, FsError, FsOptions, XattrMode, LOGICAL_PAGE, ROOT, SYMLINK_MAX,
 };
+use bitmend_media::campaign::{self, Schedule};
 use bitmend_media::nand::{FaultyNand, Geometry, RamNand, Timing};
 use bitmend_media::rng::Rng;
 
@@ -32,33 +33,25 @@ fn remount<N: bitmend_media::nand::Nand>(fs: Fs<N>) -> Fs<N> {
     Fs::open(fs.unmount().unwrap(), opts()).unwrap().0
 }
 
-/// Runs `work` on a copy of `base` with the power cut at each NAND operation in turn, until
-/// it finishes uncut; after each cut, mounts what is left and calls `after(fs, op)`, `op`
-/// being the operation the power was cut at. Returns the number of cuts.
+type Chip = FaultyNand<RamNand>;
+
+/// Runs `work` on a copy of `base` with the power cut at each NAND operation in turn (the
+/// shared campaign harness); after each cut, mounts what is left, checks it, and calls
+/// `after(fs, op)`, `op` being the operation the power was cut at. Returns the number of cuts.
 fn cut_everywhere(
     base: &RamNand,
-    work: impl Fn(&mut Fs<&mut FaultyNand<RamNand>>) -> Result<(), FsError>,
-    after: impl Fn(&mut Fs<RamNand>, u64),
+    work: impl Fn(&mut Fs<&mut Chip>) -> Result<(), FsError>,
+    after: impl Fn(&mut Fs<Chip>, u64),
 ) -> u64 {
-    for op in 0.. {
-        let mut faulty = FaultyNand::new(base.clone(), op);
-        faulty.cut_power_at(op);
-        let done = match Fs::open(&mut faulty, opts()) {
-            Ok((mut fs, _)) => work(&mut fs).is_ok(),
-            Err(_) => false,
-        };
-        if done && faulty.powered() {
-            return op;
-        }
-        assert!(!faulty.powered(), "op {op}: the work failed with the power on");
-        faulty.power_on();
-        let (mut fs, _) =
-            Fs::open(faulty.into_inner(), opts()).unwrap_or_else(|e| panic!("cut at op {op}: {e}"));
+    let base = FaultyNand::new(base.clone(), 0);
+    let run = |chip: &mut Chip| Fs::open(chip, opts()).and_then(|(mut fs, _)| work(&mut fs)).is_ok();
+    let c = campaign::run(&base, Schedule::Every, run, |chip, op| {
+        let (mut fs, _) = Fs::open(chip, opts()).unwrap_or_else(|e| panic!("cut at op {op}: {e}"));
         let check = fs.check(true);
         assert!(check.clean(), "cut at op {op}: {:?}", check.problems);
         after(&mut fs, op);
-    }
-    unreachable!()
+    });
+    c.cuts
 }
 
 /// NAND operations `work` takes on a copy of `base` (mount included) up to each point it

@@ -4,6 +4,7 @@
 //! operation of the rewrite leaves an image that mounts with every file intact.
 
 use bitmend_flashfs::{Compression, Fs, FsConfig, FsOptions, ROOT};
+use bitmend_media::campaign::{self, Schedule};
 use bitmend_media::nand::{FaultyNand, Geometry, RamNand, RawAccess, Timing};
 use bitmend_media::rng::Rng;
 
@@ -144,27 +145,17 @@ fn a_power_cut_at_every_step_of_the_rewrite_loses_nothing() {
         for block in 0..2u32 {
             let (mut nand, files) = populated(checkpoints);
             damage(&mut nand, block, 1);
-            for op in 0.. {
-                let mut faulty = FaultyNand::new(nand.clone(), op);
-                faulty.cut_power_at(op);
-                match Fs::open(&mut faulty, opts()) {
-                    Ok((fs, _)) => {
-                        drop(fs);
-                        if faulty.powered() {
-                            break; // the mount and the rewrite finished before the cut
-                        }
-                    }
-                    Err(e) => assert!(!faulty.powered(), "op {op}: {e}"),
-                }
-                cuts += 1;
-                faulty.power_on();
+            let base = FaultyNand::new(nand, 0);
+            let mount = |chip: &mut FaultyNand<RamNand>| Fs::open(chip, opts()).is_ok();
+            let c = campaign::run(&base, Schedule::Every, mount, |chip, op| {
                 let when = format!("{checkpoints} checkpoints, block {block}, cut at op {op}");
                 let (mut fs, _) =
-                    Fs::open(faulty.into_inner(), opts()).unwrap_or_else(|e| panic!("{when}: {e}"));
+                    Fs::open(chip.into_inner(), opts()).unwrap_or_else(|e| panic!("{when}: {e}"));
                 check_files(&mut fs, &files, &when);
                 let mut after = fs.unmount().unwrap();
                 assert!(good_copy(&mut after, 0) && good_copy(&mut after, 1), "{when}");
-            }
+            });
+            cuts += c.cuts;
         }
     }
     assert!(cuts >= 12, "{cuts} power cuts");

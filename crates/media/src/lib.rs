@@ -15,6 +15,7 @@
 //! Every fault is drawn from a seed ([`rng::Rng`]) and recorded, so a test states exactly
 //! what it injected and replays it.
 
+pub mod campaign;
 pub mod nand;
 pub mod pmem;
 pub mod rng;

@@ -70,6 +70,7 @@ pub enum Torn {
 }
 
 /// Wraps a chip and injects faults into it.
+#[derive(Clone)]
 pub struct FaultyNand<N> {
     inner: N,
     rng: Rng,
@@ -270,6 +271,12 @@ impl<N: Nand + RawAccess> FaultyNand<N> {
     /// operation after it fails with [`NandError::PowerLost`] until [`power_on`](Self::power_on).
     pub fn cut_power_at(&mut self, op: u64) {
         self.cut_at = Some(op);
+    }
+
+    /// Draws every later random choice (how much of a cut operation is torn, ...) from
+    /// `seed`.
+    pub fn reseed(&mut self, seed: u64) {
+        self.rng = Rng::new(seed);
     }
 
     /// Cuts power now, between operations.
