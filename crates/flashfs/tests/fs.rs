@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use bitmend_flashfs::{Compression, FileType, Fs, FsConfig, FsError, FsOptions, SetAttr, ROOT};
+use bitmend_media::campaign::{self, Schedule};
 use bitmend_media::nand::{FaultyNand, Geometry, Nand, NandError, RamNand, Timing};
 use bitmend_media::rng::Rng;
 
@@ -414,31 +415,33 @@ fn power_cut_at_every_nand_operation_keeps_every_synced_state() {
     let mut base = Fs::format(chip(128), cfg(), opts(Compression::Lz4)).unwrap();
     setup(&mut base);
     let base = base.unmount().unwrap();
-    // The synced states, from a run without cuts.
+    // The synced states, and the NAND operations after each round, from a run without cuts.
     let mut snaps = Vec::new();
+    let mut marks = Vec::new();
     let (mut probe, _) = Fs::open(FaultyNand::new(base.clone(), 0), opts(Compression::Lz4)).unwrap();
-    let ops0 = probe.store().nand().ops();
     snaps.push(snapshot(&mut probe));
     for r in 0..rounds {
         round(&mut probe, r).unwrap();
         snaps.push(snapshot(&mut probe));
+        marks.push(probe.store().nand().ops());
     }
-    let ops = probe.store().nand().ops() - ops0;
-    let mut cuts = 0;
-    let mut from_ckpt = 0;
-    for cut in 0..ops {
-        let (mut fs, _) = Fs::open(FaultyNand::new(base.clone(), cut), opts(Compression::Lz4)).unwrap();
-        fs.store_mut().nand_mut().cut_power_at(ops0 + cut);
-        let mut done = 0;
-        let err = loop {
-            match round(&mut fs, done) {
-                Ok(()) => done += 1,
-                Err(e) => break e,
-            }
+    let work = |chip: &mut FaultyNand<RamNand>| {
+        let (mut fs, _) = match Fs::open(chip, opts(Compression::Lz4)) {
+            Ok(m) => m,
+            Err(e) => panic!("the mount before the rounds was cut: {e}"),
         };
-        assert!(matches!(err, FsError::Nand(NandError::PowerLost)), "cut {cut}: {err}");
-        let mut nand = fs.into_nand();
-        nand.power_on();
+        for r in 0..rounds {
+            if let Err(e) = round(&mut fs, r) {
+                assert!(matches!(e, FsError::Nand(NandError::PowerLost)), "round {r}: {e}");
+                return false;
+            }
+        }
+        true
+    };
+    let mut from_ckpt = 0;
+    // The mount of a cleanly unmounted image writes nothing: every cut is in the rounds.
+    let c = campaign::run(&FaultyNand::new(base.clone(), 0), Schedule::Every, work, |nand, cut| {
+        let done = marks.iter().filter(|&&m| m <= cut).count() as u64;
         let (mut fs, rep) =
             Fs::open(nand, opts(Compression::Lz4)).unwrap_or_else(|e| panic!("cut {cut}: mount: {e}"));
         // The only page a cut may leave unreadable is the one it tore (a program cut when its
@@ -487,10 +490,10 @@ fn power_cut_at_every_nand_operation_keeps_every_synced_state() {
                 assert!(ok, "cut {cut}: {p} page {i} is neither old nor new");
             }
         }
-        cuts += 1;
         // The file system works on after the cut.
         round(&mut fs, 100 + done).ok();
-    }
+    });
+    let cuts = c.cuts;
     eprintln!("power cuts: {cuts} cut points (every program and erase of {rounds} rounds of truncate, write, create, rename, unlink, sync); fsck clean and every synced state intact after each; {from_ckpt} mounts replayed from a checkpoint");
     assert!(cuts > 100);
 }
