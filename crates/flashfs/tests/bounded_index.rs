@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use bitmend_flashfs::{Compression, Fs, FsConfig, FsOptions, CHUNK_PAGES, LOGICAL_PAGE, ROOT};
+use bitmend_media::campaign::{self, Schedule};
 use bitmend_media::nand::{FaultyNand, Geometry, RamNand, Timing};
 use bitmend_media::rng::Rng;
 
@@ -132,7 +133,11 @@ struct State {
 
 /// One synced round on a file of several chunks: overwrites at random, a truncate and a
 /// regrowth now and then, a small file created and an older one removed.
-fn round(fs: &mut Fs<FaultyNand<RamNand>>, st: &mut State, r: u64) -> Result<(), bitmend_flashfs::FsError> {
+fn round<N: bitmend_media::nand::Nand>(
+    fs: &mut Fs<N>,
+    st: &mut State,
+    r: u64,
+) -> Result<(), bitmend_flashfs::FsError> {
     let big = fs.lookup(ROOT, b"big")?.ino;
     let mut rng = Rng::new(r);
     for k in 0..3 {
@@ -189,30 +194,27 @@ fn power_cuts_with_a_two_chunk_window_keep_every_synced_state() {
 
     // The uncut run: the state after each round.
     let (mut probe, _) = Fs::open(FaultyNand::new(base.clone(), 0), o).unwrap();
-    let ops0 = probe.store().nand().ops();
     let rounds = 60;
     let mut states = vec![start.clone()];
+    let mut marks = Vec::new();
     for r in 0..rounds {
         round(&mut probe, &mut start, r).unwrap();
         states.push(start.clone());
+        marks.push(probe.store().nand().ops());
     }
     let cleaned = probe.stats().segments_cleaned;
     let loaded = probe.stats().maps_loaded;
     assert!(cleaned > 3 && loaded > 20, "the workload cleans and loads maps: {:?}", probe.stats());
-    let ops = probe.store().nand().ops() - ops0;
+    let ops = marks.last().copied().unwrap_or(0);
 
-    let step = (ops / 700).max(1) as usize;
-    let mut cuts = 0;
-    for cut in (0..ops).step_by(step) {
-        let (mut fs, _) = Fs::open(FaultyNand::new(base.clone(), cut), o).unwrap();
-        fs.store_mut().nand_mut().cut_power_at(ops0 + cut);
+    let step = (ops / 700).max(1);
+    let work = |chip: &mut FaultyNand<RamNand>| {
+        let (mut fs, _) = Fs::open(chip, o).expect("the mount writes nothing");
         let mut st = states[0].clone();
-        let mut done = 0;
-        while done < rounds && round(&mut fs, &mut st, done).is_ok() {
-            done += 1;
-        }
-        let mut nand = fs.into_nand();
-        nand.power_on();
+        (0..rounds).all(|r| round(&mut fs, &mut st, r).is_ok())
+    };
+    let c = campaign::run(&FaultyNand::new(base.clone(), 0), Schedule::EveryKth(step), work, |nand, cut| {
+        let done = marks.iter().filter(|&&m| m <= cut).count() as u64;
         let (mut fs, rep) = Fs::open(nand, o).unwrap_or_else(|e| panic!("cut {cut}: mount: {e}"));
         let check = fs.check(true);
         assert!(check.clean(), "cut {cut}: {:?}; {rep:?}", check.problems);
@@ -245,8 +247,8 @@ fn power_cuts_with_a_two_chunk_window_keep_every_synced_state() {
         for r in old.small.keys().filter(|r| new.small.contains_key(r)) {
             assert!(got.small.contains_key(r), "cut {cut}: s{r} was lost");
         }
-        cuts += 1;
-    }
+    });
+    let cuts = c.cuts;
     eprintln!(
         "power cuts with 2 index chunks in RAM: {cuts} cut points over {rounds} rounds ({ops} NAND operations, {cleaned} segments cleaned, {loaded} map loads in the uncut run); fsck (with the usage table) clean and every page as synced after each"
     );

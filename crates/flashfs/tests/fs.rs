@@ -543,27 +543,23 @@ fn power_cuts_while_the_cleaner_runs() {
     setup(&mut base);
     let base = base.unmount().unwrap();
     let (mut probe, _) = Fs::open(FaultyNand::new(base.clone(), 0), opts(Compression::None)).unwrap();
-    let ops0 = probe.store().nand().ops();
     let mut snaps = vec![snapshot(&mut probe)];
+    let mut marks = Vec::new();
     let rounds = 120;
     for r in 0..rounds {
         round(&mut probe, r).unwrap();
         snaps.push(snapshot(&mut probe));
+        marks.push(probe.store().nand().ops());
     }
     let cleaned = probe.stats().segments_cleaned;
     assert!(cleaned > 3, "the workload makes the cleaner run: {cleaned}");
-    let ops = probe.store().nand().ops() - ops0;
-    let mut cuts = 0;
     let mut chains = 0;
-    for cut in (0..ops).step_by(2) {
-        let (mut fs, _) = Fs::open(FaultyNand::new(base.clone(), cut), opts(Compression::None)).unwrap();
-        fs.store_mut().nand_mut().cut_power_at(ops0 + cut);
-        let mut done = 0;
-        while round(&mut fs, done).is_ok() {
-            done += 1;
-        }
-        let mut nand = fs.into_nand();
-        nand.power_on();
+    let work = |chip: &mut FaultyNand<RamNand>| {
+        let (mut fs, _) = Fs::open(chip, opts(Compression::None)).expect("the mount writes nothing");
+        (0..rounds).all(|r| round(&mut fs, r).is_ok())
+    };
+    let c = campaign::run(&FaultyNand::new(base.clone(), 0), Schedule::EveryKth(2), work, |nand, cut| {
+        let done = marks.iter().filter(|&&m| m <= cut).count() as u64;
         let (mut fs, rep) =
             Fs::open(nand, opts(Compression::None)).unwrap_or_else(|e| panic!("cut {cut}: mount: {e}"));
         assert!(rep.pages_lost <= 1, "cut {cut}: {rep:?}");
@@ -583,7 +579,6 @@ fn power_cuts_while_the_cleaner_runs() {
                 );
             }
         }
-        cuts += 1;
         // And it mounts again, by the chain, after working on (anchors written at the cut
         // mount and by the cleaner's checkpoints must lead to the same state).
         round(&mut fs, 200 + done).ok();
@@ -593,7 +588,8 @@ fn power_cuts_while_the_cleaner_runs() {
             .unwrap_or_else(|e| panic!("cut {cut}: second mount: {e}"));
         assert!(!rep.store.scanned, "cut {cut}: second mount {rep:?}");
         assert!(snapshot(&mut fs).files == want.files, "cut {cut}: second mount differs: {rep:?}");
-    }
+    });
+    let cuts = c.cuts;
     eprintln!("power cuts with cleaning: {cuts} cut points over {rounds} rounds ({cleaned} segments cleaned in the uncut run); fsck clean after each; every mount by the anchor chain (longest chain {chains} segments), and again after more work");
 }
 
