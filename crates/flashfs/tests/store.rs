@@ -3,6 +3,7 @@
 //! synced.
 
 use bitmend_flashfs::{FsConfig, FsError, PageAddr, PageStore, Repaired};
+use bitmend_media::campaign::{self, Schedule};
 use bitmend_media::nand::{FaultyNand, Geometry, Nand, NandError, RamNand, Timing};
 use bitmend_media::rng::Rng;
 
@@ -213,24 +214,28 @@ fn power_cut_at_every_nand_operation_loses_nothing_synced() {
     let base = PageStore::format(chip(), cfg(1, 1)).unwrap().into_nand();
     let mut probe = PageStore::open(FaultyNand::new(base.clone(), 0)).unwrap().0;
     let mut addrs = Vec::new();
+    // NAND operations when each sync returned.
+    let mut marks = Vec::new();
     for i in 0..n {
         addrs.push(probe.append(&page(7, i)).unwrap());
         if i % 5 == 4 {
             probe.sync().unwrap();
+            marks.push(probe.nand().ops());
         }
     }
-    let ops = probe.nand().ops();
-    let mut cuts = 0;
     let mut torn = 0;
-    for cut in 0..ops {
-        let mut nand = FaultyNand::new(base.clone(), 1000 + cut);
-        nand.cut_power_at(cut);
-        let mut store = PageStore::open(nand).unwrap().0;
-        let err = workload(&mut store, n).unwrap_err();
-        assert!(matches!(err.0, FsError::Nand(NandError::PowerLost)), "cut {cut}: {}", err.0);
-        let synced = err.1;
-        let mut nand = store.into_nand();
-        nand.power_on();
+    let work = |nand: &mut FaultyNand<RamNand>| match PageStore::open(nand) {
+        Ok((mut store, _)) => match workload(&mut store, n) {
+            Ok(()) => true,
+            Err((e, _)) => {
+                assert!(matches!(e, FsError::Nand(NandError::PowerLost)), "{e}");
+                false
+            }
+        },
+        Err(e) => panic!("the mount before the workload was cut: {e}"),
+    };
+    let c = campaign::run(&FaultyNand::new(base.clone(), 0), Schedule::Every, work, |nand, cut| {
+        let synced = 5 * marks.iter().filter(|&&m| m <= cut).count();
         let (mut store, m) = PageStore::open(nand).unwrap_or_else(|e| panic!("cut {cut}: mount: {e}"));
         torn += m.torn_pages;
         // Every synced page is where the probe run put it, byte for byte (the store is
@@ -247,8 +252,8 @@ fn power_cut_at_every_nand_operation_loses_nothing_synced() {
             store.read(*a, &mut buf).unwrap();
             assert_eq!(buf, page(8, i as u64), "cut {cut}: page appended after remount");
         }
-        cuts += 1;
-    }
+    });
+    let cuts = c.cuts;
     eprintln!("power cuts: {cuts} cut points (every program and erase of the workload), {torn} torn pages found at mount; 0 synced pages lost");
     assert!(cuts > 100);
 }
