@@ -401,9 +401,55 @@ pub fn fsck(a: &CheckArgs) -> Result<u8, String> {
     Ok(if c.clean() { 0 } else { EXIT_PROBLEMS })
 }
 
+/// `bitmend stat MOUNTPOINT`: what the daemon of a mounted file system says through its
+/// control file (space, files, the index, lifetime health).
+fn stat_mounted(a: &StatArgs) -> Result<(), String> {
+    let control = a.image.join(std::str::from_utf8(crate::scrubber::CONTROL_NAME).expect("ASCII"));
+    let status = std::fs::read_to_string(&control)
+        .map_err(|e| format!("{}: not a mounted bitmend file system ({e})", a.image.display()))?;
+    let n = |key: &str| crate::json::number(&status, key);
+    if a.json {
+        let fields = status.trim().trim_start_matches('{').trim_end_matches('}');
+        println!("{{\"mountpoint\": {}, {fields}}}", json_str(&a.image.display().to_string()));
+        return Ok(());
+    }
+    let (logical, stored) = (n("file_data_bytes")?, n("stored_bytes")?);
+    let ratio = if stored > 0 { logical as f64 / stored as f64 } else { 1.0 };
+    println!("{}: mounted bitmend flash file system", a.image.display());
+    println!(
+        "  space          {} MiB free of {} MiB (segments: {} of {} in use)",
+        n("bytes_free")? >> 20,
+        n("bytes_total")? >> 20,
+        n("segments_used")?,
+        n("segments")?
+    );
+    println!(
+        "  files          {} inodes; {} KiB of file data stored in {} KiB ({ratio:.2}x)",
+        n("inodes")?,
+        logical >> 10,
+        stored >> 10
+    );
+    println!("  index          {} chunks", n("index_chunks")?);
+    println!(
+        "  repairs so far {} pages from group parity, {} from segment parity, {} logical pages relocated, \
+         {} beyond repair",
+        n("lifetime_repaired_by_group")?,
+        n("lifetime_repaired_by_segment")?,
+        n("lifetime_relocated")?,
+        n("lifetime_unrecoverable")?
+    );
+    println!(
+        "  scrubs so far  {} passes, {} pages checked",
+        n("lifetime_scrub_passes")?,
+        n("lifetime_pages_scrubbed")?
+    );
+    Ok(())
+}
+
 #[derive(Args, Debug)]
 pub struct StatArgs {
-    /// The NAND image file (not mounted).
+    /// The NAND image file (not mounted), or the mountpoint of a mounted file system (asked
+    /// through its daemon's control file).
     pub image: PathBuf,
     /// One JSON object on stdout instead of text.
     #[arg(long)]
@@ -411,6 +457,9 @@ pub struct StatArgs {
 }
 
 pub fn stat(a: &StatArgs) -> Result<(), String> {
+    if a.image.is_dir() {
+        return stat_mounted(a);
+    }
     let nand = open_image(&a.image)?;
     let (fs, rep) = Fs::open(nand, FsOptions::default()).map_err(err)?;
     let (total, free) = fs.statfs();
@@ -426,18 +475,16 @@ pub fn stat(a: &StatArgs) -> Result<(), String> {
         let h: Vec<String> =
             hist.iter().map(|(a, b, n)| format!("{{\"from\": {a}, \"to\": {b}, \"blocks\": {n}}}")).collect();
         println!(
-            "{{\"image\": {}, \"bytes_total\": {total}, \"bytes_free\": {free}, \"inodes\": {}, \"file_data_bytes\": {logical}, \
-             \"stored_bytes\": {stored}, \"compression\": \"{codec}\", \"compression_ratio\": {ratio:.3}, \"segments\": {segs}, \"segments_used\": {used}, \
+            "{{\"image\": {}, {}, \"compression\": \"{codec}\", \"compression_ratio\": {ratio:.3}, \
              \"bad_blocks\": {}, \"repaired_at_mount\": {}, \"mounted_by\": \"{}\", \"chain_segments\": {}, \"pages_replayed\": {}, \
-             \"index_chunks\": {}, {}, \"erase_histogram\": [{}]}}",
+             {}, \"erase_histogram\": [{}]}}",
             json_str(&a.image.display().to_string()),
-            fs.inode_count(),
+            crate::scrubber::space_json(&fs),
             s.bad.len(),
             rep.pages_repaired,
             if rep.store.scanned { "scan" } else { "anchor" },
             rep.store.chain_length,
             rep.pages,
-            fs.index_chunk_count(),
             crate::scrubber::health_json(&fs.health()),
             h.join(", ")
         );

@@ -5,7 +5,7 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::json::json_str;
+use crate::json::{field, json_str, number, text_field};
 use bitmend_flashfs::{Fs, FsOptions, ScrubReport};
 use clap::Args;
 
@@ -69,34 +69,6 @@ fn image(a: &ScrubArgs, tty: bool) -> Result<(ScrubReport, String), String> {
     r.superblocks_damaged += mounted.superblocks_damaged;
     r.superblocks_rewritten += mounted.superblocks_rewritten;
     Ok((r, health))
-}
-
-/// The number after `"key": ` in a line of the control file's JSON.
-fn field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
-    let at = status.find(&format!("\"{key}\": "))? + key.len() + 4;
-    let rest = &status[at..];
-    Some(rest[..rest.find([',', '}'])?].trim_matches('"'))
-}
-
-/// The string after `"key": ` (JSON-quoted, as Rust's `{:?}` writes it), `None` for null.
-fn text_field(status: &str, key: &str) -> Option<String> {
-    let at = status.find(&format!("\"{key}\": \""))? + key.len() + 5;
-    let mut out = String::new();
-    let mut chars = status[at..].chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' => return Some(out),
-            '\\' => out.push(chars.next()?),
-            c => out.push(c),
-        }
-    }
-    None
-}
-
-fn number(status: &str, key: &str) -> Result<u64, String> {
-    field(status, key)
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| format!("control file: no {key} in {status:?}"))
 }
 
 /// A mounted file system: ask its daemon for a pass and follow it to the end.

@@ -71,8 +71,9 @@ impl Mounted {
         let state = if self.pass.is_some() || self.requested { "running" } else { "idle" };
         // Quoted as a JSON string: the message is ours, but a path in it could hold anything.
         let error = self.error.as_ref().map_or("null".to_string(), |e| format!("{e:?}"));
+        let space = self.fs.as_ref().map_or(String::new(), |fs| format!(", {}", space_json(fs)));
         format!(
-            "{{\"state\": \"{state}\", \"pass\": {}, \"error\": {error}, {}, {}}}\n",
+            "{{\"state\": \"{state}\", \"pass\": {}, \"error\": {error}, {}, {}{space}}}\n",
             self.passes_started,
             report_json(&self.report),
             health_json(&h)
@@ -112,6 +113,21 @@ impl Mounted {
         }
         !finished
     }
+}
+
+/// Space, files and the index as JSON fields (no braces), for `bitmend stat` of an image and
+/// of a mounted file system (through the control file).
+pub fn space_json<N: bitmend_media::nand::Nand>(fs: &bitmend_flashfs::Fs<N>) -> String {
+    let (total, free) = fs.statfs();
+    let (logical, stored) = fs.data_space();
+    format!(
+        "\"bytes_total\": {total}, \"bytes_free\": {free}, \"inodes\": {}, \"file_data_bytes\": {logical}, \
+         \"stored_bytes\": {stored}, \"segments\": {}, \"segments_used\": {}, \"index_chunks\": {}",
+        fs.inode_count(),
+        fs.store().segments(),
+        fs.store().used_segments().len(),
+        fs.index_chunk_count()
+    )
 }
 
 /// A pass's report as JSON fields (no braces), for the control file and `bitmend scrub`.

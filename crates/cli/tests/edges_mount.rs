@@ -131,6 +131,22 @@ fn long_symlinks_xattrs_and_fallocate_through_the_mount() {
     assert_eq!((r, errno()), (-1, libc::EOPNOTSUPP));
     drop(file);
 
+    // `bitmend stat MOUNTPOINT` answers through the daemon (before, "Is a directory").
+    let out = bitmend(&["stat", &mnt, "--json"]);
+    let json = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{json}{}", String::from_utf8_lossy(&out.stderr));
+    for key in [
+        "\"mountpoint\"",
+        "\"inodes\": 5",
+        "\"bytes_free\"",
+        "\"file_data_bytes\"",
+        "\"lifetime_scrub_passes\"",
+    ] {
+        assert!(json.contains(key), "{key} in {json}");
+    }
+    let out = bitmend(&["stat", &mnt]);
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("5 inodes"));
+
     // All of it durable through `bitmend sync` and a kill -9.
     assert!(bitmend(&["sync", &mnt]).status.success());
     kill_9(pid, &mnt);
