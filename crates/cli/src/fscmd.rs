@@ -73,6 +73,20 @@ pub(crate) fn err(e: impl std::fmt::Display) -> String {
 /// Opens an image for a command that needs it unmounted; if it is mounted, says where and
 /// what to do instead.
 pub(crate) fn open_image(image: &Path) -> Result<FileNand, String> {
+    // A mountpoint given where an image is wanted: say which image is mounted there.
+    if image.is_dir() {
+        return Err(match crate::mounted::bitmend_mount(image).ok().and_then(|m| m.image()) {
+            Some(img) => format!(
+                "{}: a mounted bitmend file system (image {}); this command takes an unmounted image: \
+                 unmount it first (bitmend umount {}), or scrub it mounted: bitmend scrub {}",
+                image.display(),
+                img.display(),
+                image.display(),
+                image.display()
+            ),
+            None => format!("{}: a directory, not a NAND image file", image.display()),
+        });
+    }
     FileNand::open(image).map_err(|e| match (&e, crate::mounted::mounted_at(image)) {
         (bitmend_media::nand::NandError::Locked { .. }, Some(at)) => format!(
             "{}: mounted at {at}; unmount it first (bitmend umount {at}), or scrub it mounted: bitmend scrub {at}",

@@ -83,7 +83,7 @@ pub fn is_mountpoint(mountpoint: &Path) -> bool {
 
 /// The bitmend mount at `mountpoint` (the mountpoint itself, not a path inside it), with a
 /// message that says what is there instead.
-fn bitmend_mount(mountpoint: &Path) -> Result<MountEntry, String> {
+pub fn bitmend_mount(mountpoint: &Path) -> Result<MountEntry, String> {
     let canon = std::fs::canonicalize(mountpoint).map_err(|e| format!("{}: {e}", mountpoint.display()))?;
     // The last entry wins: it is the one mounted on top.
     let entry = table().into_iter().rev().find(|e| e.mountpoint == canon);

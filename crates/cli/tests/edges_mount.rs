@@ -146,6 +146,13 @@ fn long_symlinks_xattrs_and_fallocate_through_the_mount() {
     }
     let out = bitmend(&["stat", &mnt]);
     assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("5 inodes"));
+    // fsck of the mountpoint says what it is and what to do instead.
+    let out = bitmend(&["fsck", &mnt]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("a mounted bitmend file system") && said.contains(&img),
+        "{said}"
+    );
 
     // All of it durable through `bitmend sync` and a kill -9.
     assert!(bitmend(&["sync", &mnt]).status.success());
