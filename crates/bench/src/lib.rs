@@ -4,6 +4,8 @@
 //! anchor, on the same buffers, with samples of the two interleaved so that load on a shared
 //! machine hits both alike; the figures are medians.
 
+#![forbid(unsafe_code)]
+
 pub mod code;
 pub mod corpus;
 pub mod flashfs;

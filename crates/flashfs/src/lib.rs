@@ -14,6 +14,8 @@
 //!   CRC-32C of every logical page, checked end to end), writes checkpoints, cleans segments,
 //!   scrubs, checks, and offers the POSIX-like operations.
 
+#![forbid(unsafe_code)]
+
 mod chain;
 mod error;
 mod fs;

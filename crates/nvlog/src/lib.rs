@@ -18,6 +18,8 @@
 //! [`NvLog::open`] finds the tail from the records' CRCs and the parity, discards a torn
 //! append, and reports what it did ([`Recovery`]). Layout: docs/FORMAT.md, "PRIMS log".
 
+#![forbid(unsafe_code)]
+
 mod error;
 mod layout;
 mod log;

@@ -5,6 +5,8 @@
 //! single-threaded session and the same mount options as `bitmend mount`, so that
 //! `scripts/fuse-perf.sh` compares file system work, not plumbing.
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File, OpenOptions};
