@@ -3,20 +3,15 @@
 //! mount loads none of them; power cuts while maps are written, loaded, evicted and moved by
 //! the cleaner lose nothing synced.
 
+mod common;
+
 use std::collections::BTreeMap;
 
-use bitmend_flashfs::{Compression, Fs, FsConfig, FsOptions, CHUNK_PAGES, LOGICAL_PAGE, ROOT};
+use bitmend_flashfs::{Compression, Fs, FsOptions, CHUNK_PAGES, LOGICAL_PAGE, ROOT};
 use bitmend_media::campaign::{self, Schedule};
-use bitmend_media::nand::{FaultyNand, Geometry, RamNand, Timing};
+use bitmend_media::nand::{FaultyNand, RamNand};
 use bitmend_media::rng::Rng;
-
-fn chip(blocks: u32) -> RamNand {
-    RamNand::new(Geometry::new(2048, 64, 16, blocks).unwrap()).unwrap().with_timing(Timing::NONE)
-}
-
-fn cfg() -> FsConfig {
-    FsConfig { parity_pages: 1, parity_blocks: 1, blocks_per_segment: 4 }
-}
+use common::{cfg, chip};
 
 fn opts(index_chunks: usize) -> FsOptions {
     FsOptions { compression: Compression::None, dirty_limit: 256 << 10, index_chunks, ..FsOptions::default() }

@@ -2,25 +2,20 @@
 //! attributes stored as nodes, and fallocate (reserve, keep size, punch a hole, zero a
 //! range), each checked across a remount and with a power cut at every NAND operation.
 
+mod common;
+
 use std::collections::BTreeMap;
 
 use bitmend_flashfs::{
-    Compression, Falloc, Fs, FsConfig, FsError, FsOptions, XattrMode, LOGICAL_PAGE, ROOT, SYMLINK_MAX,
+    Compression, Falloc, Fs, FsError, FsOptions, XattrMode, LOGICAL_PAGE, ROOT, SYMLINK_MAX,
 };
 use bitmend_media::campaign::{self, Schedule};
-use bitmend_media::nand::{FaultyNand, Geometry, RamNand, Timing};
+use bitmend_media::nand::{FaultyNand, RamNand};
 use bitmend_media::rng::Rng;
-
-fn chip(blocks: u32) -> RamNand {
-    RamNand::new(Geometry::new(2048, 64, 16, blocks).unwrap()).unwrap().with_timing(Timing::NONE)
-}
+use common::{cfg, chip};
 
 fn opts() -> FsOptions {
     FsOptions { compression: Compression::Lz4, dirty_limit: 64 << 10, ..FsOptions::default() }
-}
-
-fn cfg() -> FsConfig {
-    FsConfig { parity_pages: 1, parity_blocks: 1, blocks_per_segment: 4 }
 }
 
 fn noise(seed: u64, len: usize) -> Vec<u8> {

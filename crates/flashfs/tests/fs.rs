@@ -1,19 +1,14 @@
 //! The file system: POSIX semantics against a model, remounts, bit errors, power cuts.
 
+mod common;
+
 use std::collections::BTreeMap;
 
-use bitmend_flashfs::{Compression, FileType, Fs, FsConfig, FsError, FsOptions, SetAttr, ROOT};
+use bitmend_flashfs::{Compression, FileType, Fs, FsError, FsOptions, SetAttr, ROOT};
 use bitmend_media::campaign::{self, Schedule};
-use bitmend_media::nand::{FaultyNand, Geometry, Nand, NandError, RamNand, Timing};
+use bitmend_media::nand::{FaultyNand, Nand, NandError, RamNand};
 use bitmend_media::rng::Rng;
-
-fn chip(blocks: u32) -> RamNand {
-    RamNand::new(Geometry::new(2048, 64, 16, blocks).unwrap()).unwrap().with_timing(Timing::NONE)
-}
-
-fn cfg() -> FsConfig {
-    FsConfig { parity_pages: 1, parity_blocks: 1, blocks_per_segment: 4 }
-}
+use common::{cfg, chip};
 
 fn opts(c: Compression) -> FsOptions {
     // A small index window: chunks are evicted and read back from their map nodes all the

@@ -3,20 +3,16 @@
 //! map held (format version 7), on the read path and by fsck; only data actually lost reads
 //! as EIO, and never as other bytes.
 
-use bitmend_flashfs::{
-    Compression, Fs, FsConfig, FsError, FsOptions, SetAttr, CHUNK_PAGES, LOGICAL_PAGE, ROOT,
-};
-use bitmend_media::nand::{FaultyNand, Geometry, RamNand, Timing};
+mod common;
+
+use bitmend_flashfs::{Compression, Fs, FsError, FsOptions, SetAttr, CHUNK_PAGES, LOGICAL_PAGE, ROOT};
+use bitmend_media::nand::{FaultyNand, RamNand};
+use common::cfg;
 
 type Chip = FaultyNand<RamNand>;
 
 fn chip() -> Chip {
-    let g = Geometry::new(2048, 64, 16, 256).unwrap();
-    FaultyNand::new(RamNand::new(g).unwrap().with_timing(Timing::NONE), 4)
-}
-
-fn cfg() -> FsConfig {
-    FsConfig { parity_pages: 1, parity_blocks: 1, blocks_per_segment: 4 }
+    common::faulty_chip(256, 4)
 }
 
 fn opts() -> FsOptions {

@@ -2,16 +2,11 @@
 //! do not grow with the chip, the anchor log survives wrapping between the two reserved
 //! blocks, and a stale or missing anchor is never trusted.
 
-use bitmend_flashfs::{Compression, Fs, FsConfig, FsOptions, MountReport, ROOT};
-use bitmend_media::nand::{Geometry, Nand, RamNand, Timing};
+mod common;
 
-fn chip(blocks: u32) -> RamNand {
-    RamNand::new(Geometry::new(2048, 64, 16, blocks).unwrap()).unwrap().with_timing(Timing::NONE)
-}
-
-fn cfg() -> FsConfig {
-    FsConfig { parity_pages: 1, parity_blocks: 1, blocks_per_segment: 4 }
-}
+use bitmend_flashfs::{Compression, Fs, FsOptions, MountReport, ROOT};
+use bitmend_media::nand::{Nand, RamNand};
+use common::{cfg, chip};
 
 fn opts() -> FsOptions {
     FsOptions { compression: Compression::None, dirty_limit: 32 << 10, ..FsOptions::default() }

@@ -2,19 +2,14 @@
 //! 5): pages overwritten one by one inside a node, a truncation into one, their places read
 //! back by replay and from map nodes, and the cleaner moving what stays live of them.
 
+mod common;
+
 use std::collections::BTreeMap;
 
-use bitmend_flashfs::{Compression, Fs, FsConfig, FsOptions, SetAttr, ROOT};
-use bitmend_media::nand::{Geometry, RamNand, Timing};
+use bitmend_flashfs::{Compression, Fs, FsOptions, SetAttr, ROOT};
+use bitmend_media::nand::RamNand;
 use bitmend_media::rng::Rng;
-
-fn chip(blocks: u32) -> RamNand {
-    RamNand::new(Geometry::new(2048, 64, 16, blocks).unwrap()).unwrap().with_timing(Timing::NONE)
-}
-
-fn cfg() -> FsConfig {
-    FsConfig { parity_pages: 1, parity_blocks: 1, blocks_per_segment: 4 }
-}
+use common::{cfg, chip};
 
 fn opts(c: Compression, node_pages: usize) -> FsOptions {
     FsOptions { compression: c, dirty_limit: 64 << 10, index_chunks: 2, node_pages, ..FsOptions::default() }

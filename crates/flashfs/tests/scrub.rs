@@ -2,21 +2,19 @@
 //! moves the data of a segment with damaged parity under fresh parity, reports what it cannot
 //! repair, interleaves with writes, and its counters survive a remount.
 
+mod common;
+
 use bitmend_flashfs::{Compression, Fs, FsConfig, FsError, FsOptions, PageAddr, PageHealth, ROOT};
-use bitmend_media::nand::{FaultyNand, Geometry, RamNand, Timing};
+use bitmend_media::nand::{FaultyNand, RamNand};
 use bitmend_media::rng::Rng;
+use common::cfg;
 
 fn chip() -> FaultyNand<RamNand> {
-    let g = Geometry::new(2048, 64, 16, 128).unwrap();
-    FaultyNand::new(RamNand::new(g).unwrap().with_timing(Timing::NONE), 7)
+    common::faulty_chip(128, 7)
 }
 
 fn opts() -> FsOptions {
     FsOptions { compression: Compression::Lz4, dirty_limit: 64 << 10, ..FsOptions::default() }
-}
-
-fn cfg() -> FsConfig {
-    FsConfig { parity_pages: 1, parity_blocks: 1, blocks_per_segment: 4 }
 }
 
 fn content(seed: u64, len: usize) -> Vec<u8> {

@@ -3,23 +3,22 @@
 //! copies lost still mount, from the copy every anchor carries; and a power cut at every
 //! operation of the rewrite leaves an image that mounts with every file intact.
 
-use bitmend_flashfs::{Compression, Fs, FsConfig, FsOptions, ROOT};
+mod common;
+
+use bitmend_flashfs::{Compression, Fs, FsOptions, ROOT};
 use bitmend_media::campaign::{self, Schedule};
-use bitmend_media::nand::{FaultyNand, Geometry, RamNand, RawAccess, Timing};
+use bitmend_media::nand::{FaultyNand, RamNand, RawAccess};
 use bitmend_media::rng::Rng;
+use common::cfg;
 
 const PAGES_PER_BLOCK: u32 = 16;
 
 fn chip() -> RamNand {
-    RamNand::new(Geometry::new(2048, 64, PAGES_PER_BLOCK, 96).unwrap()).unwrap().with_timing(Timing::NONE)
+    common::chip(96)
 }
 
 fn opts() -> FsOptions {
     FsOptions { compression: Compression::Lz4, dirty_limit: 64 << 10, ..FsOptions::default() }
-}
-
-fn cfg() -> FsConfig {
-    FsConfig { parity_pages: 1, parity_blocks: 1, blocks_per_segment: 4 }
 }
 
 type Files = Vec<(u64, Vec<u8>)>;
