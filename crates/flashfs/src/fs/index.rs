@@ -194,6 +194,11 @@ fn encode_map(key: (u64, u64), pages: &BTreeMap<u64, Loc>) -> Vec<u8> {
     }
     let crc = bitmend_code::crc::crc32c(&v);
     v.extend_from_slice(&crc.to_le_bytes());
+    // (A chunk number past any file offset, which only a test makes, is refused on reading.)
+    debug_assert!(
+        key.1.checked_mul(CHUNK_PAGES).is_none() || decode_map(&v, key).as_ref() == Some(pages),
+        "a map reads back as written"
+    );
     // Versions and flash pages rise from entry to entry: zstd takes about half away.
     match zstd::bulk::compress(&v, 1) {
         Ok(z) if z.len() + 8 < v.len() => {

@@ -64,6 +64,9 @@ impl<N: Nand> Fs<N> {
         let at = self.fill;
         f.encode(&mut self.buf[at..at + FRAG_HEADER]);
         self.buf[at + FRAG_HEADER..at + FRAG_HEADER + payload.len()].copy_from_slice(payload);
+        // What will be programmed reads back as what was meant (the write side paired with
+        // the read side).
+        debug_assert_eq!(Frag::decode(&self.buf[at..]), Ok(Some(*f)));
         self.fill += FRAG_HEADER + payload.len();
         (at + FRAG_HEADER) as u16
     }

@@ -91,6 +91,7 @@ impl<N: Nand> Fs<N> {
     /// goes with the next write-back.
     fn put_xattrs(&mut self, ino: u64, set: node::Xattrs) -> Result<(), FsError> {
         let payload = node::encode_xattrs(&set);
+        debug_assert_eq!(node::decode_xattrs(&payload).as_ref(), Some(&set));
         let i = self.inodes.get_mut(&ino).expect("checked by the caller");
         i.xattrs = set;
         i.attr.ctime = now();
