@@ -318,3 +318,21 @@ fn fallocate_reserves_punches_and_zeroes() {
     assert!(cuts >= 5, "{cuts} cuts");
     eprintln!("fallocate: reserved ranges written on a full chip, punch and zero range replayed; {cuts} power cuts in a punch");
 }
+
+#[test]
+fn a_long_symlink_whose_target_page_is_lost_is_an_error_not_other_bytes() {
+    let mut fs = Fs::format(common::faulty_chip(64, 3), cfg(), opts()).unwrap();
+    let target: Vec<u8> = noise(11, SYMLINK_MAX).iter().map(|b| b | 1).collect();
+    let s = fs.symlink(ROOT, b"long", &target, 0, 0).unwrap();
+    fs.sync().unwrap();
+    let (mut fs, _) = Fs::open(fs.unmount().unwrap(), opts()).unwrap();
+    // The target's data page, lost with enough of its group and stripe that parity cannot
+    // rebuild it (3 pages lost).
+    let page = common::pages_with(&mut fs, 3, s.ino, Some(0))[0];
+    common::lose_beyond_repair(&mut fs, page);
+    assert!(matches!(fs.readlink(s.ino), Err(FsError::Unrecoverable { .. })), "{:?}", fs.readlink(s.ino));
+    // It can still be removed, and the file system checks clean after.
+    fs.unlink(ROOT, b"long").unwrap();
+    let (mut fs, _) = Fs::open(fs.unmount().unwrap(), opts()).unwrap();
+    assert!(fs.check(true).clean(), "{:?}", fs.check(true).problems);
+}

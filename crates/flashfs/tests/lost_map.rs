@@ -7,7 +7,7 @@ mod common;
 
 use bitmend_flashfs::{Compression, Fs, FsError, FsOptions, SetAttr, CHUNK_PAGES, LOGICAL_PAGE, ROOT};
 use bitmend_media::nand::{FaultyNand, RamNand};
-use common::cfg;
+use common::{cfg, lose_beyond_repair, pages_with};
 
 type Chip = FaultyNand<RamNand>;
 
@@ -26,39 +26,6 @@ fn opts() -> FsOptions {
 
 fn content(seed: u64, len: usize) -> Vec<u8> {
     (0..len as u64).map(|i| (i.wrapping_mul(2654435761) ^ seed.wrapping_mul(0x9E37_79B9)) as u8 | 1).collect()
-}
-
-/// Flash pages holding a fragment of kind `kind` with `key` (and `key2`, if given), in log
-/// order.
-fn pages_with(fs: &mut Fs<Chip>, kind: u8, key: u64, key2: Option<u64>) -> Vec<u32> {
-    let mut out = Vec::new();
-    let mut buf = vec![0u8; 2048];
-    for p in fs.store_mut().log_pages(0, None).unwrap() {
-        if fs.store_mut().read(p, &mut buf).is_err() {
-            continue;
-        }
-        let mut off = 0;
-        while off + 32 <= buf.len() && buf[off] != 0 {
-            let len = u16::from_le_bytes([buf[off + 2], buf[off + 3]]) as usize;
-            let k = u64::from_le_bytes(buf[off + 8..off + 16].try_into().unwrap());
-            let k2 = u64::from_le_bytes(buf[off + 16..off + 24].try_into().unwrap());
-            if buf[off] == kind && k == key && key2.is_none_or(|x| x == k2) && !out.contains(&p.0) {
-                out.push(p.0);
-            }
-            off += 32 + len;
-        }
-    }
-    out
-}
-
-/// Loses flash page `p` beyond both levels of parity (p = 1, s = 1): the next page of its
-/// group and the same page of the next block of its segment go too. Returns what was lost.
-fn lose_beyond_repair(fs: &mut Fs<Chip>, p: u32) -> [u32; 3] {
-    let lost = [p, p + 1, p + 16];
-    for q in lost {
-        fs.store_mut().nand_mut().lose_page(q).unwrap();
-    }
-    lost
 }
 
 fn remount(fs: Fs<Chip>) -> Fs<Chip> {
