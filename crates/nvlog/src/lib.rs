@@ -16,7 +16,7 @@
 //!
 //! Crash consistency: a record is durable when `append` returns. After a crash
 //! [`NvLog::open`] finds the tail from the records' CRCs and the parity, discards a torn
-//! append, and reports what it did ([`Recovery`]). Layout: docs/FORMAT.md, "PRIMS log".
+//! append, and reports what it did ([`RecoveryReport`]). Layout: docs/FORMAT.md, "PRIMS log".
 
 #![forbid(unsafe_code)]
 
@@ -32,9 +32,9 @@ pub use error::LogError;
 pub use layout::{LogConfig, LOG_VERSION};
 pub use log::{LogStats, NvLog, Record};
 pub use record::HEADER as RECORD_HEADER;
-pub use recover::Recovery;
+pub use recover::RecoveryReport;
 pub use repair::{Cause, Repair};
-pub use scrub::{ScrubReport, ScrubTotals, Scrubber};
+pub use scrub::{LogScrubReport, ScrubTotals, Scrubber};
 
 /// A record's position in the log: its byte offset in the log's record space, increasing
 /// with every append and never reused.

@@ -22,7 +22,7 @@ use crate::{LogError, RecordId};
 
 /// What opening the log found and did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Recovery {
+pub struct RecoveryReport {
     /// Superblock copies rewritten from the intact one.
     pub superblock_repaired: usize,
     /// The head came from a head slot (false: both were damaged, and the head was set to the
@@ -50,7 +50,7 @@ pub struct Recovery {
     pub unrecoverable: Vec<(u64, usize)>,
 }
 
-impl std::fmt::Display for Recovery {
+impl std::fmt::Display for RecoveryReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.live_segment {
             None => writeln!(f, "empty log")?,
@@ -80,11 +80,11 @@ impl std::fmt::Display for Recovery {
 
 impl<R: Region> NvLog<R> {
     /// Opens the log in `region`, recovering from a crash if there was one.
-    pub fn open(mut region: R) -> Result<(NvLog<R>, Recovery), LogError> {
+    pub fn open(mut region: R) -> Result<(NvLog<R>, RecoveryReport), LogError> {
         if region.len() < SUPERBLOCK_B + SUPERBLOCK_SIZE {
             return Err(LogError::NotALog { why: format!("region of {} bytes", region.len()) });
         }
-        let mut report = Recovery { head_from_slot: true, ..Recovery::default() };
+        let mut report = RecoveryReport { head_from_slot: true, ..RecoveryReport::default() };
         let signer = bitmend_code::sig::Signer::<4>::new();
         let read = |at: usize| Superblock::decode(&region.bytes()[at..at + SUPERBLOCK_SIZE], &signer);
         let (a, b) = (read(SUPERBLOCK_A), read(SUPERBLOCK_B));
@@ -131,7 +131,7 @@ impl<R: Region> NvLog<R> {
         Ok((log, report))
     }
 
-    fn load_headers(&mut self, report: &mut Recovery) -> Result<(), LogError> {
+    fn load_headers(&mut self, report: &mut RecoveryReport) -> Result<(), LogError> {
         let cfg = self.layout.cfg;
         for p in 0..cfg.segments as usize {
             let read = |copy: usize| {
@@ -167,7 +167,7 @@ impl<R: Region> NvLog<R> {
         Ok(())
     }
 
-    fn load_head(&mut self, live: Option<u64>, report: &mut Recovery) -> Result<(), LogError> {
+    fn load_head(&mut self, live: Option<u64>, report: &mut RecoveryReport) -> Result<(), LogError> {
         let slot = |seq: u64| {
             let at = HeadSlot::offset(seq);
             HeadSlot::decode(&self.region.bytes()[at..at + 64], self.log_id)
@@ -215,7 +215,7 @@ impl<R: Region> NvLog<R> {
 
     /// A segment before the live one: sealed, or made so (its header is rebuilt from its
     /// bytes if both copies were lost).
-    fn recover_sealed(&mut self, seg: u64, report: &mut Recovery) -> Result<(), LogError> {
+    fn recover_sealed(&mut self, seg: u64, report: &mut RecoveryReport) -> Result<(), LogError> {
         let p = self.layout.physical(seg);
         let ok = self.headers[p]
             .as_ref()
@@ -240,7 +240,7 @@ impl<R: Region> NvLog<R> {
         Ok(())
     }
 
-    fn recover_live(&mut self, seg: u64, report: &mut Recovery) -> Result<(), LogError> {
+    fn recover_live(&mut self, seg: u64, report: &mut RecoveryReport) -> Result<(), LogError> {
         let cfg = self.layout.cfg;
         let (k, m, cs) = (cfg.k, cfg.m, cfg.chunk_size);
         let p = self.layout.physical(seg);

@@ -20,7 +20,7 @@ use crate::LogError;
 
 /// What a scrub checked and did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ScrubReport {
+pub struct LogScrubReport {
     pub segments_checked: u64,
     /// Chunk bytes whose signatures were recomputed (full pass).
     pub bytes_verified: u64,
@@ -31,13 +31,13 @@ pub struct ScrubReport {
     pub unrecoverable: Vec<(u64, usize)>,
 }
 
-impl ScrubReport {
+impl LogScrubReport {
     /// Repairs of one cause.
     pub fn count(&self, cause: Cause) -> usize {
         self.repairs.iter().filter(|r| r.cause == cause).count()
     }
 
-    fn absorb(&mut self, other: ScrubReport) {
+    fn absorb(&mut self, other: LogScrubReport) {
         self.segments_checked += other.segments_checked;
         self.bytes_verified += other.bytes_verified;
         self.inconsistent_signatures += other.inconsistent_signatures;
@@ -46,7 +46,7 @@ impl ScrubReport {
     }
 }
 
-impl std::fmt::Display for ScrubReport {
+impl std::fmt::Display for LogScrubReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
@@ -91,7 +91,7 @@ impl<R: Region> NvLog<R> {
     }
 
     /// Both passes over every live segment, and the superblock and head slot.
-    pub fn scrub(&mut self) -> Result<ScrubReport, LogError> {
+    pub fn scrub(&mut self) -> Result<LogScrubReport, LogError> {
         let mut report = self.scrub_metadata()?;
         for seg in self.live_segments() {
             report.absorb(self.scrub_segment(seg)?);
@@ -100,7 +100,7 @@ impl<R: Region> NvLog<R> {
     }
 
     /// The cheap pass alone: no chunk is read.
-    pub fn scrub_cheap(&mut self) -> Result<ScrubReport, LogError> {
+    pub fn scrub_cheap(&mut self) -> Result<LogScrubReport, LogError> {
         let mut report = self.scrub_metadata()?;
         for seg in self.live_segments() {
             report.segments_checked += 1;
@@ -112,9 +112,9 @@ impl<R: Region> NvLog<R> {
     }
 
     /// Both passes over one segment.
-    pub fn scrub_segment(&mut self, seg: u64) -> Result<ScrubReport, LogError> {
+    pub fn scrub_segment(&mut self, seg: u64) -> Result<LogScrubReport, LogError> {
         let before = self.repairs.len();
-        let mut report = ScrubReport { segments_checked: 1, ..ScrubReport::default() };
+        let mut report = LogScrubReport { segments_checked: 1, ..LogScrubReport::default() };
         if !self.cheap_check(seg, &mut report)? {
             report.inconsistent_signatures += 1;
         }
@@ -134,7 +134,7 @@ impl<R: Region> NvLog<R> {
     }
 
     /// Header copies and recorded signatures of `seg`; false if the signatures disagree.
-    fn cheap_check(&mut self, seg: u64, report: &mut ScrubReport) -> Result<bool, LogError> {
+    fn cheap_check(&mut self, seg: u64, report: &mut LogScrubReport) -> Result<bool, LogError> {
         let p = self.layout.physical(seg);
         let Some(h) = self.headers[p].clone() else { return Ok(false) };
         let good = h.encode(self.log_id);
@@ -160,8 +160,8 @@ impl<R: Region> NvLog<R> {
     }
 
     /// The superblock copies and the current head slot, rewritten if damaged.
-    fn scrub_metadata(&mut self) -> Result<ScrubReport, LogError> {
-        let mut report = ScrubReport::default();
+    fn scrub_metadata(&mut self) -> Result<LogScrubReport, LogError> {
+        let mut report = LogScrubReport::default();
         let sb = Superblock { cfg: self.layout.cfg, log_id: self.log_id, region_len: 0 };
         for at in [SUPERBLOCK_A, SUPERBLOCK_B] {
             let ok = Superblock::decode(&self.region.bytes()[at..at + SUPERBLOCK_SIZE], &self.signer)
@@ -193,7 +193,7 @@ impl<R: Region> NvLog<R> {
 pub struct ScrubTotals {
     /// Full sweeps over the live segments completed.
     pub passes: u64,
-    pub report: ScrubReport,
+    pub report: LogScrubReport,
     /// Errors other than unrecoverable damage (for example a region that lost power).
     pub errors: Vec<String>,
 }
@@ -219,7 +219,7 @@ impl Scrubber {
                     let mut l = log.lock().unwrap_or_else(|e| e.into_inner());
                     let range = l.live_segments();
                     if range.is_empty() {
-                        (0, Ok(ScrubReport::default()), false)
+                        (0, Ok(LogScrubReport::default()), false)
                     } else {
                         let seg = next.filter(|n| range.contains(n)).unwrap_or(range.start);
                         let wrapped = seg + 1 == range.end;

@@ -16,7 +16,7 @@
 use bitmend_media::nand::Nand;
 
 use super::{Fs, LOGICAL_PAGE};
-use crate::node::FRAG_HEADER;
+use crate::fs::node::FRAG_HEADER;
 use crate::FsError;
 
 /// Bytes of a map node per logical page, at most (a page's entry, uncompressed).
@@ -56,7 +56,7 @@ impl<N: Nand> Fs<N> {
     /// Flash bytes a dirty logical page takes at worst once written.
     pub(crate) fn page_cost(&self) -> u64 {
         let payload = LOGICAL_PAGE as u64 + 4;
-        let room = (self.buf.len() - FRAG_HEADER) as u64;
+        let room = (self.page.buf.len() - FRAG_HEADER) as u64;
         // A node may start anywhere in a page: one fragment more than its length needs.
         let frags = payload.div_ceil(room) + 1;
         payload + frags * FRAG_HEADER as u64 + MAP_ENTRY
@@ -73,10 +73,10 @@ impl<N: Nand> Fs<N> {
     /// the one a mount may start from stays until a newer one replaces it) with what the
     /// names created since add to it, and the reservations of dirty pages and inodes.
     pub(crate) fn committed(&self) -> u64 {
-        let grown = (self.inodes.len() as u64).saturating_sub(self.budget.ckpt_inodes);
+        let grown = (self.ns.inodes.len() as u64).saturating_sub(self.budget.ckpt_inodes);
         let ckpt = self.budget.ckpt_bytes + grown * NAME_COST;
-        let dirty = (self.dirty.len() as u64 + self.reserved.pages) * self.page_cost();
-        let inodes = self.dirty_inodes.len() as u64 * NAME_COST;
+        let dirty = (self.wb.dirty.len() as u64 + self.reserved.pages) * self.page_cost();
+        let inodes = self.wb.dirty_inodes.len() as u64 * NAME_COST;
         self.index.totals.footprint + self.index.totals.pages * MAP_ENTRY + 2 * ckpt + dirty + inodes
     }
 
@@ -88,7 +88,7 @@ impl<N: Nand> Fs<N> {
         if self.committed() + need <= self.capacity() {
             return Ok(());
         }
-        if !self.dirty.is_empty() || !self.dirty_inodes.is_empty() {
+        if !self.wb.dirty.is_empty() || !self.wb.dirty_inodes.is_empty() {
             self.flush_data()?;
             if self.committed() + need <= self.capacity() {
                 return Ok(());

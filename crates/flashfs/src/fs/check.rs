@@ -9,7 +9,7 @@ use crate::FileType;
 
 /// What a check found. `problems` is empty for a consistent file system.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Check {
+pub struct CheckReport {
     pub files: u64,
     pub dirs: u64,
     pub symlinks: u64,
@@ -26,7 +26,7 @@ pub struct Check {
     pub problems: Vec<String>,
 }
 
-impl Check {
+impl CheckReport {
     pub fn clean(&self) -> bool {
         self.problems.is_empty() && self.unreadable_pages == 0
     }
@@ -34,22 +34,26 @@ impl Check {
 
 impl<N: Nand> Fs<N> {
     /// Checks the file system; `read_data` also reads every logical page back.
-    pub fn check(&mut self, read_data: bool) -> Check {
+    pub fn check(&mut self, read_data: bool) -> CheckReport {
         self.check_with_progress(read_data, &mut |_, _| {})
     }
 
     /// As [`check`](Self::check), calling `progress(done, total)` as logical pages are read.
-    pub fn check_with_progress(&mut self, read_data: bool, progress: &mut dyn FnMut(u64, u64)) -> Check {
-        let mut c = Check::default();
+    pub fn check_with_progress(
+        &mut self,
+        read_data: bool,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> CheckReport {
+        let mut c = CheckReport::default();
         let rebuilt_before = self.index.rebuilt;
         let mut links: HashMap<u64, u32> = HashMap::new();
         let mut subdirs: HashMap<u64, u32> = HashMap::new();
-        for (dir, entries) in &self.dirs {
-            if !self.inodes.get(dir).is_some_and(|i| i.attr.kind == FileType::Dir) {
+        for (dir, entries) in &self.ns.dirs {
+            if !self.ns.inodes.get(dir).is_some_and(|i| i.attr.kind == FileType::Dir) {
                 c.problems.push(format!("entries for {dir}, which is not a directory"));
             }
             for (name, child) in entries {
-                match self.inodes.get(child) {
+                match self.ns.inodes.get(child) {
                     None => c.problems.push(format!(
                         "{dir}/{}: entry for missing inode {child}",
                         String::from_utf8_lossy(name)
@@ -63,7 +67,7 @@ impl<N: Nand> Fs<N> {
                 }
             }
         }
-        for (ino, i) in &self.inodes {
+        for (ino, i) in &self.ns.inodes {
             let named = links.get(ino).copied().unwrap_or(0);
             match i.attr.kind {
                 FileType::Dir => {
@@ -125,7 +129,7 @@ impl<N: Nand> Fs<N> {
                 }
                 done += 1;
                 c.data_pages += 1;
-                match self.inodes.get(&ino) {
+                match self.ns.inodes.get(&ino) {
                     Some(i) if i.attr.kind == FileType::File => {
                         if index.saturating_mul(LOGICAL_PAGE as u64) >= i.attr.size {
                             c.problems

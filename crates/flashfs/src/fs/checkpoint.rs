@@ -13,7 +13,7 @@ use bitmend_media::nand::Nand;
 use super::index::{MapAt, Totals};
 use super::rebuild::MapSummary;
 use super::{Fs, Health, Inode, Loc, PENDING};
-use crate::node::{self, Frag, NodeKind, FLAG_LAST, FLAG_ZSTD, FRAG_HEADER};
+use crate::fs::node::{self, Frag, NodeKind, FLAG_LAST, FLAG_ZSTD, FRAG_HEADER};
 use crate::store::PageAddr;
 use crate::FsError;
 
@@ -45,6 +45,30 @@ const XATTR_MAGIC: u32 = 0x5254_4158; // "XATR"
 pub(crate) struct CkptAt {
     pub page: u32,
     pub segment: u64,
+}
+
+/// The checkpoints: the newest written, the one a mount would start from, and when the next
+/// is due.
+#[derive(Debug, Default)]
+pub(crate) struct CkptState {
+    /// The newest checkpoint written.
+    pub newest: Option<CkptAt>,
+    /// The checkpoint a mount would start from now (the one the newest segment names).
+    pub mount_from: Option<CkptAt>,
+    /// A checkpoint is being written (the flushes inside it must not start another).
+    pub writing: bool,
+    /// The store's data-page counter when the last checkpoint ended, and the pages it took:
+    /// the next is written once the log since is some multiple of it (see `maybe_checkpoint`).
+    pub mark: (u64, u64),
+    /// The segment table of the checkpoint the mount replayed (handed to the store).
+    pub replayed_table: Option<Vec<(u64, u32)>>,
+    /// Physical segments holding map nodes that the newest checkpoint, and the one a mount
+    /// would start from, refer to: the cleaner erases none of them before a newer checkpoint
+    /// no longer does.
+    pub newest_maps: std::collections::HashSet<u32>,
+    pub mount_maps: std::collections::HashSet<u32>,
+    /// Health as the checkpoint this mount started from recorded it.
+    pub health_base: super::Health,
 }
 
 fn put_u64(v: &mut Vec<u8>, x: u64) {
@@ -221,18 +245,18 @@ impl<N: Nand> Fs<N> {
     fn encode_state(&self) -> Vec<u8> {
         let mut v = Vec::new();
         put_u32(&mut v, MAGIC);
-        put_u64(&mut v, self.next_ino);
-        put_u32(&mut v, self.inodes.len() as u32);
-        for (ino, i) in &self.inodes {
+        put_u64(&mut v, self.ns.next_ino);
+        put_u32(&mut v, self.ns.inodes.len() as u32);
+        for (ino, i) in &self.ns.inodes {
             put_u64(&mut v, *ino);
             put_u64(&mut v, i.version);
             let p = node::encode_inode(&i.attr, &i.target);
             put_u32(&mut v, p.len() as u32);
             v.extend_from_slice(&p);
         }
-        let entries: usize = self.dirs.values().map(|d| d.len()).sum();
+        let entries: usize = self.ns.dirs.values().map(|d| d.len()).sum();
         put_u32(&mut v, entries as u32);
-        for (parent, d) in &self.dirs {
+        for (parent, d) in &self.ns.dirs {
             for (name, child) in d {
                 put_u64(&mut v, *parent);
                 put_u64(&mut v, *child);
@@ -294,7 +318,7 @@ impl<N: Nand> Fs<N> {
             put_u64(&mut v, s.digest);
         }
         let mut with: Vec<(&u64, &Inode)> =
-            self.inodes.iter().filter(|(_, i)| !i.xattrs.is_empty()).collect();
+            self.ns.inodes.iter().filter(|(_, i)| !i.xattrs.is_empty()).collect();
         with.sort_unstable_by_key(|w| *w.0);
         put_u32(&mut v, XATTR_MAGIC);
         put_u32(&mut v, with.len() as u32);
@@ -313,13 +337,13 @@ impl<N: Nand> Fs<N> {
     /// then reads at most that much, for at most an eighth more pages written. (A state so
     /// large that this exceeds the mount budget is what the on-flash index is for.)
     pub(crate) fn maybe_checkpoint(&mut self) -> Result<(), FsError> {
-        if self.cleaning || self.checkpointing {
+        if self.cleaner.running || self.cp.writing {
             return Ok(());
         }
-        let since = self.log_pages_written().saturating_sub(self.ckpt_mark.0);
+        let since = self.log_pages_written().saturating_sub(self.cp.mark.0);
         // Chunks changed since the last checkpoint stay in RAM until one writes their maps.
         let dirty_bound = self.index.dirty_chunks() > (self.opts.index_chunks / 2).max(32);
-        if since < CHECKPOINT_MIN_PAGES.max(8 * self.ckpt_mark.1) && !dirty_bound {
+        if since < CHECKPOINT_MIN_PAGES.max(8 * self.cp.mark.1) && !dirty_bound {
             return Ok(());
         }
         self.checkpoint()
@@ -336,22 +360,22 @@ impl<N: Nand> Fs<N> {
     pub fn checkpoint(&mut self) -> Result<(), FsError> {
         // Restored, not cleared: a checkpoint the cleaner writes inside this one's flush
         // must not let the flush start yet another.
-        let was = std::mem::replace(&mut self.checkpointing, true);
+        let was = std::mem::replace(&mut self.cp.writing, true);
         let r = self.write_checkpoint();
-        self.checkpointing = was;
+        self.cp.writing = was;
         r
     }
 
     fn write_checkpoint(&mut self) -> Result<(), FsError> {
-        self.pinned.clear();
+        self.cleaner.pinned.clear();
         self.flush_data()?;
-        if self.fill > 0 {
+        if self.page.fill > 0 {
             self.seal_page()?;
         }
         // The index chunks changed since the last checkpoint, before the checkpoint that
         // refers to them (their data is on the flash already).
         self.write_maps()?;
-        if self.fill > 0 {
+        if self.page.fill > 0 {
             self.seal_page()?;
         }
         if self.index.stale_counts {
@@ -371,14 +395,14 @@ impl<N: Nand> Fs<N> {
         let mut done = 0;
         let mut waiting_for_first = false;
         while done < blob.len() || blob.is_empty() {
-            if self.fill + FRAG_HEADER + 16 > self.buf.len() {
+            if self.page.fill + FRAG_HEADER + 16 > self.page.buf.len() {
                 let addr = self.seal_page_with(waiting_for_first)?;
                 if waiting_for_first {
                     first = Some(addr.0);
                     waiting_for_first = false;
                 }
             }
-            let room = self.buf.len() - self.fill - FRAG_HEADER;
+            let room = self.page.buf.len() - self.page.fill - FRAG_HEADER;
             let n = room.min(blob.len() - done);
             let f = Frag {
                 kind: NodeKind::Checkpoint,
@@ -392,10 +416,10 @@ impl<N: Nand> Fs<N> {
             if first.is_none() && done == 0 {
                 waiting_for_first = true;
             }
-            let at = self.fill;
-            f.encode(&mut self.buf[at..at + FRAG_HEADER]);
-            self.buf[at + FRAG_HEADER..at + FRAG_HEADER + n].copy_from_slice(&blob[done..done + n]);
-            self.fill += FRAG_HEADER + n;
+            let at = self.page.fill;
+            f.encode(&mut self.page.buf[at..at + FRAG_HEADER]);
+            self.page.buf[at + FRAG_HEADER..at + FRAG_HEADER + n].copy_from_slice(&blob[done..done + n]);
+            self.page.fill += FRAG_HEADER + n;
             done += n;
             if blob.is_empty() {
                 break;
@@ -408,14 +432,14 @@ impl<N: Nand> Fs<N> {
         // Durable: now mount may start from it. Only an anchored checkpoint lets the
         // cleaner release the segments before it (the chain starts there).
         self.store.record_checkpoint(PageAddr(first))?;
-        self.ckpt = Some(CkptAt { page: first, segment });
-        self.ckpt_maps = self.index.map_segments(|p| self.store.segment_of(PageAddr(p)));
+        self.cp.newest = Some(CkptAt { page: first, segment });
+        self.cp.newest_maps = self.index.map_segments(|p| self.store.segment_of(PageAddr(p)));
         self.stats.checkpoints += 1;
-        let pages = blob.len().div_ceil(self.buf.len() - FRAG_HEADER) as u64;
-        self.ckpt_mark = (self.log_pages_written(), pages);
+        let pages = blob.len().div_ceil(self.page.buf.len() - FRAG_HEADER) as u64;
+        self.cp.mark = (self.log_pages_written(), pages);
         self.stats.checkpoint_bytes = blob.len() as u64;
         let on_flash = blob.len() as u64 + pages * FRAG_HEADER as u64;
-        self.budget.checkpoint(on_flash, self.inodes.len());
+        self.budget.checkpoint(on_flash, self.ns.inodes.len());
         Ok(())
     }
 
@@ -426,8 +450,8 @@ impl<N: Nand> Fs<N> {
 
     /// The page a new segment starts with: where the newest checkpoint is.
     pub(crate) fn segment_info_page(&mut self) -> Vec<u8> {
-        let mut page = vec![0u8; self.buf.len()];
-        let (ptr, seg) = self.ckpt.map_or((PENDING, 0), |c| (c.page, c.segment));
+        let mut page = vec![0u8; self.page.buf.len()];
+        let (ptr, seg) = self.cp.newest.map_or((PENDING, 0), |c| (c.page, c.segment));
         let mut payload = ptr.to_le_bytes().to_vec();
         payload.extend_from_slice(&seg.to_le_bytes());
         self.version += 1;

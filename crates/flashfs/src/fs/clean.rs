@@ -26,6 +26,16 @@ const WEAR_GAP: u32 = 8;
 /// may be.
 const NEAR_EMPTIEST: f64 = 0.1;
 
+/// The cleaner's own state.
+#[derive(Debug, Default)]
+pub(crate) struct CleanerState {
+    /// The cleaner is running (its own writes must not start it again).
+    pub running: bool,
+    /// Segments the cleaner must not erase: they hold a live page beyond repair (cleared at
+    /// each checkpoint, when they are tried again).
+    pub pinned: HashSet<u32>,
+}
+
 impl<N: Nand> Fs<N> {
     /// Free segments the cleaner keeps for itself: [`RESERVE`], and a segment more per
     /// quarter of a segment the checkpoint takes. A pass writes a checkpoint and must free
@@ -43,7 +53,7 @@ impl<N: Nand> Fs<N> {
     pub(crate) fn maybe_clean(&mut self) -> Result<(), FsError> {
         let reserve = self.cleaner_reserve();
         let free = self.store.free_segments();
-        if self.cleaning || free >= reserve {
+        if self.cleaner.running || free >= reserve {
             return Ok(());
         }
         // The cleaner stopped short of its reserve at this many free segments, and nothing
@@ -53,9 +63,9 @@ impl<N: Nand> Fs<N> {
         if self.budget.stalled.is_some_and(|(at, committed)| free >= at && self.committed() >= committed) {
             return Ok(());
         }
-        self.cleaning = true;
+        self.cleaner.running = true;
         let r = self.clean_until(reserve);
-        self.cleaning = false;
+        self.cleaner.running = false;
         let free = self.store.free_segments();
         self.budget.stalled = (free < reserve).then(|| (free, self.committed()));
         r
@@ -63,13 +73,13 @@ impl<N: Nand> Fs<N> {
 
     /// Segments the cleaner may empty: older than the mount checkpoint's segment, not live.
     fn candidates(&self) -> Vec<(u64, u32)> {
-        let Some(m) = self.mount_ckpt else { return vec![] };
+        let Some(m) = self.cp.mount_from else { return vec![] };
         let live = self.store.live_segment().map(|l| l.0);
         self.store
             .used_segments()
             .into_iter()
             .filter(|&(logical, phys)| {
-                logical < m.segment && Some(phys) != live && !self.pinned.contains(&phys)
+                logical < m.segment && Some(phys) != live && !self.cleaner.pinned.contains(&phys)
             })
             .collect()
     }
@@ -155,10 +165,10 @@ impl<N: Nand> Fs<N> {
     /// does when it runs out of candidates: a checkpoint, then a new segment naming it.
     /// Returns how many segments were healed.
     pub(crate) fn heal_segments(&mut self, damaged: &[u32]) -> Result<u64, FsError> {
-        if damaged.is_empty() || self.cleaning {
+        if damaged.is_empty() || self.cleaner.running {
             return Ok(0);
         }
-        self.cleaning = true;
+        self.cleaner.running = true;
         let r = (|| {
             let eligible = |fs: &Self, phys: u32| fs.candidates().iter().any(|c| c.1 == phys);
             // Twice at most: the segment the first checkpoint lands in (the live one) is the
@@ -183,7 +193,7 @@ impl<N: Nand> Fs<N> {
             }
             Ok(healed)
         })();
-        self.cleaning = false;
+        self.cleaner.running = false;
         r
     }
 
@@ -264,14 +274,14 @@ impl<N: Nand> Fs<N> {
             movable.retain(|p| !held.contains(p));
         } else {
             self.flush_data()?;
-            if self.fill > 0 {
+            if self.page.fill > 0 {
                 self.seal_page()?;
             }
             self.store.sync()?;
         }
         // Kept until the next checkpoint, when it is tried again (the file may be gone); not
         // cleared by the checkpoint just written.
-        self.pinned.extend(stuck);
+        self.cleaner.pinned.extend(stuck);
         for &phys in &movable {
             self.store.release_segment(phys)?;
             // Whatever is left counted there (a chunk dropped with its map beyond repair)
@@ -280,14 +290,14 @@ impl<N: Nand> Fs<N> {
             self.stats.segments_cleaned += 1;
         }
         // Their pages will be written again: forget any copy of them.
-        self.recent.clear();
+        self.read_cache.recent.clear();
         Ok(movable.len())
     }
 
     /// Segments holding map nodes a checkpoint that mount may start from refers to.
     fn map_holding_segments(&self) -> HashSet<u32> {
         let mut held = self.index.map_segments(|p| self.store.segment_of(PageAddr(p)));
-        held.extend(self.ckpt_maps.iter().chain(self.mount_maps.iter()));
+        held.extend(self.cp.newest_maps.iter().chain(self.cp.mount_maps.iter()));
         held
     }
 
@@ -310,12 +320,12 @@ impl<N: Nand> Fs<N> {
         };
         let mut readable = true;
         for (ino, index) in keys {
-            if self.dirty.contains_key(&(ino, index)) {
+            if self.wb.dirty.contains_key(&(ino, index)) {
                 continue;
             }
             match self.page(ino, index) {
                 Ok(page) => {
-                    self.dirty.insert((ino, index), page);
+                    self.wb.dirty.insert((ino, index), page);
                     self.stats.pages_moved += 1;
                 }
                 // A page beyond repair keeps its place: erasing the segment would turn a

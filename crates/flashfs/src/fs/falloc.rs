@@ -16,7 +16,7 @@ use bitmend_media::nand::Nand;
 
 use super::write::Out;
 use super::{now, Fs, LOGICAL_PAGE};
-use crate::node::{self, FileType, NodeKind};
+use crate::fs::node::{self, FileType, NodeKind};
 use crate::FsError;
 
 /// What `fallocate` does (Linux's mode bits 0, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE,
@@ -131,13 +131,13 @@ impl<N: Nand> Fs<N> {
         // up the difference (a reservation of a TiB on a chip of a GiB).
         let (_, free) = self.space();
         let at_least =
-            (pages.end - pages.start).saturating_sub(self.index.totals.pages + self.dirty.len() as u64);
+            (pages.end - pages.start).saturating_sub(self.index.totals.pages + self.wb.dirty.len() as u64);
         if at_least.saturating_mul(self.page_cost()) > free {
             return Err(FsError::NoSpace);
         }
         let mut holes: Vec<Range<u64>> = Vec::new();
         for i in pages {
-            let hole = !self.dirty.contains_key(&(ino, i))
+            let hole = !self.wb.dirty.contains_key(&(ino, i))
                 && self.reserved.count(ino, i..i + 1) == 0
                 && self.loc(ino, i)?.is_none();
             match holes.last_mut() {
@@ -156,14 +156,14 @@ impl<N: Nand> Fs<N> {
 
     /// Grows `ino` to `end` bytes (unless `keep_size`), as a write there would.
     fn grow_to(&mut self, ino: u64, end: u64, keep_size: bool) -> Result<(), FsError> {
-        let i = self.inodes.get_mut(&ino).expect("checked by the caller");
+        let i = self.ns.inodes.get_mut(&ino).expect("checked by the caller");
         let t = now();
         i.attr.ctime = t;
         if !keep_size && end > i.attr.size {
             i.attr.size = end;
             i.attr.mtime = t;
         }
-        self.dirty_inodes.insert(ino);
+        self.wb.dirty_inodes.insert(ino);
         self.note_unsynced();
         Ok(())
     }
@@ -171,7 +171,7 @@ impl<N: Nand> Fs<N> {
     /// Makes bytes `off..end` of `ino` (within its size) read as zeros: whole pages leave the
     /// index (a punch node tells replay), the pages at either edge are rewritten in part.
     fn punch(&mut self, ino: u64, off: u64, end: u64) -> Result<(), FsError> {
-        let size = self.inodes[&ino].attr.size;
+        let size = self.ns.inodes[&ino].attr.size;
         let end = end.min(size);
         if off >= end {
             return Ok(());
@@ -189,7 +189,7 @@ impl<N: Nand> Fs<N> {
         }
         if whole.start < whole.end {
             self.remove_range(ino, whole.clone(), None)?;
-            self.dirty.retain(|k, _| k.0 != ino || !whole.contains(&k.1));
+            self.wb.dirty.retain(|k, _| k.0 != ino || !whole.contains(&k.1));
             self.reserved.take(ino, whole.clone());
             let punch = Out {
                 kind: NodeKind::Punch,
@@ -199,10 +199,10 @@ impl<N: Nand> Fs<N> {
             };
             self.commit(vec![punch])?;
         }
-        let i = self.inodes.get_mut(&ino).expect("checked by the caller");
+        let i = self.ns.inodes.get_mut(&ino).expect("checked by the caller");
         let t = now();
         (i.attr.mtime, i.attr.ctime) = (t, t);
-        self.dirty_inodes.insert(ino);
+        self.wb.dirty_inodes.insert(ino);
         Ok(())
     }
 }

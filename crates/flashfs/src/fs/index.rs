@@ -20,7 +20,7 @@ use bitmend_media::nand::Nand;
 
 use super::rebuild::MapSummary;
 use super::{Fs, Loc, PENDING};
-use crate::node::{Frag, NodeKind, CODEC_FLAGS, FRAG_HEADER};
+use crate::fs::node::{Frag, NodeKind, CODEC_FLAGS, FRAG_HEADER};
 use crate::store::PageAddr;
 use crate::FsError;
 
@@ -575,7 +575,7 @@ impl<N: Nand> Fs<N> {
     pub(crate) fn live_keys_on(&mut self, pages: &[u32]) -> Result<Vec<(u64, u64)>, FsError> {
         let mut keys = Vec::new();
         let mut unreadable = HashSet::new();
-        let mut flash = vec![0u8; self.buf.len()];
+        let mut flash = vec![0u8; self.page.buf.len()];
         for &page in pages {
             match self.store.read(PageAddr(page), &mut flash) {
                 Ok(_) => {}

@@ -14,6 +14,8 @@ mod checkpoint;
 mod clean;
 mod falloc;
 pub(crate) mod index;
+mod namespace;
+pub(crate) mod node;
 mod ops;
 mod rebuild;
 mod replay;
@@ -22,18 +24,19 @@ mod scrub;
 mod write;
 mod xattr;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
 
 use bitmend_media::nand::Nand;
 
-pub use check::Check;
+pub use check::CheckReport;
 pub(crate) use checkpoint::Reader;
 pub use falloc::Falloc;
+pub(crate) use namespace::Inode;
 pub use replay::MountReport;
 pub use scrub::{ScrubPass, ScrubReport};
 pub use xattr::{XattrMode, XATTR_NAME_MAX};
 
-use crate::node::Attr;
+use crate::fs::node::Attr;
 use crate::store::PageStore;
 use crate::{FsConfig, FsError};
 
@@ -82,8 +85,8 @@ impl Compression {
     pub(crate) fn flag(self) -> u8 {
         match self {
             Compression::None => 0,
-            Compression::Lz4 => crate::node::FLAG_LZ4,
-            Compression::Zstd => crate::node::FLAG_ZSTD,
+            Compression::Lz4 => crate::fs::node::FLAG_LZ4,
+            Compression::Zstd => crate::fs::node::FLAG_ZSTD,
         }
     }
 }
@@ -128,7 +131,7 @@ impl Default for FsOptions {
     }
 }
 
-pub use crate::node::{MAX_LZ4_LEVEL, MAX_NODE_PAGES};
+pub use crate::fs::node::{MAX_LZ4_LEVEL, MAX_NODE_PAGES};
 
 pub use index::{CHUNK_PAGES, DEFAULT_INDEX_CHUNKS};
 
@@ -278,83 +281,34 @@ pub(crate) type DecodedNode = ((u64, u64, u64), Vec<u8>, bool);
 /// A fragment that sits in the page being filled, not yet on flash.
 pub(crate) const PENDING: u32 = u32::MAX;
 
-#[derive(Clone, Debug)]
-pub(crate) struct Inode {
-    pub attr: Attr,
-    pub target: Vec<u8>,
-    pub version: u64,
-    /// Extended attributes, and the version of the node that last set them.
-    pub xattrs: crate::node::Xattrs,
-    pub xattr_version: u64,
-}
-
-impl Inode {
-    pub fn new(attr: Attr, target: Vec<u8>, version: u64) -> Inode {
-        Inode { attr, target, version, xattrs: Default::default(), xattr_version: 0 }
-    }
-}
-
-/// The file system on a NAND chip.
+/// The file system on a NAND chip. Its state comes in parts, each owned by the file that
+/// changes it (docs/DESIGN.md, "Where things live").
 pub struct Fs<N: Nand> {
     pub(crate) store: PageStore<N>,
     pub(crate) opts: FsOptions,
-    pub(crate) inodes: HashMap<u64, Inode>,
-    pub(crate) dirs: HashMap<u64, BTreeMap<Vec<u8>, u64>>,
+    /// Inodes, directories, inode numbers and open handles (`namespace.rs`).
+    pub(crate) ns: namespace::Namespace,
+    /// File data and inodes changed but not yet written, and when (`write.rs`).
+    pub(crate) wb: write::WriteBack,
+    /// The flash page being filled with nodes (`write.rs`).
+    pub(crate) page: write::OpenPage,
+    /// Where every logical page lives, with a bounded window of chunks in RAM (`index.rs`).
     pub(crate) index: index::Index,
-    pub(crate) dirty: BTreeMap<(u64, u64), Vec<u8>>,
-    pub(crate) dirty_inodes: BTreeSet<u64>,
-    pub(crate) next_ino: u64,
-    pub(crate) version: u64,
-    /// The flash page being filled with nodes, and how far.
-    pub(crate) buf: Vec<u8>,
-    pub(crate) fill: usize,
-    /// Logical pages with fragments in `buf`.
-    pub(crate) buf_keys: Vec<(u64, u64)>,
-    pub(crate) stats: FsStats,
-    /// The newest checkpoint written.
-    pub(crate) ckpt: Option<checkpoint::CkptAt>,
-    /// The checkpoint a mount would start from now (the one the newest segment names).
-    pub(crate) mount_ckpt: Option<checkpoint::CkptAt>,
-    /// A checkpoint is being written (the flushes inside it must not start another).
-    pub(crate) checkpointing: bool,
-    /// The store's data-page counter when the last checkpoint ended, and the pages it took:
-    /// the next is written once the log since is some multiple of it (see `maybe_checkpoint`).
-    pub(crate) ckpt_mark: (u64, u64),
-    /// The segment table of the checkpoint the mount replayed (handed to the store).
-    pub(crate) ckpt_table: Option<Vec<(u64, u32)>>,
-    /// The cleaner is running (its own writes must not start it again).
-    pub(crate) cleaning: bool,
-    /// The last flash pages read (verified), newest last: consecutive logical pages share
-    /// flash pages, so a sequential read would otherwise read each of them twice.
-    /// Each with whether it had to be repaired.
-    pub(crate) recent: Vec<(u32, Vec<u8>, bool)>,
-    /// The last node of several pages decoded: (ino, first page, version), its pages, and
-    /// whether a flash page under it was repaired. A sequential read takes its pages one by
-    /// one and would otherwise decompress it once per page.
-    pub(crate) last_node: Option<DecodedNode>,
-    /// Open handles per inode: an unlinked file stays readable until its last close.
-    pub(crate) open_handles: HashMap<u64, u32>,
-    /// Health as the checkpoint this mount started from recorded it.
-    pub(crate) health_base: Health,
-    /// Scrub passes completed by this mount, and their pages.
-    pub(crate) scrubbed: (u64, u64),
-    /// Per file: logical pages still to store plain without trying to compress them.
-    pub(crate) skip_compression: HashMap<u64, u32>,
-    /// Segments the cleaner must not erase: they hold a live page beyond repair (cleared at
-    /// each checkpoint, when they are tried again).
-    pub(crate) pinned: std::collections::HashSet<u32>,
-    /// Physical segments holding map nodes that the newest checkpoint, and the one a mount
-    /// would start from, refer to: the cleaner erases none of them before a newer checkpoint
-    /// no longer does.
-    pub(crate) ckpt_maps: std::collections::HashSet<u32>,
-    pub(crate) mount_maps: std::collections::HashSet<u32>,
-    /// What the space budget knows beyond the index (see `budget`).
+    /// The checkpoints written and the one a mount would start from (`checkpoint.rs`).
+    pub(crate) cp: checkpoint::CkptState,
+    /// Flash pages and nodes last read, for sequential reads (`ops.rs`).
+    pub(crate) read_cache: ops::ReadCache,
+    /// Whether the cleaner runs and which segments it must leave alone (`clean.rs`).
+    pub(crate) cleaner: clean::CleanerState,
+    /// What the space budget knows beyond the index (`budget.rs`).
     pub(crate) budget: budget::Budget,
-    /// When the oldest change not yet made durable was made (none: everything is synced).
-    /// The mount's commit interval is measured from it.
-    pub(crate) unsynced_since: Option<std::time::Instant>,
-    /// Pages reserved by fallocate, until written.
+    /// Pages reserved by fallocate, until written (`falloc.rs`).
     pub(crate) reserved: falloc::Reservations,
+    /// The version the next node gets (node versions order the log).
+    pub(crate) version: u64,
+    pub(crate) stats: FsStats,
+    /// Scrub passes completed by this mount, and their pages (`scrub.rs`).
+    pub(crate) scrubbed: (u64, u64),
 }
 
 /// Logical pages of a file stored plain, untried, after one that compressed poorly.
@@ -363,7 +317,7 @@ pub(crate) const SKIP_AFTER_INCOMPRESSIBLE: u32 = 15;
 impl<N: Nand> std::fmt::Debug for Fs<N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Fs")
-            .field("inodes", &self.inodes.len())
+            .field("inodes", &self.ns.inodes.len())
             .field("store", &self.store)
             .finish_non_exhaustive()
     }
@@ -383,37 +337,20 @@ impl<N: Nand> Fs<N> {
             });
         }
         Ok(Fs {
-            buf: vec![0; page as usize],
+            page: write::OpenPage::new(page as usize),
             store,
             opts,
-            inodes: HashMap::new(),
-            dirs: HashMap::new(),
+            ns: namespace::Namespace::default(),
+            wb: write::WriteBack::default(),
             index: index::Index::default(),
-            dirty: BTreeMap::new(),
-            dirty_inodes: BTreeSet::new(),
-            next_ino: ROOT + 1,
-            version: 1,
-            fill: 0,
-            buf_keys: Vec::new(),
-            stats: FsStats::default(),
-            ckpt: None,
-            mount_ckpt: None,
-            ckpt_table: None,
-            checkpointing: false,
-            ckpt_mark: (0, 0),
-            cleaning: false,
-            recent: Vec::new(),
-            last_node: None,
-            health_base: Health::default(),
-            scrubbed: (0, 0),
-            skip_compression: HashMap::new(),
-            pinned: Default::default(),
-            ckpt_maps: Default::default(),
-            mount_maps: Default::default(),
-            open_handles: HashMap::new(),
+            cp: checkpoint::CkptState::default(),
+            read_cache: ops::ReadCache::default(),
+            cleaner: clean::CleanerState::default(),
             budget: budget::Budget::default(),
-            unsynced_since: None,
             reserved: Default::default(),
+            version: 1,
+            stats: FsStats::default(),
+            scrubbed: (0, 0),
         })
     }
 
@@ -435,8 +372,8 @@ impl<N: Nand> Fs<N> {
             ctime: t,
             rdev: 0,
         };
-        fs.inodes.insert(ROOT, Inode::new(root, vec![], 0));
-        fs.dirs.insert(ROOT, BTreeMap::new());
+        fs.ns.inodes.insert(ROOT, Inode::new(root, vec![], 0));
+        fs.ns.dirs.insert(ROOT, BTreeMap::new());
         fs.commit(vec![fs.inode_node(ROOT)])?;
         fs.checkpoint()?;
         Ok(fs)
@@ -445,8 +382,8 @@ impl<N: Nand> Fs<N> {
     /// Mount would now start from the newest checkpoint (a new segment names it, or it is
     /// anchored).
     pub(crate) fn set_mount_ckpt(&mut self) {
-        self.mount_ckpt = self.ckpt;
-        self.mount_maps = self.ckpt_maps.clone();
+        self.cp.mount_from = self.cp.newest;
+        self.cp.mount_maps = self.cp.newest_maps.clone();
     }
 
     /// The page store underneath (for statistics, fault injection in tests, tools).
@@ -492,8 +429,8 @@ impl<N: Nand> Fs<N> {
     /// The CRC-32C of logical page `index` of `ino` as the index records it (what a page
     /// cache checks its copy against); `None` for a hole or a page whose CRC is not recorded.
     pub fn page_crc(&mut self, ino: u64, index: u64) -> Result<Option<u32>, FsError> {
-        if self.dirty.contains_key(&(ino, index)) {
-            return Ok(self.dirty.get(&(ino, index)).map(|p| bitmend_code::crc::crc32c(p)));
+        if self.wb.dirty.contains_key(&(ino, index)) {
+            return Ok(self.wb.dirty.get(&(ino, index)).map(|p| bitmend_code::crc::crc32c(p)));
         }
         Ok(self.loc(ino, index)?.and_then(|l| l.crc))
     }
@@ -513,7 +450,7 @@ impl<N: Nand> Fs<N> {
     /// Repairs and failures over the file system's life: the last checkpoint's counters plus
     /// this mount's.
     pub fn health(&self) -> Health {
-        let b = self.health_base;
+        let b = self.cp.health_base;
         let st = self.store.stats();
         Health {
             repaired_by_group: b.repaired_by_group + st.repaired_by_group,
@@ -529,6 +466,6 @@ impl<N: Nand> Fs<N> {
 
     /// Files, directories and symlinks.
     pub fn inode_count(&self) -> usize {
-        self.inodes.len()
+        self.ns.inodes.len()
     }
 }

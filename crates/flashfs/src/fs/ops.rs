@@ -7,9 +7,21 @@ use bitmend_media::nand::Nand;
 use super::{
     now, DirEntry, Fs, Inode, SetAttr, INLINE_TARGET_MAX, LOGICAL_PAGE, NAME_MAX, PENDING, ROOT, SYMLINK_MAX,
 };
-use crate::node::{self, Attr, FileType};
+use crate::fs::node::{self, Attr, FileType};
 use crate::store::{PageAddr, Repaired};
 use crate::FsError;
+
+/// What the last reads decoded, so that a sequential read does not read or decompress the
+/// same thing once per logical page.
+#[derive(Debug, Default)]
+pub(crate) struct ReadCache {
+    /// The last flash pages read (verified), newest last, each with whether it had to be
+    /// repaired: consecutive logical pages share flash pages.
+    pub recent: Vec<(u32, Vec<u8>, bool)>,
+    /// The last node of several pages decoded: (ino, first page, version), its pages, and
+    /// whether a flash page under it was repaired.
+    pub last_node: Option<super::DecodedNode>,
+}
 
 fn check_name(name: &[u8]) -> Result<(), FsError> {
     if name.len() > NAME_MAX {
@@ -23,12 +35,12 @@ fn check_name(name: &[u8]) -> Result<(), FsError> {
 
 impl<N: Nand> Fs<N> {
     pub(crate) fn inode(&self, ino: u64) -> Result<&Inode, FsError> {
-        self.inodes.get(&ino).ok_or(FsError::NotFound)
+        self.ns.inodes.get(&ino).ok_or(FsError::NotFound)
     }
 
     fn dir(&self, ino: u64) -> Result<&BTreeMap<Vec<u8>, u64>, FsError> {
         match self.inode(ino)?.attr.kind {
-            FileType::Dir => Ok(self.dirs.get(&ino).expect("every directory has entries")),
+            FileType::Dir => Ok(self.ns.dirs.get(&ino).expect("every directory has entries")),
             _ => Err(FsError::NotDir),
         }
     }
@@ -55,14 +67,14 @@ impl<N: Nand> Fs<N> {
             .map(|(name, &child)| DirEntry {
                 name: name.clone(),
                 ino: child,
-                kind: self.inodes[&child].attr.kind,
+                kind: self.ns.inodes[&child].attr.kind,
             })
             .collect())
     }
 
     fn touch(&mut self, ino: u64) {
         let t = now();
-        if let Some(i) = self.inodes.get_mut(&ino) {
+        if let Some(i) = self.ns.inodes.get_mut(&ino) {
             i.attr.mtime = t;
             i.attr.ctime = t;
         }
@@ -83,8 +95,8 @@ impl<N: Nand> Fs<N> {
         // A symlink's target goes into its inode node, or, when long, into a page of data.
         self.reserve(u64::from(!target.is_empty()), 1)?;
         let inline = target.len() <= INLINE_TARGET_MAX;
-        let ino = self.next_ino;
-        self.next_ino += 1;
+        let ino = self.ns.next_ino;
+        self.ns.next_ino += 1;
         let t = now();
         let attr = Attr {
             ino,
@@ -100,22 +112,22 @@ impl<N: Nand> Fs<N> {
             rdev,
         };
         let kept = if inline { target.to_vec() } else { Vec::new() };
-        self.inodes.insert(ino, Inode::new(attr.clone(), kept, 0));
+        self.ns.inodes.insert(ino, Inode::new(attr.clone(), kept, 0));
         if !inline {
             // Written before the operation's page: a crash between them leaves data of an
             // inode that does not exist, which mount drops.
             let mut page = target.to_vec();
             page.resize(LOGICAL_PAGE, 0);
             if let Err(e) = self.write_page(ino, 0, &page) {
-                self.inodes.remove(&ino);
+                self.ns.inodes.remove(&ino);
                 return Err(e);
             }
         }
         if kind == FileType::Dir {
-            self.dirs.insert(ino, BTreeMap::new());
-            self.inodes.get_mut(&parent).expect("parent").attr.nlink += 1;
+            self.ns.dirs.insert(ino, BTreeMap::new());
+            self.ns.inodes.get_mut(&parent).expect("parent").attr.nlink += 1;
         }
-        self.dirs.get_mut(&parent).expect("parent").insert(name.to_vec(), ino);
+        self.ns.dirs.get_mut(&parent).expect("parent").insert(name.to_vec(), ino);
         self.touch(parent);
         let nodes =
             vec![self.inode_node(ino), Fs::<N>::dirent_node(parent, name, ino), self.inode_node(parent)];
@@ -208,8 +220,8 @@ impl<N: Nand> Fs<N> {
             return Err(FsError::Exists);
         }
         self.reserve(0, 1)?;
-        self.dirs.get_mut(&parent).expect("parent").insert(name.to_vec(), ino);
-        let i = self.inodes.get_mut(&ino).expect("checked");
+        self.ns.dirs.get_mut(&parent).expect("parent").insert(name.to_vec(), ino);
+        let i = self.ns.inodes.get_mut(&ino).expect("checked");
         i.attr.nlink += 1;
         i.attr.ctime = now();
         self.touch(parent);
@@ -221,7 +233,7 @@ impl<N: Nand> Fs<N> {
 
     /// Drops one link to `ino`; the inode and its data go with the last.
     fn drop_link(&mut self, ino: u64) -> node::Attr {
-        let i = self.inodes.get_mut(&ino).expect("linked inode");
+        let i = self.ns.inodes.get_mut(&ino).expect("linked inode");
         i.attr.nlink = i.attr.nlink.saturating_sub(if i.attr.kind == FileType::Dir { 2 } else { 1 });
         i.attr.ctime = now();
         i.attr.clone()
@@ -230,42 +242,42 @@ impl<N: Nand> Fs<N> {
     /// Notes an open handle on `ino` (it keeps an unlinked file alive).
     pub fn open_file(&mut self, ino: u64) -> Result<(), FsError> {
         self.inode(ino)?;
-        *self.open_handles.entry(ino).or_insert(0) += 1;
+        *self.ns.open_handles.entry(ino).or_insert(0) += 1;
         Ok(())
     }
 
     /// Drops an open handle; the last one on an unlinked file lets it go.
     pub fn release_file(&mut self, ino: u64) {
-        if let Some(n) = self.open_handles.get_mut(&ino) {
+        if let Some(n) = self.ns.open_handles.get_mut(&ino) {
             *n -= 1;
             if *n == 0 {
-                self.open_handles.remove(&ino);
+                self.ns.open_handles.remove(&ino);
                 self.forget_if_unlinked(ino);
             }
         }
     }
 
     fn forget_if_unlinked(&mut self, ino: u64) {
-        if self.open_handles.contains_key(&ino) {
+        if self.ns.open_handles.contains_key(&ino) {
             return;
         }
-        if self.inodes.get(&ino).is_some_and(|i| i.attr.nlink == 0) {
-            self.inodes.remove(&ino);
-            self.dirs.remove(&ino);
+        if self.ns.inodes.get(&ino).is_some_and(|i| i.attr.nlink == 0) {
+            self.ns.inodes.remove(&ino);
+            self.ns.dirs.remove(&ino);
             // A map beyond repair cannot stop the file's removal (its chunks go whole).
             let _ = self.remove_pages(ino, 0, None);
-            self.dirty.retain(|k, _| k.0 != ino);
-            self.dirty_inodes.remove(&ino);
+            self.wb.dirty.retain(|k, _| k.0 != ino);
+            self.wb.dirty_inodes.remove(&ino);
             self.reserved.take(ino, 0..u64::MAX);
         }
     }
 
     pub fn unlink(&mut self, parent: u64, name: &[u8]) -> Result<(), FsError> {
         let ino = *self.dir(parent)?.get(name).ok_or(FsError::NotFound)?;
-        if self.inodes[&ino].attr.kind == FileType::Dir {
+        if self.ns.inodes[&ino].attr.kind == FileType::Dir {
             return Err(FsError::IsDir);
         }
-        self.dirs.get_mut(&parent).expect("parent").remove(name);
+        self.ns.dirs.get_mut(&parent).expect("parent").remove(name);
         self.drop_link(ino);
         self.touch(parent);
         let nodes =
@@ -280,9 +292,9 @@ impl<N: Nand> Fs<N> {
         if !self.dir(ino)?.is_empty() {
             return Err(FsError::NotEmpty);
         }
-        self.dirs.get_mut(&parent).expect("parent").remove(name);
+        self.ns.dirs.get_mut(&parent).expect("parent").remove(name);
         self.drop_link(ino);
-        self.inodes.get_mut(&parent).expect("parent").attr.nlink -= 1;
+        self.ns.inodes.get_mut(&parent).expect("parent").attr.nlink -= 1;
         self.touch(parent);
         let nodes =
             vec![Fs::<N>::dirent_node(parent, name, 0), self.inode_node(ino), self.inode_node(parent)];
@@ -302,7 +314,7 @@ impl<N: Nand> Fs<N> {
                 return false;
             }
             // The parent of a directory: the directory listing it (one, for directories).
-            match self.dirs.iter().find(|(_, e)| e.values().any(|&c| c == d)) {
+            match self.ns.dirs.iter().find(|(_, e)| e.values().any(|&c| c == d)) {
                 Some((&p, _)) => d = p,
                 None => return false,
             }
@@ -321,24 +333,24 @@ impl<N: Nand> Fs<N> {
         check_name(newname)?;
         let ino = *self.dir(parent)?.get(name).ok_or(FsError::NotFound)?;
         self.dir(newparent)?;
-        let is_dir = self.inodes[&ino].attr.kind == FileType::Dir;
+        let is_dir = self.ns.inodes[&ino].attr.kind == FileType::Dir;
         if is_dir && self.is_under(newparent, ino) {
             return Err(FsError::Invalid { why: "a directory cannot move under itself".into() });
         }
-        let replaced = self.dirs[&newparent].get(newname).copied();
+        let replaced = self.ns.dirs[&newparent].get(newname).copied();
         if replaced == Some(ino) {
             return Ok(());
         }
         if let Some(old) = replaced {
-            match (is_dir, self.inodes[&old].attr.kind == FileType::Dir) {
+            match (is_dir, self.ns.inodes[&old].attr.kind == FileType::Dir) {
                 (true, false) => return Err(FsError::NotDir),
                 (false, true) => return Err(FsError::IsDir),
-                (true, true) if !self.dirs[&old].is_empty() => return Err(FsError::NotEmpty),
+                (true, true) if !self.ns.dirs[&old].is_empty() => return Err(FsError::NotEmpty),
                 _ => {}
             }
         }
-        self.dirs.get_mut(&parent).expect("parent").remove(name);
-        self.dirs.get_mut(&newparent).expect("new parent").insert(newname.to_vec(), ino);
+        self.ns.dirs.get_mut(&parent).expect("parent").remove(name);
+        self.ns.dirs.get_mut(&newparent).expect("new parent").insert(newname.to_vec(), ino);
         let mut nodes = vec![Fs::<N>::dirent_node(newparent, newname, ino)];
         if parent != newparent || name != newname {
             nodes.push(Fs::<N>::dirent_node(parent, name, 0));
@@ -346,15 +358,15 @@ impl<N: Nand> Fs<N> {
         if let Some(old) = replaced {
             self.drop_link(old);
             if is_dir {
-                self.inodes.get_mut(&newparent).expect("new parent").attr.nlink -= 1;
+                self.ns.inodes.get_mut(&newparent).expect("new parent").attr.nlink -= 1;
             }
             nodes.push(self.inode_node(old));
         }
         if is_dir && parent != newparent {
-            self.inodes.get_mut(&parent).expect("parent").attr.nlink -= 1;
-            self.inodes.get_mut(&newparent).expect("new parent").attr.nlink += 1;
+            self.ns.inodes.get_mut(&parent).expect("parent").attr.nlink -= 1;
+            self.ns.inodes.get_mut(&newparent).expect("new parent").attr.nlink += 1;
         }
-        self.inodes.get_mut(&ino).expect("renamed").attr.ctime = now();
+        self.ns.inodes.get_mut(&ino).expect("renamed").attr.ctime = now();
         self.touch(parent);
         self.touch(newparent);
         nodes.push(self.inode_node(ino));
@@ -382,7 +394,7 @@ impl<N: Nand> Fs<N> {
             }
             self.truncate(ino, size)?;
         }
-        let i = self.inodes.get_mut(&ino).expect("checked");
+        let i = self.ns.inodes.get_mut(&ino).expect("checked");
         if let Some(p) = set.perm {
             i.attr.perm = p & 0o7777;
         }
@@ -405,7 +417,7 @@ impl<N: Nand> Fs<N> {
     }
 
     fn truncate(&mut self, ino: u64, size: u64) -> Result<(), FsError> {
-        let old = self.inodes[&ino].attr.size;
+        let old = self.ns.inodes[&ino].attr.size;
         if size < old {
             let keep = size.div_ceil(LOGICAL_PAGE as u64);
             // The bytes after the new end of the last page must read as zero if the file grows
@@ -414,17 +426,17 @@ impl<N: Nand> Fs<N> {
             if tail != 0 {
                 let mut page = self.page(ino, keep - 1)?;
                 page[tail..].fill(0);
-                self.dirty.insert((ino, keep - 1), page);
+                self.wb.dirty.insert((ino, keep - 1), page);
             }
             self.remove_pages(ino, keep, None)?;
-            self.dirty.retain(|k, _| k.0 != ino || k.1 < keep);
+            self.wb.dirty.retain(|k, _| k.0 != ino || k.1 < keep);
             self.reserved.take(ino, keep..u64::MAX);
-            self.inodes.get_mut(&ino).expect("checked").attr.size = size;
+            self.ns.inodes.get_mut(&ino).expect("checked").attr.size = size;
             // The shrink reaches the flash after the cut page and before any later data, so
             // older pages past the end never come back at mount.
             self.flush_data()?;
         } else {
-            self.inodes.get_mut(&ino).expect("checked").attr.size = size;
+            self.ns.inodes.get_mut(&ino).expect("checked").attr.size = size;
         }
         self.touch(ino);
         Ok(())
@@ -433,7 +445,7 @@ impl<N: Nand> Fs<N> {
     /// Logical page `index` of file `ino`: dirty copy, else from the flash (verified, CRC
     /// checked, repaired pages rewritten), else zeros (a hole).
     pub(crate) fn page(&mut self, ino: u64, index: u64) -> Result<Vec<u8>, FsError> {
-        if let Some(p) = self.dirty.get(&(ino, index)) {
+        if let Some(p) = self.wb.dirty.get(&(ino, index)) {
             return Ok(p.clone());
         }
         let Some(loc) = self.loc(ino, index)? else { return Ok(vec![0; LOGICAL_PAGE]) };
@@ -446,7 +458,7 @@ impl<N: Nand> Fs<N> {
         let Some(first) = index.checked_sub(slot as u64) else { return Err(unreadable(self)) };
         let node_key = (ino, first, loc.version);
         let span = slot * LOGICAL_PAGE..(slot + 1) * LOGICAL_PAGE;
-        let cached = self.last_node.as_ref().filter(|n| n.0 == node_key && loc.count > 1);
+        let cached = self.read_cache.last_node.as_ref().filter(|n| n.0 == node_key && loc.count > 1);
         let (page, repaired) = match cached {
             Some((_, pages, repaired)) => {
                 let page = pages[span].to_vec();
@@ -468,7 +480,7 @@ impl<N: Nand> Fs<N> {
                 };
                 if loc.count > 1 {
                     let page = pages[span].to_vec();
-                    self.last_node = Some((node_key, pages, repaired));
+                    self.read_cache.last_node = Some((node_key, pages, repaired));
                     (page, repaired)
                 } else {
                     pages.truncate(LOGICAL_PAGE);
@@ -479,7 +491,7 @@ impl<N: Nand> Fs<N> {
         if repaired {
             // Rewrite the logical page elsewhere, away from the damaged flash page.
             self.stats.relocated += 1;
-            self.dirty.insert((ino, index), page.clone());
+            self.wb.dirty.insert((ino, index), page.clone());
         }
         Ok(page)
     }
@@ -488,7 +500,7 @@ impl<N: Nand> Fs<N> {
     /// cache of recent flash pages, or read (verified) from the flash; and whether a flash
     /// page under it had to be repaired.
     pub(crate) fn read_payload(&mut self, frags: &[(u32, u16, u16)]) -> Result<(Vec<u8>, bool), FsError> {
-        let ps = self.buf.len();
+        let ps = self.page.buf.len();
         let mut payload = Vec::with_capacity(LOGICAL_PAGE + 64);
         let mut repaired = false;
         for &(page, off, len) in frags {
@@ -497,17 +509,21 @@ impl<N: Nand> Fs<N> {
             // the logical page is unreadable, never a panic.
             let bad = || FsError::Unrecoverable { page };
             if page == PENDING {
-                payload.extend_from_slice(self.buf.get(off..off + len).ok_or_else(bad)?);
+                payload.extend_from_slice(self.page.buf.get(off..off + len).ok_or_else(bad)?);
                 continue;
             }
-            if let Some((_, bytes, was_repaired)) = self.recent.iter().find(|r| r.0 == page) {
+            if let Some((_, bytes, was_repaired)) = self.read_cache.recent.iter().find(|r| r.0 == page) {
                 // A page repaired when it was read repairs every logical page on it.
                 repaired |= *was_repaired;
                 payload.extend_from_slice(bytes.get(off..off + len).ok_or_else(bad)?);
                 continue;
             }
             // The oldest cached page's buffer is reused for this one (no allocation per read).
-            let mut flash = if self.recent.len() == 2 { self.recent.remove(0).1 } else { vec![0u8; ps] };
+            let mut flash = if self.read_cache.recent.len() == 2 {
+                self.read_cache.recent.remove(0).1
+            } else {
+                vec![0u8; ps]
+            };
             let how = match self.store.read(PageAddr(page), &mut flash) {
                 Ok(how) => how != Repaired::No,
                 Err(e) => {
@@ -521,7 +537,7 @@ impl<N: Nand> Fs<N> {
             };
             payload.extend_from_slice(bytes);
             repaired |= how;
-            self.recent.push((page, flash, how));
+            self.read_cache.recent.push((page, flash, how));
         }
         Ok((payload, repaired))
     }
@@ -571,7 +587,7 @@ impl<N: Nand> Fs<N> {
             self.load_chunk(super::index::chunk_key(ino, ck))?;
         }
         self.load_chunk(super::index::chunk_key(ino, pages.end.saturating_sub(1)))?;
-        let new = pages.clone().filter(|&i| !self.dirty.contains_key(&(ino, i))).count() as u64;
+        let new = pages.clone().filter(|&i| !self.wb.dirty.contains_key(&(ino, i))).count() as u64;
         // Pages fallocate reserved are paid for: the write takes their reservation over.
         let held = self.reserved.count(ino, pages.clone());
         self.reserve(new.saturating_sub(held), 0)?;
@@ -584,15 +600,15 @@ impl<N: Nand> Fs<N> {
             let mut page = if n == LOGICAL_PAGE { vec![0; LOGICAL_PAGE] } else { self.page(ino, index)? };
             let from = (pos - off) as usize;
             page[within..within + n].copy_from_slice(&data[from..from + n]);
-            self.dirty.insert((ino, index), page);
+            self.wb.dirty.insert((ino, index), page);
             pos += n as u64;
         }
-        let i = self.inodes.get_mut(&ino).expect("checked");
+        let i = self.ns.inodes.get_mut(&ino).expect("checked");
         i.attr.size = i.attr.size.max(end);
         let t = now();
         i.attr.mtime = t;
         i.attr.ctime = t;
-        self.dirty_inodes.insert(ino);
+        self.wb.dirty_inodes.insert(ino);
         if self.dirty_bytes() > self.opts.dirty_limit {
             self.flush_data()?;
         }
@@ -617,7 +633,7 @@ impl<N: Nand> Fs<N> {
 
     /// Bytes the index's map nodes take in flash pages, fragment headers included.
     pub fn index_footprint(&self) -> u64 {
-        let frag = crate::node::FRAG_HEADER as u64;
+        let frag = crate::fs::node::FRAG_HEADER as u64;
         self.index.maps.values().flat_map(|m| m.frags.iter()).map(|f| f.2 as u64 + frag).sum()
     }
 

@@ -16,7 +16,7 @@ use bitmend_media::nand::Nand;
 use super::index::{chunk_key, MapAt, CHUNK_PAGES};
 use super::scan::{Assembler, Partial};
 use super::{Fs, Loc};
-use crate::node::{NodeKind, CODEC_FLAGS};
+use crate::fs::node::{NodeKind, CODEC_FLAGS};
 use crate::FsError;
 
 /// What the checkpoint keeps of a map to rebuild it: bit i of `mask` says page i of the
@@ -58,7 +58,7 @@ impl<N: Nand> Fs<N> {
         let Some(want) = at.summary else { return Ok(None) };
         let mut found = BTreeMap::new();
         let mut nodes = Assembler::default();
-        let mut flash = vec![0u8; self.buf.len()];
+        let mut flash = vec![0u8; self.page.buf.len()];
         for addr in self.store.log_pages(0, None)? {
             match self.store.read(addr, &mut flash) {
                 Ok(_) => {}

@@ -9,14 +9,14 @@ use bitmend_media::nand::Nand;
 
 use super::scan::{Assembler, Partial};
 use super::{Fs, FsOptions, Inode, Loc, ROOT};
-use crate::node::{self, NodeKind, CODEC_FLAGS};
+use crate::fs::node::{self, NodeKind, CODEC_FLAGS};
 use crate::store::{PageStore, Repaired};
-use crate::{FsError, Mount};
+use crate::{FsError, StoreMountReport};
 
 /// What mounting found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MountReport {
-    pub store: Mount,
+    pub store: StoreMountReport,
     /// Data pages replayed.
     pub pages: u64,
     /// Nodes applied.
@@ -64,7 +64,7 @@ impl<N: Nand> Fs<N> {
             (Some(c), _) => Some(super::checkpoint::CkptAt { page: c.page, segment: c.segment }),
             (None, Some((phys, _))) => match fs.store.first_page_of(phys)? {
                 Some(first) => {
-                    let mut page = vec![0u8; fs.buf.len()];
+                    let mut page = vec![0u8; fs.page.buf.len()];
                     match fs.store.read(first, &mut page) {
                         Ok(_) => super::checkpoint::segment_info(&page).flatten(),
                         Err(_) => None,
@@ -74,7 +74,7 @@ impl<N: Nand> Fs<N> {
             },
             (None, None) => None,
         };
-        fs.mount_ckpt = start;
+        fs.cp.mount_from = start;
         // The newest checkpoint may be in the segment being written (an unmount writes one):
         // its first page is marked in its spare. Try it first; if it was cut short, fall
         // back to the one the segment names.
@@ -101,10 +101,10 @@ impl<N: Nand> Fs<N> {
                 fs.store.adopt_table(None, &mut report.store)?;
                 table_adopted = true;
             }
-            fs.inodes.clear();
-            fs.dirs.clear();
+            fs.ns.inodes.clear();
+            fs.ns.dirs.clear();
             fs.index = super::index::Index::default();
-            fs.ckpt = *cand;
+            fs.cp.newest = *cand;
             let mut r = MountReport { store: report.store.clone(), ..MountReport::default() };
             let found = fs.replay_from(*cand, &mut r)?;
             if found || cand.is_none() || last {
@@ -114,14 +114,14 @@ impl<N: Nand> Fs<N> {
             }
         }
         if !table_adopted {
-            let table = fs.ckpt_table.take();
+            let table = fs.cp.replayed_table.take();
             fs.store.adopt_table(table.as_deref(), &mut report.store)?;
         }
-        if !fs.inodes.contains_key(&ROOT) {
+        if !fs.ns.inodes.contains_key(&ROOT) {
             return Err(FsError::NotAFs { why: "no root directory in the log".into() });
         }
         fs.rebuild_dirs()?;
-        fs.next_ino = fs.next_ino.max(fs.inodes.keys().max().copied().unwrap_or(ROOT) + 1);
+        fs.ns.next_ino = fs.ns.next_ino.max(fs.ns.inodes.keys().max().copied().unwrap_or(ROOT) + 1);
         // The next mount should follow the chain from the checkpoint this one ended with: a
         // scan, or a replay from no checkpoint, writes a new one; a checkpoint newer than the
         // anchored one (an unmount cut before its anchor) is anchored now.
@@ -138,18 +138,18 @@ impl<N: Nand> Fs<N> {
                 Ok(()) | Err(FsError::NoSpace) => {}
                 Err(e) => return Err(e),
             }
-        } else if let Some(c) = fs.ckpt.filter(|c| anchored.is_none_or(|a| a.page != c.page)) {
+        } else if let Some(c) = fs.cp.newest.filter(|c| anchored.is_none_or(|a| a.page != c.page)) {
             fs.store.record_checkpoint(crate::PageAddr(c.page))?;
         }
         // An image made by an older version now holds what only this one reads (map nodes):
         // its superblocks say so, and an older build refuses it.
-        if let Some(c) = fs.ckpt.filter(|_| fs.store.anchored()) {
+        if let Some(c) = fs.cp.newest.filter(|_| fs.store.anchored()) {
             fs.store.upgrade_superblock(crate::PageAddr(c.page))?;
         }
         report.superblocks_damaged = fs.store.damaged_superblocks().len() as u64;
         report.superblocks_rewritten = fs.rewrite_damaged_superblocks()? as u64;
-        fs.ckpt_maps = fs.index.map_segments(|p| fs.store.segment_of(crate::PageAddr(p)));
-        fs.mount_maps = fs.ckpt_maps.clone();
+        fs.cp.newest_maps = fs.index.map_segments(|p| fs.store.segment_of(crate::PageAddr(p)));
+        fs.cp.mount_maps = fs.cp.newest_maps.clone();
         report.maps_loaded = fs.index.loads;
         Ok((fs, report))
     }
@@ -175,7 +175,7 @@ impl<N: Nand> Fs<N> {
         let mut first_is_checkpoint: Option<bool> = None;
         let mut dirent_versions: HashMap<(u64, Vec<u8>), u64> = HashMap::new();
         let mut nodes = Assembler::default();
-        let mut flash = vec![0u8; fs.buf.len()];
+        let mut flash = vec![0u8; fs.page.buf.len()];
         for addr in pages {
             match fs.store.read(addr, &mut flash) {
                 Ok(how) => report.pages_repaired += (how != Repaired::No) as u64,
@@ -221,18 +221,19 @@ impl<N: Nand> Fs<N> {
                 let Some((attr, target)) = node::decode_inode(n.head.key, &n.payload) else {
                     return Ok(false);
                 };
-                if self.inodes.get(&attr.ino).is_some_and(|i| i.version > v) {
+                if self.ns.inodes.get(&attr.ino).is_some_and(|i| i.version > v) {
                     return Ok(true);
                 }
                 let ino = attr.ino;
                 let shrink_to = self
+                    .ns
                     .inodes
                     .get(&ino)
                     .map(|i| i.attr.size)
                     .filter(|&old| attr.size < old)
                     .map(|_| attr.size);
                 if attr.nlink == 0 {
-                    self.inodes.remove(&ino);
+                    self.ns.inodes.remove(&ino);
                     self.remove_pages(ino, 0, None)?;
                     return Ok(true);
                 }
@@ -247,10 +248,10 @@ impl<N: Nand> Fs<N> {
                 }
                 // Extended attributes have nodes of their own: they stay.
                 let mut inode = Inode::new(attr, target, v);
-                if let Some(old) = self.inodes.remove(&ino) {
+                if let Some(old) = self.ns.inodes.remove(&ino) {
                     (inode.xattrs, inode.xattr_version) = (old.xattrs, old.xattr_version);
                 }
-                self.inodes.insert(ino, inode);
+                self.ns.inodes.insert(ino, inode);
             }
             NodeKind::Dirent => {
                 let Some((child, name)) = node::decode_dirent(&n.payload) else { return Ok(false) };
@@ -260,7 +261,7 @@ impl<N: Nand> Fs<N> {
                 }
                 let name = key.1.clone();
                 dirent_versions.insert(key, v);
-                let entries = self.dirs.entry(n.head.key).or_default();
+                let entries = self.ns.dirs.entry(n.head.key).or_default();
                 if child == 0 {
                     entries.remove(&name);
                 } else {
@@ -305,8 +306,8 @@ impl<N: Nand> Fs<N> {
                 let Some(state) = super::checkpoint::decode_payload(n.head.flags, &n.payload) else {
                     return Ok(false);
                 };
-                self.inodes = state.inodes;
-                self.dirs = state.dirs;
+                self.ns.inodes = state.inodes;
+                self.ns.dirs = state.dirs;
                 self.index = super::index::Index {
                     maps: state.maps.unwrap_or_default(),
                     usage: state.usage,
@@ -318,15 +319,15 @@ impl<N: Nand> Fs<N> {
                 for (key, loc) in state.data {
                     self.set_loc(key, loc)?;
                 }
-                self.next_ino = state.next_ino;
-                self.health_base = state.health;
-                let on_flash = n.payload.len() + n.frags.len() * crate::node::FRAG_HEADER;
-                self.budget.checkpoint(on_flash as u64, self.inodes.len());
-                self.ckpt_table = state.segments;
+                self.ns.next_ino = state.next_ino;
+                self.cp.health_base = state.health;
+                let on_flash = n.payload.len() + n.frags.len() * crate::fs::node::FRAG_HEADER;
+                self.budget.checkpoint(on_flash as u64, self.ns.inodes.len());
+                self.cp.replayed_table = state.segments;
                 dirent_versions.clear();
                 if let Some(&(page, _, _)) = n.frags.first() {
                     let segment = self.segment_logical(crate::PageAddr(page)).unwrap_or(0);
-                    self.ckpt = Some(super::checkpoint::CkptAt { page, segment });
+                    self.cp.newest = Some(super::checkpoint::CkptAt { page, segment });
                 }
             }
             NodeKind::Punch => {
@@ -338,7 +339,7 @@ impl<N: Nand> Fs<N> {
             }
             NodeKind::Xattr => {
                 let Some(set) = node::decode_xattrs(&n.payload) else { return Ok(false) };
-                if let Some(i) = self.inodes.get_mut(&n.head.key).filter(|i| i.xattr_version < v) {
+                if let Some(i) = self.ns.inodes.get_mut(&n.head.key).filter(|i| i.xattr_version < v) {
                     (i.xattrs, i.xattr_version) = (set, v);
                 }
             }
@@ -352,15 +353,15 @@ impl<N: Nand> Fs<N> {
     /// directory its (possibly empty) entry table.
     fn rebuild_dirs(&mut self) -> Result<(), FsError> {
         // An inode unlinked while open was kept for its readers; after a mount it has none.
-        self.inodes.retain(|_, i| i.attr.nlink > 0);
-        let inodes = &self.inodes;
-        self.dirs.retain(|d, _| inodes.get(d).is_some_and(|i| i.attr.kind == crate::FileType::Dir));
-        for entries in self.dirs.values_mut() {
+        self.ns.inodes.retain(|_, i| i.attr.nlink > 0);
+        let inodes = &self.ns.inodes;
+        self.ns.dirs.retain(|d, _| inodes.get(d).is_some_and(|i| i.attr.kind == crate::FileType::Dir));
+        for entries in self.ns.dirs.values_mut() {
             entries.retain(|_, c| inodes.contains_key(c));
         }
         for (ino, i) in inodes {
             if i.attr.kind == crate::FileType::Dir {
-                self.dirs.entry(*ino).or_default();
+                self.ns.dirs.entry(*ino).or_default();
             }
         }
         // Pages of files that are gone, or past a file's end (written before a crash cut
@@ -369,11 +370,11 @@ impl<N: Nand> Fs<N> {
         // which was consistent, left them (a shrink replayed loaded what it cut).
         let mut gone: Vec<u64> = self.index.all_chunks().iter().map(|k| k.0).collect();
         gone.dedup();
-        gone.retain(|ino| !self.inodes.contains_key(ino));
+        gone.retain(|ino| !self.ns.inodes.contains_key(ino));
         for ino in gone {
             self.remove_pages(ino, 0, None)?;
         }
-        let inodes = &self.inodes;
+        let inodes = &self.ns.inodes;
         let end = |ino: u64| inodes.get(&ino).map_or(0, |i| i.attr.size.div_ceil(super::LOGICAL_PAGE as u64));
         let past: Vec<((u64, u64), Vec<super::Loc>)> = self.index.trim_in_ram(end);
         for (_, locs) in past {

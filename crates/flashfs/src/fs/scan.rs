@@ -1,7 +1,7 @@
 //! Reassembling nodes from the fragments of data pages read in write order: what replay does
 //! from a checkpoint on, and what rebuilding a lost map does over the whole log.
 
-use crate::node::{Frag, NodeKind, FLAG_LAST, FRAG_HEADER};
+use crate::fs::node::{Frag, NodeKind, FLAG_LAST, FRAG_HEADER};
 
 /// A node reassembled from its fragments (complete once its last fragment was added).
 pub(crate) struct Partial {

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use bitmend_media::nand::Nand;
 
 use super::Fs;
-use crate::mount::PageHealth;
+use crate::store::mount::PageHealth;
 use crate::store::Repaired;
 use crate::FsError;
 
@@ -69,7 +69,7 @@ impl<N: Nand> Fs<N> {
             return Ok(true);
         }
         if let Some(logical) = pass.todo.pop() {
-            let mut buf = vec![0u8; self.buf.len()];
+            let mut buf = vec![0u8; self.page.buf.len()];
             let pages = self.store.scrub_segment_pages(logical)?;
             self.scrubbed.1 += pages.len() as u64;
             let mut damaged = Vec::new();
@@ -135,7 +135,7 @@ impl<N: Nand> Fs<N> {
         if self.store.damaged_superblocks().is_empty() {
             return Ok(0);
         }
-        match self.ckpt.filter(|_| self.store.anchored()) {
+        match self.cp.newest.filter(|_| self.store.anchored()) {
             Some(c) => self.store.rewrite_superblocks(crate::PageAddr(c.page)),
             None => Ok(0),
         }

@@ -4,7 +4,7 @@
 use bitmend_media::nand::Nand;
 
 use super::{Fs, Loc, LOGICAL_PAGE, PENDING, SKIP_AFTER_INCOMPRESSIBLE};
-use crate::node::{self, Frag, NodeKind, FLAG_LAST, FRAG_HEADER, MAX_NODE_PAGES};
+use crate::fs::node::{self, Frag, NodeKind, FLAG_LAST, FRAG_HEADER, MAX_NODE_PAGES};
 use crate::store::PageAddr;
 use crate::FsError;
 
@@ -17,6 +17,35 @@ pub(crate) enum Pending {
     Map((u64, u64)),
 }
 
+/// File data and inodes changed but not yet written out.
+#[derive(Debug, Default)]
+pub(crate) struct WriteBack {
+    /// Dirty logical pages, by (ino, page index).
+    pub dirty: std::collections::BTreeMap<(u64, u64), Vec<u8>>,
+    /// Inodes whose node must be written again (size, times).
+    pub dirty_inodes: std::collections::BTreeSet<u64>,
+    /// Per file: logical pages still to store plain without trying to compress them.
+    pub skip_compression: std::collections::HashMap<u64, u32>,
+    /// When the oldest change not yet made durable was made (none: everything is synced).
+    /// The mount's commit interval is measured from it.
+    pub unsynced_since: Option<std::time::Instant>,
+}
+
+/// The flash page being filled with nodes, and how far.
+#[derive(Debug)]
+pub(crate) struct OpenPage {
+    pub buf: Vec<u8>,
+    pub fill: usize,
+    /// Logical pages with fragments in `buf`.
+    pub keys: Vec<(u64, u64)>,
+}
+
+impl OpenPage {
+    pub fn new(page_size: usize) -> OpenPage {
+        OpenPage { buf: vec![0; page_size], fill: 0, keys: Vec::new() }
+    }
+}
+
 /// A node about to be written.
 pub(crate) struct Out {
     pub kind: NodeKind,
@@ -27,7 +56,7 @@ pub(crate) struct Out {
 
 impl<N: Nand> Fs<N> {
     pub(crate) fn inode_node(&self, ino: u64) -> Out {
-        let i = &self.inodes[&ino];
+        let i = &self.ns.inodes[&ino];
         Out { kind: NodeKind::Inode, key: ino, key2: 0, payload: node::encode_inode(&i.attr, &i.target) }
     }
 
@@ -50,24 +79,27 @@ impl<N: Nand> Fs<N> {
             self.store.append(&info)?;
             self.set_mount_ckpt();
         }
-        self.buf[self.fill..].fill(0);
-        let addr =
-            if marked { self.store.append_marked(&self.buf)? } else { self.store.append(&self.buf)? };
-        let keys = std::mem::take(&mut self.buf_keys);
+        self.page.buf[self.page.fill..].fill(0);
+        let addr = if marked {
+            self.store.append_marked(&self.page.buf)?
+        } else {
+            self.store.append(&self.page.buf)?
+        };
+        let keys = std::mem::take(&mut self.page.keys);
         self.fix_pending(addr, keys);
-        self.fill = 0;
+        self.page.fill = 0;
         Ok(addr)
     }
 
     fn put_frag(&mut self, f: &Frag, payload: &[u8]) -> u16 {
         self.note_unsynced();
-        let at = self.fill;
-        f.encode(&mut self.buf[at..at + FRAG_HEADER]);
-        self.buf[at + FRAG_HEADER..at + FRAG_HEADER + payload.len()].copy_from_slice(payload);
+        let at = self.page.fill;
+        f.encode(&mut self.page.buf[at..at + FRAG_HEADER]);
+        self.page.buf[at + FRAG_HEADER..at + FRAG_HEADER + payload.len()].copy_from_slice(payload);
         // What will be programmed reads back as what was meant (the write side paired with
         // the read side).
-        debug_assert_eq!(Frag::decode(&self.buf[at..]), Ok(Some(*f)));
-        self.fill += FRAG_HEADER + payload.len();
+        debug_assert_eq!(Frag::decode(&self.page.buf[at..]), Ok(Some(*f)));
+        self.page.fill += FRAG_HEADER + payload.len();
         (at + FRAG_HEADER) as u16
     }
 
@@ -75,18 +107,18 @@ impl<N: Nand> Fs<N> {
     /// current one has no room for all of them), so that they reach the flash together.
     pub(crate) fn commit(&mut self, nodes: Vec<Out>) -> Result<(), FsError> {
         let need: usize = nodes.iter().map(|n| FRAG_HEADER + n.payload.len()).sum();
-        if need > self.buf.len() {
+        if need > self.page.buf.len() {
             return Err(FsError::Invalid {
                 why: format!("an operation of {need} bytes does not fit in a page"),
             });
         }
-        if self.fill + need > self.buf.len() {
+        if self.page.fill + need > self.page.buf.len() {
             self.seal_page()?;
         }
         for n in nodes {
             self.version += 1;
             if n.kind == NodeKind::Inode {
-                if let Some(i) = self.inodes.get_mut(&n.key) {
+                if let Some(i) = self.ns.inodes.get_mut(&n.key) {
                     i.version = self.version;
                 }
             }
@@ -110,11 +142,11 @@ impl<N: Nand> Fs<N> {
     fn write_data_run(&mut self, ino: u64, first: u64, pages: &[u8]) -> Result<(), FsError> {
         let count = pages.len() / LOGICAL_PAGE;
         let wanted = self.opts.compression.flag();
-        if count > 1 && wanted != 0 && self.skip_compression.get(&ino).is_none_or(|&left| left == 0) {
+        if count > 1 && wanted != 0 && self.wb.skip_compression.get(&ino).is_none_or(|&left| left == 0) {
             let (payload, codec, crcs) = node::encode_data(pages, wanted, self.opts.lz4_level);
             let content = pages.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
             if codec != 0 && payload.len() - 4 * count <= content - content / 8 {
-                self.skip_compression.remove(&ino);
+                self.wb.skip_compression.remove(&ino);
                 self.stats.multi_page_nodes += 1;
                 self.stats.pages_in_multi_page_nodes += count as u64;
                 return self.write_data_node(ino, first, pages.len(), payload, codec, &crcs);
@@ -138,10 +170,10 @@ impl<N: Nand> Fs<N> {
     }
 
     fn skip_after_incompressible(&mut self, ino: u64) {
-        if self.skip_compression.len() >= 4096 {
-            self.skip_compression.clear();
+        if self.wb.skip_compression.len() >= 4096 {
+            self.wb.skip_compression.clear();
         }
-        self.skip_compression.insert(ino, SKIP_AFTER_INCOMPRESSIBLE);
+        self.wb.skip_compression.insert(ino, SKIP_AFTER_INCOMPRESSIBLE);
     }
 
     /// Writes one logical page of file data as a data node of its own.
@@ -151,7 +183,7 @@ impl<N: Nand> Fs<N> {
         // that does not compress (media, archives, encrypted files) does not pay for an
         // attempt per page, which costs more CPU than the whole rest of the write path.
         let wanted = self.opts.compression.flag();
-        let attempt = match self.skip_compression.get_mut(&ino) {
+        let attempt = match self.wb.skip_compression.get_mut(&ino) {
             Some(left) if *left > 0 => {
                 *left -= 1;
                 self.stats.compression_skipped += 1;
@@ -167,7 +199,7 @@ impl<N: Nand> Fs<N> {
             if content >= page.len() / 2 && (codec == 0 || payload.len() - 4 > content - content / 8) {
                 self.skip_after_incompressible(ino);
             } else {
-                self.skip_compression.remove(&ino);
+                self.wb.skip_compression.remove(&ino);
             }
         }
         self.write_data_node(ino, index, page.len(), payload, codec, &crcs)
@@ -226,10 +258,10 @@ impl<N: Nand> Fs<N> {
         let mut done = 0;
         while done < payload.len() {
             // A fragment needs its header and at least a few bytes: otherwise start afresh.
-            if self.fill + FRAG_HEADER + 16 > self.buf.len() {
+            if self.page.fill + FRAG_HEADER + 16 > self.page.buf.len() {
                 self.seal_page()?;
             }
-            let room = self.buf.len() - self.fill - FRAG_HEADER;
+            let room = self.page.buf.len() - self.page.fill - FRAG_HEADER;
             let n = room.min(payload.len() - done);
             let last = done + n == payload.len();
             let f = Frag {
@@ -247,8 +279,8 @@ impl<N: Nand> Fs<N> {
                     for slot in 0..count as u64 {
                         let key = (first.0, first.1 + slot);
                         self.push_pending(key, off, n as u16);
-                        if !self.buf_keys.contains(&key) {
-                            self.buf_keys.push(key);
+                        if !self.page.keys.contains(&key) {
+                            self.page.keys.push(key);
                         }
                     }
                 }
@@ -273,10 +305,10 @@ impl<N: Nand> Fs<N> {
         // An image still marked with an older version (before its first checkpoint here) gets
         // nodes an older build reads.
         let most = if self.store.sb_version >= 5 { self.opts.node_pages.clamp(1, MAX_NODE_PAGES) } else { 1 };
-        let mut dirty = std::mem::take(&mut self.dirty).into_iter().peekable();
+        let mut dirty = std::mem::take(&mut self.wb.dirty).into_iter().peekable();
         let mut run: Vec<u8> = Vec::with_capacity(most * LOGICAL_PAGE);
         while let Some(((ino, first), page)) = dirty.next() {
-            if !self.inodes.contains_key(&ino) {
+            if !self.ns.inodes.contains_key(&ino) {
                 continue;
             }
             run.clear();
@@ -296,20 +328,20 @@ impl<N: Nand> Fs<N> {
                 let lost_map = matches!(e, FsError::Unrecoverable { .. } | FsError::NotWritten { .. });
                 if !lost_map {
                     for (i, p) in run.chunks(LOGICAL_PAGE).enumerate() {
-                        self.dirty.insert((ino, first + i as u64), p.to_vec());
+                        self.wb.dirty.insert((ino, first + i as u64), p.to_vec());
                     }
                 }
-                self.dirty.extend(dirty);
+                self.wb.dirty.extend(dirty);
                 return Err(e);
             }
         }
-        let mut inodes = std::mem::take(&mut self.dirty_inodes).into_iter();
+        let mut inodes = std::mem::take(&mut self.wb.dirty_inodes).into_iter();
         while let Some(ino) = inodes.next() {
-            if self.inodes.contains_key(&ino) {
+            if self.ns.inodes.contains_key(&ino) {
                 let n = self.inode_node(ino);
                 if let Err(e) = self.commit(vec![n]) {
-                    self.dirty_inodes.insert(ino);
-                    self.dirty_inodes.extend(inodes);
+                    self.wb.dirty_inodes.insert(ino);
+                    self.wb.dirty_inodes.extend(inodes);
                     return Err(e);
                 }
             }
@@ -321,34 +353,34 @@ impl<N: Nand> Fs<N> {
     /// Writes out everything and makes it durable and correctable.
     pub fn sync(&mut self) -> Result<(), FsError> {
         self.flush_data()?;
-        if self.fill > 0 {
+        if self.page.fill > 0 {
             self.seal_page()?;
         }
         self.store.sync()?;
-        self.unsynced_since = None;
+        self.wb.unsynced_since = None;
         Ok(())
     }
 
     /// Notes a change that the next `sync` makes durable.
     pub(crate) fn note_unsynced(&mut self) {
-        self.unsynced_since.get_or_insert_with(std::time::Instant::now);
+        self.wb.unsynced_since.get_or_insert_with(std::time::Instant::now);
     }
 
     /// When the oldest change that is not yet durable was made; `None` when a crash now
     /// would lose nothing. The mount commits once it is older than its commit interval.
     pub fn unsynced_since(&self) -> Option<std::time::Instant> {
-        self.unsynced_since
+        self.wb.unsynced_since
     }
 
     /// `fsync`: as `sync` (one log, so one file's durability is everyone's).
     pub fn fsync(&mut self, ino: u64) -> Result<(), FsError> {
-        if !self.inodes.contains_key(&ino) {
+        if !self.ns.inodes.contains_key(&ino) {
             return Err(FsError::NotFound);
         }
         self.sync()
     }
 
     pub(crate) fn dirty_bytes(&self) -> usize {
-        self.dirty.len() * super::LOGICAL_PAGE
+        self.wb.dirty.len() * super::LOGICAL_PAGE
     }
 }

@@ -10,7 +10,7 @@ use bitmend_media::nand::Nand;
 
 use super::write::Out;
 use super::{now, Fs};
-use crate::node::{self, NodeKind};
+use crate::fs::node::{self, NodeKind};
 use crate::FsError;
 
 /// The namespaces Linux passes to a file system; a name must start with one of them and
@@ -46,7 +46,7 @@ fn check_xattr_name(name: &[u8]) -> Result<(), FsError> {
 impl<N: Nand> Fs<N> {
     /// Bytes an inode's attributes may take together (their node's payload).
     pub fn xattr_room(&self) -> usize {
-        self.buf.len() - crate::node::FRAG_HEADER
+        self.page.buf.len() - crate::fs::node::FRAG_HEADER
     }
 
     /// The value of attribute `name` of `ino`.
@@ -92,14 +92,14 @@ impl<N: Nand> Fs<N> {
     fn put_xattrs(&mut self, ino: u64, set: node::Xattrs) -> Result<(), FsError> {
         let payload = node::encode_xattrs(&set);
         debug_assert_eq!(node::decode_xattrs(&payload).as_ref(), Some(&set));
-        let i = self.inodes.get_mut(&ino).expect("checked by the caller");
+        let i = self.ns.inodes.get_mut(&ino).expect("checked by the caller");
         i.xattrs = set;
         i.attr.ctime = now();
-        self.dirty_inodes.insert(ino);
+        self.wb.dirty_inodes.insert(ino);
         self.commit(vec![Out { kind: NodeKind::Xattr, key: ino, key2: 0, payload }])?;
         // The version the node was written with (replay keeps the newest).
         let version = self.version;
-        if let Some(i) = self.inodes.get_mut(&ino) {
+        if let Some(i) = self.ns.inodes.get_mut(&ino) {
             i.xattr_version = version;
         }
         Ok(())

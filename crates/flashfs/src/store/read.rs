@@ -4,7 +4,7 @@
 use bitmend_code::sig::Sig64;
 use bitmend_media::nand::Nand;
 
-use crate::layout::{Kind, Spare};
+use crate::store::layout::{Kind, Spare};
 use crate::store::{PageAddr, PageStore, Repaired};
 use crate::FsError;
 

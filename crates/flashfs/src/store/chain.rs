@@ -12,10 +12,10 @@
 
 use bitmend_media::nand::{Nand, NandError};
 
-use crate::layout::{Anchor, AnchorCkpt, Kind, Spare, Superblock, RESERVED_BLOCKS};
-use crate::mount::erased;
+use super::mount::erased;
+use crate::store::layout::{Anchor, AnchorCkpt, Kind, Spare, Superblock, RESERVED_BLOCKS};
 use crate::store::{PageAddr, PageStore};
-use crate::{FsError, Mount};
+use crate::{FsError, StoreMountReport};
 
 impl<N: Nand> PageStore<N> {
     /// Mounts by the anchor log when it names a checkpoint whose segment is still where it
@@ -23,9 +23,11 @@ impl<N: Nand> PageStore<N> {
     /// The segments older than the checkpoint's are unknown until the caller passes the
     /// checkpoint's table to [`adopt_table`](Self::adopt_table); until then only the chain's
     /// segments are in use and none free (a full live segment is sealed, not left).
-    pub(crate) fn open_anchored(nand: N) -> Result<(PageStore<N>, Mount, Option<AnchorCkpt>), FsError> {
+    pub(crate) fn open_anchored(
+        nand: N,
+    ) -> Result<(PageStore<N>, StoreMountReport, Option<AnchorCkpt>), FsError> {
         let mut store = Self::with_superblock(nand)?;
-        let mut report = Mount::default();
+        let mut report = StoreMountReport::default();
         let anchor = store.find_anchor(&mut report)?;
         if let Some(c) = anchor.and_then(|a| a.ckpt) {
             if let Some(chain) = store.walk_chain(c, &mut report)? {
@@ -61,10 +63,10 @@ impl<N: Nand> PageStore<N> {
     pub(crate) fn adopt_table(
         &mut self,
         table: Option<&[(u64, u32)]>,
-        report: &mut Mount,
+        report: &mut StoreMountReport,
     ) -> Result<(), FsError> {
         let Some(table) = table else {
-            let mut scan = Mount::default();
+            let mut scan = StoreMountReport::default();
             let live = self.w.seg;
             self.scan_used(&mut scan)?;
             report.spares_read += scan.spares_read;
@@ -110,7 +112,7 @@ impl<N: Nand> PageStore<N> {
 
     /// The segments in use, from the first written page of every segment (which names its
     /// logical number), and the free ones.
-    pub(crate) fn scan_used(&mut self, report: &mut Mount) -> Result<(), FsError> {
+    pub(crate) fn scan_used(&mut self, report: &mut StoreMountReport) -> Result<(), FsError> {
         let layout = self.layout;
         let mut found = Vec::new();
         for phys in 0..layout.segments {
@@ -125,7 +127,11 @@ impl<N: Nand> PageStore<N> {
 
     /// The first spare that decodes among the written pages of the first written data block
     /// of physical segment `phys` (torn pages skipped); `None` if nothing was written.
-    pub(crate) fn first_spare(&mut self, phys: u32, report: &mut Mount) -> Result<Option<Spare>, FsError> {
+    pub(crate) fn first_spare(
+        &mut self,
+        phys: u32,
+        report: &mut StoreMountReport,
+    ) -> Result<Option<Spare>, FsError> {
         let g = self.layout.g;
         let mut spare = vec![0u8; g.spare_size as usize];
         for b in 0..self.layout.data_blocks() {
@@ -150,7 +156,11 @@ impl<N: Nand> PageStore<N> {
 
     /// The segments from the anchored checkpoint's to the newest, as (logical, physical);
     /// `None` if the checkpoint's segment no longer holds it.
-    fn walk_chain(&mut self, c: AnchorCkpt, report: &mut Mount) -> Result<Option<Vec<(u64, u32)>>, FsError> {
+    fn walk_chain(
+        &mut self,
+        c: AnchorCkpt,
+        report: &mut StoreMountReport,
+    ) -> Result<Option<Vec<(u64, u32)>>, FsError> {
         if c.phys >= self.layout.segments {
             return Ok(None);
         }
@@ -182,7 +192,7 @@ impl<N: Nand> PageStore<N> {
     }
 
     /// Reads the newest anchor and sets the anchor log's write position after it.
-    fn find_anchor(&mut self, report: &mut Mount) -> Result<Option<Anchor>, FsError> {
+    fn find_anchor(&mut self, report: &mut StoreMountReport) -> Result<Option<Anchor>, FsError> {
         let g = self.layout.g;
         let mut page = vec![0u8; g.page_size as usize];
         let mut spare = vec![0u8; g.spare_size as usize];
@@ -270,13 +280,13 @@ impl<N: Nand> PageStore<N> {
     /// at any point leaves a block with a superblock and that anchor, as the log's own
     /// wrapping does).
     pub fn upgrade_superblock(&mut self, page: PageAddr) -> Result<(), FsError> {
-        if self.sb_version >= crate::layout::FS_VERSION {
+        if self.sb_version >= crate::store::layout::FS_VERSION {
             return Ok(());
         }
         for _ in 0..RESERVED_BLOCKS {
             self.wrap_anchor_log(page)?;
         }
-        self.sb_version = crate::layout::FS_VERSION;
+        self.sb_version = crate::store::layout::FS_VERSION;
         self.sb_damaged.clear();
         Ok(())
     }

@@ -10,13 +10,13 @@
 
 use bitmend_media::nand::Nand;
 
-use crate::layout::{Kind, Layout, Spare, Superblock, RESERVED_BLOCKS};
+use crate::store::layout::{Kind, Layout, Spare, Superblock, RESERVED_BLOCKS};
 use crate::store::{PageAddr, PageStore};
 use crate::FsError;
 
 /// What mounting found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Mount {
+pub struct StoreMountReport {
     /// Segments holding pages.
     pub segments_in_use: u32,
     /// The newest segment (logical number), if any page was ever written.
@@ -58,9 +58,9 @@ impl<N: Nand> PageStore<N> {
     /// Mounts the store on `nand` by scanning: the first page of every segment. Correct on
     /// any version of the format, on its own; the file system mounts through the anchor
     /// log instead ([`open_anchored`](Self::open_anchored)) when it can.
-    pub fn open(nand: N) -> Result<(PageStore<N>, Mount), FsError> {
+    pub fn open(nand: N) -> Result<(PageStore<N>, StoreMountReport), FsError> {
         let mut store = Self::with_superblock(nand)?;
-        let mut report = Mount::default();
+        let mut report = StoreMountReport::default();
         store.scan_segments(&mut report)?;
         Ok((store, report))
     }
@@ -80,7 +80,9 @@ impl<N: Nand> PageStore<N> {
             }
             nand.read_page(g.first_page(b), &mut page, &mut spare)?;
             match Superblock::decode(&page) {
-                Ok(sb) if sb.g == g => copies.push((b, Some((sb, crate::layout::superblock_version(&page))))),
+                Ok(sb) if sb.g == g => {
+                    copies.push((b, Some((sb, crate::store::layout::superblock_version(&page)))))
+                }
                 Ok(_) => {
                     why = FsError::NotAFs { why: "superblock geometry differs from the chip's".into() };
                     copies.push((b, None));
@@ -119,11 +121,13 @@ impl<N: Nand> PageStore<N> {
             }
             for i in 1..g.pages_per_block {
                 nand.read_page(g.first_page(b) + i, &mut page, &mut spare)?;
-                if let Some((a, sb)) = crate::layout::Anchor::superblock_in(&page).filter(|(_, sb)| sb.g == g)
+                if let Some((a, sb)) =
+                    crate::store::layout::Anchor::superblock_in(&page).filter(|(_, sb)| sb.g == g)
                 {
                     if newest.as_ref().is_none_or(|n| a.seq > n.0) {
-                        let version =
-                            crate::layout::superblock_version(crate::layout::anchor_superblock(&page));
+                        let version = crate::store::layout::superblock_version(
+                            crate::store::layout::anchor_superblock(&page),
+                        );
                         newest = Some((a.seq, sb, version));
                     }
                 }
@@ -134,7 +138,7 @@ impl<N: Nand> PageStore<N> {
 
     /// Finds the segments in use from the first written page of every segment, then the
     /// write position in the newest.
-    pub(crate) fn scan_segments(&mut self, report: &mut Mount) -> Result<(), FsError> {
+    pub(crate) fn scan_segments(&mut self, report: &mut StoreMountReport) -> Result<(), FsError> {
         report.scanned = true;
         self.scan_used(report)?;
         report.segments_in_use = self.w.used.len() as u32;
@@ -151,7 +155,7 @@ impl<N: Nand> PageStore<N> {
         phys: u32,
         logical: u64,
         skip_full: bool,
-        report: &mut Mount,
+        report: &mut StoreMountReport,
     ) -> Result<(), FsError> {
         self.w.seg = Some((phys, logical));
         self.w.seg_parity_valid = false;
@@ -160,7 +164,12 @@ impl<N: Nand> PageStore<N> {
     }
 
     /// Scans the live segment for the write position and the open group.
-    fn find_position(&mut self, phys: u32, skip_full: bool, report: &mut Mount) -> Result<(), FsError> {
+    fn find_position(
+        &mut self,
+        phys: u32,
+        skip_full: bool,
+        report: &mut StoreMountReport,
+    ) -> Result<(), FsError> {
         let layout = self.layout;
         let ppb = layout.g.pages_per_block;
         let mut spare = vec![0u8; layout.g.spare_size as usize];
@@ -271,7 +280,7 @@ impl<N: Nand> PageStore<N> {
         &mut self,
         block: u32,
         spares: &[Option<Spare>],
-        report: &mut Mount,
+        report: &mut StoreMountReport,
     ) -> Result<(), FsError> {
         let ps = self.layout.g.page_size as usize;
         let p = self.layout.cfg.parity_pages;

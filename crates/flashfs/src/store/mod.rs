@@ -13,8 +13,13 @@ use bitmend_code::rs::Codec;
 use bitmend_code::sig::Signer;
 use bitmend_media::nand::{Nand, NandError};
 
-use crate::layout::{FsConfig, Kind, Layout, Spare, Superblock, RESERVED_BLOCKS};
+mod chain;
+pub(crate) mod layout;
+pub(crate) mod mount;
+mod read;
+
 use crate::FsError;
+use layout::{FsConfig, Kind, Layout, Spare, Superblock, RESERVED_BLOCKS};
 
 /// A page on the chip, as the store hands it out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -171,7 +176,7 @@ impl<N: Nand> PageStore<N> {
             signer: Signer::new(),
             stats: StoreStats::default(),
             compression: 0,
-            sb_version: crate::layout::FS_VERSION,
+            sb_version: layout::FS_VERSION,
             sb_damaged: Vec::new(),
             good_data_bytes,
         })
@@ -316,7 +321,7 @@ impl<N: Nand> PageStore<N> {
         };
         self.w.free.retain(|&f| f != phys);
         // Wear leveling: the successors are the least worn of the free segments.
-        let k = crate::layout::queue_len(self.layout.g.spare_size as usize);
+        let k = layout::queue_len(self.layout.g.spare_size as usize);
         self.w.queue = self.least_worn_free(k)?.into_iter().map(|q| q.1).collect();
         self.w.seg = Some((phys, logical));
         self.w.used.push((logical, phys));

@@ -1,0 +1,45 @@
+//! The namespace: inodes, directories, inode numbers and open handles, as the operations
+//! (`ops.rs`) change them and replay and checkpoints rebuild them.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::node::{Attr, Xattrs};
+use super::ROOT;
+
+#[derive(Clone, Debug)]
+pub(crate) struct Inode {
+    pub attr: Attr,
+    pub target: Vec<u8>,
+    pub version: u64,
+    /// Extended attributes, and the version of the node that last set them.
+    pub xattrs: Xattrs,
+    pub xattr_version: u64,
+}
+
+impl Inode {
+    pub fn new(attr: Attr, target: Vec<u8>, version: u64) -> Inode {
+        Inode { attr, target, version, xattrs: Default::default(), xattr_version: 0 }
+    }
+}
+
+/// Every file, directory and symlink, and who holds them open.
+#[derive(Debug)]
+pub(crate) struct Namespace {
+    pub inodes: HashMap<u64, Inode>,
+    /// Each directory's entries: name to inode number.
+    pub dirs: HashMap<u64, BTreeMap<Vec<u8>, u64>>,
+    pub next_ino: u64,
+    /// Open handles per inode: an unlinked file stays readable until its last close.
+    pub open_handles: HashMap<u64, u32>,
+}
+
+impl Default for Namespace {
+    fn default() -> Self {
+        Namespace {
+            inodes: HashMap::new(),
+            dirs: HashMap::new(),
+            next_ino: ROOT + 1,
+            open_handles: HashMap::new(),
+        }
+    }
+}
