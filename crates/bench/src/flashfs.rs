@@ -289,15 +289,30 @@ fn mount(opts: &Options, emit: &mut dyn FnMut(Row)) {
 /// written and read, random overwrites with fsync, and mount time. The anchor is the raw
 /// chip doing only the data's own page programs and reads.
 pub fn run_fs(opts: &Options, emit: &mut dyn FnMut(Row)) {
-    use bitmend_flashfs::{Compression, Fs, FsOptions, ROOT};
-    let g = Geometry::RCFFS;
-    let t = Timing::TYPICAL;
-    let prog_page_ns = t.program_ns as f64 + g.raw_page_size() as f64 * t.transfer_ns_per_byte;
-    let read_page_ns = t.read_ns as f64 + g.raw_page_size() as f64 * t.transfer_ns_per_byte;
-    let fsopts = FsOptions { compression: Compression::Lz4, dirty_limit: 1 << 20, ..FsOptions::default() };
     let mut rng = Rng::new(9);
+    fs_small_files(opts, &mut rng, emit);
+    let (fs, mb, page) = fs_one_file(opts, &mut rng, emit);
+    fs_mount_times(fs, mb, &page, emit);
+}
 
-    // 1000 copies of a 5 KiB incompressible file into one directory, then sync.
+/// The chip's typical device times per page program and page read, transfer included.
+fn page_times() -> (f64, f64) {
+    let (g, t) = (Geometry::RCFFS, Timing::TYPICAL);
+    let transfer = g.raw_page_size() as f64 * t.transfer_ns_per_byte;
+    (t.program_ns as f64 + transfer, t.read_ns as f64 + transfer)
+}
+
+fn fs_options() -> bitmend_flashfs::FsOptions {
+    use bitmend_flashfs::{Compression, FsOptions};
+    FsOptions { compression: Compression::Lz4, dirty_limit: 1 << 20, ..FsOptions::default() }
+}
+
+/// The seed's small-file test: 1000 copies of a 5 KiB incompressible file in one directory.
+fn fs_small_files(opts: &Options, rng: &mut Rng, emit: &mut dyn FnMut(Row)) {
+    use bitmend_flashfs::{Fs, ROOT};
+    let g = Geometry::RCFFS;
+    let (prog_page_ns, _) = page_times();
+    let fsopts = fs_options();
     let files = if opts.quick { 200 } else { 1000 };
     let mut fs = Fs::format(RamNand::new(g).expect("geometry"), FsConfig::default(), fsopts).expect("mkfs");
     let mut five = vec![0u8; 5120];
@@ -353,7 +368,20 @@ pub fn run_fs(opts: &Options, emit: &mut dyn FnMut(Row)) {
         "KiB",
         Better::Lower,
     ));
+}
 
+/// A large file written sequentially, read back, overwritten at random with fsync and read
+/// at random, on bitmend and on littlefs. Returns the file system, the file's MiB and the
+/// last page written (for the mount tests).
+fn fs_one_file(
+    opts: &Options,
+    rng: &mut Rng,
+    emit: &mut dyn FnMut(Row),
+) -> (bitmend_flashfs::Fs<RamNand>, usize, Vec<u8>) {
+    use bitmend_flashfs::{Compression, Fs, FsOptions, ROOT};
+    let (g, t) = (Geometry::RCFFS, Timing::TYPICAL);
+    let (prog_page_ns, read_page_ns) = page_times();
+    let fsopts = fs_options();
     // A 16 MiB file (2 in quick mode) written sequentially, synced, read back.
     let mb: usize = if opts.quick { 2 } else { 16 };
     let mut fs = Fs::format(
@@ -438,9 +466,20 @@ pub fn run_fs(opts: &Options, emit: &mut dyn FnMut(Row)) {
     }
     let cpu_us = cpu.elapsed().as_secs_f64() * 1e6 / n as f64;
     let rr = fs.store().nand().counters() - before;
+    random_read_rows(n as f64 * 1e9 / rr.device_ns.max(1) as f64, cpu_us, emit);
+
+    let ours = OneFile { mb, n, write: w, read: r, overwrite: o, random_read: rr };
+    vs_littlefs(&ours, (&pieces, &overwrites, &reads), emit);
+    (fs, mb, page)
+}
+
+/// The random-read rows: operations per second of device time, and CPU per read, beside the
+/// raw chip's two page reads.
+fn random_read_rows(ops_per_s: f64, cpu_us: f64, emit: &mut dyn FnMut(Row)) {
+    let (_, read_page_ns) = page_times();
     emit(row(
         "random 4 KiB read (verified)".into(),
-        n as f64 * 1e9 / rr.device_ns.max(1) as f64,
+        ops_per_s,
         "raw chip (2 page reads)",
         1e9 / (2.0 * read_page_ns),
         "ops/s",
@@ -454,9 +493,26 @@ pub fn run_fs(opts: &Options, emit: &mut dyn FnMut(Row)) {
         "us",
         Better::Lower,
     ));
+}
 
-    // The same file, overwrites and reads on littlefs.
-    let lfs = crate::littlefs::one_file(&pieces, &overwrites, &reads);
+/// What bitmend's device did in [`fs_one_file`]: the file's MiB, the random operations, and
+/// the counters of each phase.
+struct OneFile {
+    mb: usize,
+    n: usize,
+    write: Counters,
+    read: Counters,
+    overwrite: Counters,
+    random_read: Counters,
+}
+
+/// The same file, overwrites and reads replayed on littlefs, beside bitmend's figures.
+type Workload<'a> = (&'a [Vec<u8>], &'a [(u64, Vec<u8>)], &'a [u64]);
+
+fn vs_littlefs(ours: &OneFile, (pieces, overwrites, reads): Workload, emit: &mut dyn FnMut(Row)) {
+    let OneFile { mb, n, write: w, read: r, overwrite: o, random_read: rr } = ours;
+    let (mb, n, bytes) = (*mb, *n, (*mb << 20) as u64);
+    let lfs = crate::littlefs::one_file(pieces, overwrites, reads);
     let vs_lfs = |case: &str, ours: f64, theirs: f64| {
         row(format!("{case} vs littlefs"), ours, "littlefs", theirs, "MB/s", Better::Higher)
     };
@@ -471,11 +527,8 @@ pub fn run_fs(opts: &Options, emit: &mut dyn FnMut(Row)) {
         mb_per_s(bytes, lfs.read.chip.device_ns),
     ));
     let ops = |c: &Counters| n as f64 * 1e9 / c.device_ns.max(1) as f64;
-    emit(Row {
-        unit: "ops/s",
-        ..vs_lfs("random 4 KiB overwrite + fsync", ops(&o), ops(&lfs.overwrite.chip))
-    });
-    emit(Row { unit: "ops/s", ..vs_lfs("random 4 KiB read", ops(&rr), ops(&lfs.random_read.chip)) });
+    emit(Row { unit: "ops/s", ..vs_lfs("random 4 KiB overwrite + fsync", ops(o), ops(&lfs.overwrite.chip)) });
+    emit(Row { unit: "ops/s", ..vs_lfs("random 4 KiB read", ops(rr), ops(&lfs.random_read.chip)) });
     emit(row(
         "random 4 KiB overwrite + fsync: flash programmed per op".into(),
         o.bytes_programmed as f64 / n as f64 / 1024.0,
@@ -484,8 +537,13 @@ pub fn run_fs(opts: &Options, emit: &mut dyn FnMut(Row)) {
         "KiB",
         Better::Lower,
     ));
+}
 
-    // Mount after a clean unmount, and after a power cut, of the file system just used.
+/// Mount after a clean unmount, and after a power cut, of the file system just used.
+fn fs_mount_times(fs: bitmend_flashfs::Fs<RamNand>, mb: usize, page: &[u8], emit: &mut dyn FnMut(Row)) {
+    use bitmend_flashfs::{Fs, ROOT};
+    let fsopts = fs_options();
+    let bytes = (mb << 20) as u64;
     let nand = fs.unmount().expect("unmount");
     let before = nand.counters();
     let t0 = Instant::now();
@@ -506,7 +564,7 @@ pub fn run_fs(opts: &Options, emit: &mut dyn FnMut(Row)) {
     let (mut fs, _) = Fs::open(nand, fsopts).expect("mount");
     let big = fs.lookup(ROOT, b"big").expect("file").ino;
     let mut i = 0u64;
-    while fs.write(big, i * 4096 % bytes, &page).and_then(|_| fs.fsync(big)).is_ok() {
+    while fs.write(big, i * 4096 % bytes, page).and_then(|_| fs.fsync(big)).is_ok() {
         i += 1;
     }
     let mut nand = fs.into_nand();
@@ -630,55 +688,31 @@ pub fn postmark(opts: &Options, emit: &mut dyn FnMut(Row)) {
     }
 }
 
+/// `len` bytes of words drawn from a small vocabulary, a line break every twelve or so: text
+/// that compresses about as source code does.
+fn word_text(len: usize, rng: &mut Rng) -> Vec<u8> {
+    const WORDS: &str = "the segment erase block page parity signature of and a to in flash write read log \
+                         is that data for chip when it node index with clean as on file mount repair";
+    let words: Vec<&str> = WORDS.split_whitespace().collect();
+    let mut text = Vec::with_capacity(len + 16);
+    while text.len() < len {
+        text.extend_from_slice(words[rng.below(words.len() as u64) as usize].as_bytes());
+        text.push(if rng.below(12) == 0 { b'\n' } else { b' ' });
+    }
+    text.truncate(len);
+    text
+}
+
 /// Text-like data (words drawn from a small vocabulary) written through each codec: what
 /// flash the file takes, and what the compression costs or saves in write time.
 pub fn codecs(opts: &Options, emit: &mut dyn FnMut(Row)) {
     use bitmend_flashfs::{Compression, Fs, FsOptions, ROOT};
-    const WORDS: [&str; 32] = [
-        "the",
-        "segment",
-        "erase",
-        "block",
-        "page",
-        "parity",
-        "signature",
-        "of",
-        "and",
-        "a",
-        "to",
-        "in",
-        "flash",
-        "write",
-        "read",
-        "log",
-        "is",
-        "that",
-        "data",
-        "for",
-        "chip",
-        "when",
-        "it",
-        "node",
-        "index",
-        "with",
-        "clean",
-        "as",
-        "on",
-        "file",
-        "mount",
-        "repair",
-    ];
     let g = Geometry::RCFFS;
     let t = Timing::TYPICAL;
     let raw_write = g.page_size as f64 * 1e3 / raw_write_page_ns(g, t);
     let mb: usize = if opts.quick { 1 } else { 8 };
     let mut rng = Rng::new(13);
-    let mut text = Vec::with_capacity((mb << 20) + 16);
-    while text.len() < mb << 20 {
-        text.extend_from_slice(WORDS[rng.below(WORDS.len() as u64) as usize].as_bytes());
-        text.push(if rng.below(12) == 0 { b'\n' } else { b' ' });
-    }
-    text.truncate(mb << 20);
+    let text = word_text(mb << 20, &mut rng);
     let read_page_ns = t.read_ns as f64 + g.raw_page_size() as f64 * t.transfer_ns_per_byte;
     let nodes = bitmend_flashfs::DEFAULT_NODE_PAGES;
     for (name, compression, node_pages) in [

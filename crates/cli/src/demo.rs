@@ -75,12 +75,51 @@ pub fn run(a: &DemoArgs) -> Result<(), String> {
 
     // Faults, through the chip.
     let mut nand = FaultyNand::new(FileNand::open(&path).map_err(e)?, a.seed);
+    inject_faults(&mut nand, g, opts)?;
+
+    // A power cut in the middle of more writing.
+    let written_after = cut_power_while_writing(&mut nand, opts, &mut r)?;
+
+    let (mut fs, rep) = Fs::open(&mut nand, opts).map_err(e)?;
+    println!(
+        "5. remounted: {} pages replayed{}, {} page(s) with unreadable spares (torn or damaged), {} repaired on the way",
+        rep.pages,
+        if rep.from_checkpoint { " from a checkpoint" } else { "" },
+        rep.store.torn_pages,
+        rep.pages_repaired
+    );
+    let check = fs.check(true);
+    let st = fs.store().stats();
+    println!(
+        "6. scrub and fsck: {} flash pages repaired from block parity, {} from segment parity, {} logical pages rewritten; {} problems, {} unreadable",
+        st.repaired_by_group,
+        st.repaired_by_segment,
+        check.repaired_pages,
+        check.problems.len(),
+        check.unreadable_pages
+    );
+    let ok = verify(&mut fs, &files)?;
+    println!("7. verified every byte of the {ok} files written before the faults; {written_after} files synced after them");
+    fs.unmount().map_err(e)?;
+    if temp {
+        let _ = std::fs::remove_file(&path);
+    }
+    if check.clean() {
+        println!("   result: every fault corrected, nothing lost");
+        Ok(())
+    } else {
+        Err(format!("not clean: {:?}", check.problems))
+    }
+}
+
+/// One damaged page per erase block (one lost, five with 1 to 4000 flipped bits), so that
+/// each is within the configured redundancy.
+fn inject_faults(nand: &mut FaultyNand<FileNand>, g: Geometry, opts: FsOptions) -> Result<(), String> {
     let (store_pages, _) = {
-        let (mut fs, _) = Fs::open(&mut nand, opts).map_err(e)?;
+        let (mut fs, _) = Fs::open(&mut *nand, opts).map_err(e)?;
         let pages = fs.store_mut().log_pages(0, None).map_err(e)?;
         (pages, ())
     };
-    // One damaged page per erase block, so that every one is within the configured redundancy.
     let mut by_block: BTreeMap<u32, u32> = BTreeMap::new();
     for p in &store_pages {
         by_block.entry(g.block_of(p.0)).or_insert(p.0 + 3);
@@ -102,18 +141,26 @@ pub fn run(a: &DemoArgs) -> Result<(), String> {
             _ => {}
         }
     }
+    Ok(())
+}
 
-    // A power cut in the middle of more writing.
+/// Writes more files, each synced, until the power cut set a few operations ahead stops
+/// them; returns how many were synced before it.
+fn cut_power_while_writing(
+    nand: &mut FaultyNand<FileNand>,
+    opts: FsOptions,
+    r: &mut Rng,
+) -> Result<u32, String> {
     let ops = nand.ops();
     nand.cut_power_at(ops + 25);
-    let mut fs = Fs::open(&mut nand, opts).map_err(e)?.0;
+    let mut fs = Fs::open(&mut *nand, opts).map_err(e)?.0;
     let mut written_after = 0;
     let cut = loop {
         let ino = match fs.create(ROOT, format!("late{written_after}").as_bytes(), 0o644, 0, 0) {
             Ok(a) => a.ino,
             Err(err) => break err,
         };
-        if let Err(err) = fs.write(ino, 0, &text(&mut r, 6000)).and_then(|_| fs.sync()) {
+        if let Err(err) = fs.write(ino, 0, &text(r, 6000)).and_then(|_| fs.sync()) {
             break err;
         }
         written_after += 1;
@@ -126,27 +173,16 @@ pub fn run(a: &DemoArgs) -> Result<(), String> {
     println!("4. power cut while writing more files ({}): {}", torn.unwrap_or_default(), cut);
     assert!(matches!(cut, FsError::Nand(NandError::PowerLost)), "the cut is what stopped the writes");
     nand.power_on();
+    Ok(written_after)
+}
 
-    let (mut fs, rep) = Fs::open(&mut nand, opts).map_err(e)?;
-    println!(
-        "5. remounted: {} pages replayed{}, {} page(s) with unreadable spares (torn or damaged), {} repaired on the way",
-        rep.pages,
-        if rep.from_checkpoint { " from a checkpoint" } else { "" },
-        rep.store.torn_pages,
-        rep.pages_repaired
-    );
-    let check = fs.check(true);
-    let st = fs.store().stats();
-    println!(
-        "6. scrub and fsck: {} flash pages repaired from block parity, {} from segment parity, {} logical pages rewritten; {} problems, {} unreadable",
-        st.repaired_by_group,
-        st.repaired_by_segment,
-        check.repaired_pages,
-        check.problems.len(),
-        check.unreadable_pages
-    );
+/// Every byte of every file, against what was written; an error at the first difference.
+fn verify<N: bitmend_media::nand::Nand>(
+    fs: &mut Fs<N>,
+    files: &BTreeMap<String, Vec<u8>>,
+) -> Result<usize, String> {
     let mut ok = 0;
-    for (name, body) in &files {
+    for (name, body) in files {
         let (d, f) = name.split_once('/').expect("dir/file");
         let dir = fs.lookup(ROOT, d.as_bytes()).map_err(e)?;
         let ino = fs.lookup(dir.ino, f.as_bytes()).map_err(e)?.ino;
@@ -156,15 +192,5 @@ pub fn run(a: &DemoArgs) -> Result<(), String> {
         }
         ok += 1;
     }
-    println!("7. verified every byte of the {ok} files written before the faults; {written_after} files synced after them");
-    fs.unmount().map_err(e)?;
-    if temp {
-        let _ = std::fs::remove_file(&path);
-    }
-    if check.clean() {
-        println!("   result: every fault corrected, nothing lost");
-        Ok(())
-    } else {
-        Err(format!("not clean: {:?}", check.problems))
-    }
+    Ok(ok)
 }

@@ -189,6 +189,61 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
+/// Runs the mount in a child, in the foreground there, and returns once it is mounted (or
+/// says why the child exited first).
+fn spawn_daemon(a: &MountArgs) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(err)?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("mount").arg(&a.image).arg(&a.mountpoint).arg("--foreground");
+    if let Some(c) = a.compress {
+        cmd.arg("--compress").arg(format!("{c:?}").to_lowercase());
+    }
+    cmd.arg("--scrub-every")
+        .arg(&a.scrub_every)
+        .arg("--commit-interval")
+        .arg(&a.commit_interval)
+        .arg("--scrub-pause-ms")
+        .arg(a.scrub_pause_ms.to_string())
+        .arg("--index-chunks")
+        .arg(a.index_chunks.to_string())
+        .arg("--lz4-level")
+        .arg(a.lz4_level.to_string())
+        .arg("--node-pages")
+        .arg(a.node_pages.to_string());
+    if a.allow_other {
+        cmd.arg("--allow-other");
+    }
+    // The daemon must not hold our output open (a caller waiting for it would hang): its
+    // messages go to a log file, shown if it fails to mount.
+    let log = std::env::temp_dir().join(format!("bitmend-mount-{}.log", std::process::id()));
+    let log_file = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+    cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(log_file);
+    let mut child = cmd.spawn().map_err(err)?;
+    for _ in 0..200 {
+        if crate::mounted::is_mountpoint(&a.mountpoint) {
+            println!(
+                "mounted {} at {} (pid {}, log {}); unmount with: bitmend umount {}",
+                a.image.display(),
+                a.mountpoint.display(),
+                child.id(),
+                log.display(),
+                a.mountpoint.display()
+            );
+            return Ok(());
+        }
+        if let Some(status) = child.try_wait().map_err(err)? {
+            let said = std::fs::read_to_string(&log).unwrap_or_default();
+            let _ = std::fs::remove_file(&log);
+            return Err(format!(
+                "the mount exited ({status}) before mounting: {}",
+                said.trim().trim_start_matches("bitmend: ")
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err("the mount did not appear within 10 s".into())
+}
+
 pub fn mount(a: &MountArgs) -> Result<(), String> {
     crate::units::parse_duration(&a.scrub_every)?;
     let commit_interval = crate::units::parse_duration(&a.commit_interval)?;
@@ -209,57 +264,7 @@ pub fn mount(a: &MountArgs) -> Result<(), String> {
     }
     std::fs::create_dir_all(&a.mountpoint).map_err(|e| format!("{}: {e}", a.mountpoint.display()))?;
     if !a.foreground {
-        // Run the mount in a child in the foreground, and return once it is mounted.
-        let exe = std::env::current_exe().map_err(err)?;
-        let mut cmd = std::process::Command::new(exe);
-        cmd.arg("mount").arg(&a.image).arg(&a.mountpoint).arg("--foreground");
-        if let Some(c) = a.compress {
-            cmd.arg("--compress").arg(format!("{c:?}").to_lowercase());
-        }
-        cmd.arg("--scrub-every")
-            .arg(&a.scrub_every)
-            .arg("--commit-interval")
-            .arg(&a.commit_interval)
-            .arg("--scrub-pause-ms")
-            .arg(a.scrub_pause_ms.to_string())
-            .arg("--index-chunks")
-            .arg(a.index_chunks.to_string())
-            .arg("--lz4-level")
-            .arg(a.lz4_level.to_string())
-            .arg("--node-pages")
-            .arg(a.node_pages.to_string());
-        if a.allow_other {
-            cmd.arg("--allow-other");
-        }
-        // The daemon must not hold our output open (a caller waiting for it would hang): its
-        // messages go to a log file, shown if it fails to mount.
-        let log = std::env::temp_dir().join(format!("bitmend-mount-{}.log", std::process::id()));
-        let log_file = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
-        cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(log_file);
-        let mut child = cmd.spawn().map_err(err)?;
-        for _ in 0..200 {
-            if crate::mounted::is_mountpoint(&a.mountpoint) {
-                println!(
-                    "mounted {} at {} (pid {}, log {}); unmount with: bitmend umount {}",
-                    a.image.display(),
-                    a.mountpoint.display(),
-                    child.id(),
-                    log.display(),
-                    a.mountpoint.display()
-                );
-                return Ok(());
-            }
-            if let Some(status) = child.try_wait().map_err(err)? {
-                let said = std::fs::read_to_string(&log).unwrap_or_default();
-                let _ = std::fs::remove_file(&log);
-                return Err(format!(
-                    "the mount exited ({status}) before mounting: {}",
-                    said.trim().trim_start_matches("bitmend: ")
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        return Err("the mount did not appear within 10 s".into());
+        return spawn_daemon(a);
     }
     let nand = open_image(&a.image)?;
     let opts = FsOptions {
@@ -499,7 +504,7 @@ pub fn stat(a: &StatArgs) -> Result<(), String> {
             if rep.store.scanned { "scan" } else { "anchor" },
             rep.store.chain_length,
             rep.pages,
-            crate::scrubber::health_json(&fs.health()),
+            crate::report::health_json(&fs.health()),
             h.join(", ")
         );
         return Ok(());

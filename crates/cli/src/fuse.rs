@@ -405,6 +405,11 @@ impl Filesystem for FuseFs {
                     lock(&self.shared).request();
                     reply.written(data.len() as u32)
                 }
+                // `bitmend scrub --quick`: the write returns once the pass is done.
+                b"quick" => {
+                    try_reply!(reply, lock(&self.shared).run_quick());
+                    reply.written(data.len() as u32)
+                }
                 // `bitmend sync`: the write returns once everything is durable.
                 b"sync" => {
                     try_reply!(reply, self.fs().sync());

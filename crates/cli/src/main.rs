@@ -10,6 +10,7 @@ mod inject;
 mod json;
 mod media;
 mod mounted;
+mod report;
 mod scrub;
 mod scrubber;
 mod units;

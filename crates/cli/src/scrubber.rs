@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use bitmend_flashfs::{Fs, Health, ScrubPass, ScrubReport};
+use bitmend_flashfs::{Fs, QuickScrubReport, ScrubPass, ScrubReport};
+
+use crate::report::{health_json, quick_json, quick_text, report_json, report_text, Quick};
 use bitmend_media::nand::FileNand;
 
 /// The control file's name in the root directory, and its inode number (beyond any the file
@@ -29,6 +31,9 @@ pub struct Mounted {
     next_due: Option<Instant>,
     /// Why the newest pass stopped before its end (a full chip, a failing one), if it did.
     error: Option<String>,
+    /// The newest quick pass's report, and how many have run.
+    quick: Quick,
+    quick_passes: u64,
 }
 
 pub type Shared = Arc<Mutex<Mounted>>;
@@ -49,6 +54,8 @@ pub fn share(fs: Fs<FileNand>, schedule: Schedule) -> Shared {
         requested: false,
         next_due: schedule.every.map(|d| Instant::now() + d),
         error: None,
+        quick: Quick::default(),
+        quick_passes: 0,
     }))
 }
 
@@ -65,6 +72,17 @@ impl Mounted {
         }
     }
 
+    /// Runs a quick pass now (it reads only spares: it holds the lock for about as long as a
+    /// mount's scan would), its report then in the status.
+    pub fn run_quick(&mut self) -> Result<(), bitmend_flashfs::FsError> {
+        let Some(fs) = self.fs.as_mut() else { return Ok(()) };
+        let r: QuickScrubReport = fs.scrub_quick()?;
+        self.quick = Quick::from(&r);
+        self.quick_passes += 1;
+        eprintln!("bitmend: {}", quick_text(&self.quick));
+        Ok(())
+    }
+
     /// One line of JSON: the newest pass's progress and the lifetime counters.
     pub fn status(&self) -> String {
         let h = self.fs.as_ref().map(|fs| fs.health()).unwrap_or_default();
@@ -73,9 +91,11 @@ impl Mounted {
         let error = self.error.as_ref().map_or("null".to_string(), |e| format!("{e:?}"));
         let space = self.fs.as_ref().map_or(String::new(), |fs| format!(", {}", space_json(fs)));
         format!(
-            "{{\"state\": \"{state}\", \"pass\": {}, \"error\": {error}, {}, {}{space}}}\n",
+            "{{\"state\": \"{state}\", \"pass\": {}, \"error\": {error}, {}, \"quick_passes\": {}, {}, {}{space}}}\n",
             self.passes_started,
             report_json(&self.report),
+            self.quick_passes,
+            quick_json(&self.quick, "quick_"),
             health_json(&h)
         )
     }
@@ -127,64 +147,6 @@ pub fn space_json<N: bitmend_media::nand::Nand>(fs: &bitmend_flashfs::Fs<N>) -> 
         fs.store().segments(),
         fs.store().used_segments().len(),
         fs.index_chunk_count()
-    )
-}
-
-/// A pass's report as JSON fields (no braces), for the control file and `bitmend scrub`.
-pub fn report_json(r: &ScrubReport) -> String {
-    format!(
-        "\"segments_total\": {}, \"segments_done\": {}, \"pages_checked\": {}, \"repaired_by_group\": {}, \
-         \"repaired_by_segment\": {}, \"unreadable_pages\": {}, \"parity_damaged\": {}, \
-         \"logical_pages_relocated\": {}, \"segments_healed\": {}, \"superblocks_damaged\": {}, \
-         \"superblocks_rewritten\": {}, \"done\": {}",
-        r.segments_total,
-        r.segments_done,
-        r.pages_checked,
-        r.repaired_by_group,
-        r.repaired_by_segment,
-        r.unreadable_pages,
-        r.parity_damaged,
-        r.logical_pages_relocated,
-        r.segments_healed,
-        r.superblocks_damaged,
-        r.superblocks_rewritten,
-        r.done
-    )
-}
-
-/// A pass's report in one line of text, for the daemon's log and `bitmend scrub`.
-pub fn report_text(r: &ScrubReport) -> String {
-    format!(
-        "{} segments, {} pages checked; repaired {} from group parity, {} from segment parity; \
-         {} beyond repair; {} damaged parity pages; {} logical pages rewritten; \
-         {} segments rewritten under fresh parity; {} of {} damaged superblock copies rewritten",
-        r.segments_done,
-        r.pages_checked,
-        r.repaired_by_group,
-        r.repaired_by_segment,
-        r.unreadable_pages,
-        r.parity_damaged,
-        r.logical_pages_relocated,
-        r.segments_healed,
-        r.superblocks_rewritten,
-        r.superblocks_damaged
-    )
-}
-
-/// The lifetime counters as JSON fields (no braces).
-pub fn health_json(h: &Health) -> String {
-    format!(
-        "\"lifetime_repaired_by_group\": {}, \"lifetime_repaired_by_segment\": {}, \"lifetime_relocated\": {}, \
-         \"lifetime_unrecoverable\": {}, \"lifetime_scrub_passes\": {}, \"lifetime_pages_scrubbed\": {}, \
-         \"lifetime_program_failures\": {}, \"lifetime_erase_failures\": {}",
-        h.repaired_by_group,
-        h.repaired_by_segment,
-        h.relocated,
-        h.unrecoverable,
-        h.scrub_passes,
-        h.pages_scrubbed,
-        h.program_failures,
-        h.erase_failures
     )
 }
 

@@ -101,8 +101,9 @@ fn long_symlinks_xattrs_and_fallocate_through_the_mount() {
     let file =
         std::fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(&g).unwrap();
     let free = |m: &str| {
-        // SAFETY: a zeroed statvfs is a valid buffer; the path is NUL-terminated.
+        // SAFETY: statvfs is plain integers, for which all zeros is a valid value.
         let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: the path is NUL-terminated and lives through the call; `s` is writable.
         assert_eq!(unsafe { libc::statvfs(c(m).as_ptr(), &mut s) }, 0);
         s.f_bavail * s.f_frsize
     };

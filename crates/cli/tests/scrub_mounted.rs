@@ -1,7 +1,8 @@
 //! Scrubbing a mounted file system: bit flips injected into an unmounted image are found and
 //! repaired by a pass requested through `bitmend scrub MOUNTPOINT` while the file system is
 //! mounted, every byte reads back, the lifetime counters reach `bitmend stat`, the control file
-//! cannot be removed or misused, and scheduled passes run by themselves.
+//! cannot be removed or misused, and scheduled passes run by themselves. The quick pass
+//! (`--quick`, spares only) answers the same on the image and through the daemon.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -89,8 +90,20 @@ fn a_pass_on_a_mounted_file_system_repairs_injected_bit_flips() {
     for page in damaged {
         ok(bitmend(&["inject", i, "flip", "--page", &page.to_string(), "--bits", "30", "--area", "data"]));
     }
+    // The quick pass reads spares only: flips inside data areas are the full pass's to find,
+    // and the parity agrees with the signatures the spares hold.
+    let quick_image = ok(bitmend(&["scrub", i, "--quick", "--json"]));
+    assert!(number(&quick_image, "groups_checked") >= 3, "{quick_image}");
+    assert_eq!(number(&quick_image, "segments_mismatched"), 0, "{quick_image}");
+    assert_eq!(number(&quick_image, "groups_mismatched") + number(&quick_image, "stripes_mismatched"), 0);
     // With 2 index chunks in RAM for 5 files: the scrub and the reads go back to the maps.
     ok(bitmend(&["mount", i, m, "--scrub-every", "0", "--index-chunks", "2"]));
+    // The same pass through the daemon finds the same (and the groups the mount and the
+    // unmount after the image's pass wrote since).
+    let quick_mounted = ok(bitmend(&["scrub", m, "--quick", "--json"]));
+    assert_eq!(number(&quick_mounted, "segments_checked"), number(&quick_image, "segments_checked"));
+    assert!(number(&quick_mounted, "groups_checked") >= number(&quick_image, "groups_checked"));
+    assert_eq!(number(&quick_mounted, "segments_mismatched"), 0, "{quick_mounted}");
     let control = mnt.join(".bitmend-scrub");
     let names: Vec<String> =
         std::fs::read_dir(&mnt).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();

@@ -22,13 +22,13 @@ mod store;
 
 pub use fs::node::{Attr, FileType};
 pub use fs::{
-    CheckReport, Compression, DirEntry, Falloc, Fs, FsOptions, FsStats, Health, MountReport, ScrubPass,
-    ScrubReport, SetAttr, XattrMode, CHUNK_PAGES, DEFAULT_INDEX_CHUNKS, DEFAULT_LZ4_LEVEL,
-    DEFAULT_NODE_PAGES, INLINE_TARGET_MAX, LOGICAL_PAGE, MAX_LZ4_LEVEL, MAX_NODE_PAGES, NAME_MAX, ROOT,
-    SYMLINK_MAX, XATTR_NAME_MAX,
+    CheckReport, Compression, DirEntry, Falloc, Fs, FsOptions, FsStats, Health, MountReport,
+    QuickScrubReport, ScrubPass, ScrubReport, SetAttr, XattrMode, CHUNK_PAGES, DEFAULT_INDEX_CHUNKS,
+    DEFAULT_LZ4_LEVEL, DEFAULT_NODE_PAGES, INLINE_TARGET_MAX, LOGICAL_PAGE, MAX_LZ4_LEVEL, MAX_NODE_PAGES,
+    NAME_MAX, ROOT, SYMLINK_MAX, XATTR_NAME_MAX,
 };
 
 pub use error::FsError;
 pub use store::layout::{FsConfig, Kind, Spare, FS_VERSION, MIN_SPARE};
 pub use store::mount::{PageHealth, StoreMountReport};
-pub use store::{PageAddr, PageStore, Repaired, StoreStats};
+pub use store::{PageAddr, PageStore, Repaired, SigCheck, StoreStats};

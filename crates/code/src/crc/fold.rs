@@ -81,30 +81,39 @@ unsafe fn fold(x: __m512i, k: __m512i, d: __m512i) -> __m512i {
 /// The raw CRC register after `data`, for `data.len() >= 256`. Returns the state and how many
 /// bytes it consumed (a multiple of 64); the caller finishes the rest.
 ///
+/// # Panics
+/// If `data` is shorter than 256 bytes: the first four loads read 256 bytes before any loop
+/// checks the length, so this is checked in every build, not only in debug ones.
+///
 /// # Safety
 /// The CPU must have VPCLMULQDQ, AVX-512F and SSE4.2 ([`available`]).
 #[target_feature(enable = "vpclmulqdq,avx512f,sse4.2,pclmulqdq")]
 pub unsafe fn raw(state: u32, data: &[u8]) -> (u32, usize) {
-    debug_assert!(data.len() >= 256);
+    assert!(data.len() >= 256, "fold::raw needs 256 bytes or more, got {}", data.len());
     let k = keys();
-    // SAFETY (every load): the offset plus 64 is at most data.len(), checked by the loops.
+    // SAFETY: every use passes an off with off + 64 <= data.len() (the loops below check it).
     let load = |off: usize| unsafe { _mm512_loadu_si512(data.as_ptr().add(off).cast()) };
     let mut x = [load(0), load(64), load(128), load(192)];
     x[0] = _mm512_xor_si512(x[0], _mm512_set_epi64(0, 0, 0, 0, 0, 0, 0, state as i64));
     let mut off = 256;
+    // SAFETY: registers only; VPCLMULQDQ and AVX-512F is enabled in this function.
     let k256 = unsafe { broadcast(k.by256) };
     while off + 256 <= data.len() {
         for (i, xi) in x.iter_mut().enumerate() {
+            // SAFETY: off + 64 * i + 64 <= off + 256 <= data.len() (the loop condition); `fold` is register arithmetic.
             *xi = unsafe { fold(*xi, k256, load(off + 64 * i)) };
         }
         off += 256;
     }
     let mut acc = x[3];
     for (xi, t) in x[..3].iter().zip(&k.tail) {
+        // SAFETY: registers only; VPCLMULQDQ and AVX-512F is enabled in this function.
         acc = unsafe { fold(*xi, broadcast(*t), acc) };
     }
+    // SAFETY: registers only; VPCLMULQDQ and AVX-512F is enabled in this function.
     let k64 = unsafe { broadcast(k.by64) };
     while off + 64 <= data.len() {
+        // SAFETY: off + 64 <= data.len() (the loop condition); `fold` is register arithmetic.
         acc = unsafe { fold(acc, k64, load(off)) };
         off += 64;
     }
@@ -119,6 +128,7 @@ pub unsafe fn raw(state: u32, data: &[u8]) -> (u32, usize) {
         k.lanes[1] as i64,
         k.lanes[0] as i64,
     );
+    // SAFETY: registers only; VPCLMULQDQ and AVX-512F is enabled in this function.
     let moved = unsafe { fold(acc, kl, _mm512_setzero_si512()) };
     let lane3 = _mm512_extracti64x4_epi64::<1>(acc);
     let lane3 = _mm256_extracti128_si256::<1>(lane3);

@@ -105,18 +105,25 @@ unsafe fn dot_cols<const G: usize>(
             for j in 0..G {
                 // SAFETY: off + 64 <= body <= len of every output.
                 let p = unsafe { outs[j].as_ptr().add(off) };
+                // SAFETY: off + 64 <= body <= len of every output, so p and p + 32 start 32-byte loads inside it.
                 acc[j] = unsafe { [_mm256_loadu_si256(p.cast()), _mm256_loadu_si256(p.add(32).cast())] };
             }
         }
         for (i, src) in srcs.iter().enumerate() {
             // SAFETY: off + 64 <= body <= len of every source.
             let p = unsafe { src.as_ptr().add(off) };
+            // SAFETY: off + 64 <= body <= len of every source, so p and p + 32 start 32-byte loads inside it.
             let (x0, x1) = unsafe { (_mm256_loadu_si256(p.cast()), _mm256_loadu_si256(p.add(32).cast())) };
+            // SAFETY: registers only; AVX2 is enabled in this function.
             let (lo0, hi0) = unsafe { split(x0) };
+            // SAFETY: registers only; AVX2 is enabled in this function.
             let (lo1, hi1) = unsafe { split(x1) };
             for j in 0..G {
+                // SAFETY: `tables` has a row for every byte; AVX2 is enabled in this function.
                 let t = unsafe { tables(rows[j * k + i]) };
+                // SAFETY: registers only; AVX2 is enabled in this function.
                 acc[j][0] = _mm256_xor_si256(acc[j][0], unsafe { mul(t, lo0, hi0) });
+                // SAFETY: registers only; AVX2 is enabled in this function.
                 acc[j][1] = _mm256_xor_si256(acc[j][1], unsafe { mul(t, lo1, hi1) });
             }
         }
@@ -141,9 +148,12 @@ unsafe fn dot_cols<const G: usize>(
         for (i, src) in srcs.iter().enumerate() {
             // SAFETY: off + 32 == body <= len of every source.
             let x = unsafe { _mm256_loadu_si256(src.as_ptr().add(off).cast()) };
+            // SAFETY: registers only; AVX2 is enabled in this function.
             let (lo, hi) = unsafe { split(x) };
             for j in 0..G {
+                // SAFETY: `tables` has a row for every byte; AVX2 is enabled in this function.
                 let t = unsafe { tables(rows[j * k + i]) };
+                // SAFETY: registers only; AVX2 is enabled in this function.
                 acc[j] = _mm256_xor_si256(acc[j], unsafe { mul(t, lo, hi) });
             }
         }
@@ -163,6 +173,7 @@ unsafe fn horner<const N: usize>(data: &[u8], steps: &[WordMul], accs: &mut [Lan
     let mut hi = [_mm256_setzero_si256(); N];
     for c in 0..N {
         for (q, &m) in steps[c].iter().enumerate() {
+            // SAFETY: `tables` has a row for every byte; AVX2 is enabled in this function.
             t[c][q] = unsafe { tables(m) };
         }
         // SAFETY: a Lanes is 64 bytes.
@@ -177,9 +188,13 @@ unsafe fn horner<const N: usize>(data: &[u8], steps: &[WordMul], accs: &mut [Lan
             (_mm256_loadu_si256(group.as_ptr().cast()), _mm256_loadu_si256(group.as_ptr().add(32).cast()))
         };
         for c in 0..N {
+            // SAFETY: registers only; AVX2 is enabled in this function.
             let (l0, l1) = unsafe { split(lo[c]) };
+            // SAFETY: registers only; AVX2 is enabled in this function.
             let (h0, h1) = unsafe { split(hi[c]) };
+            // SAFETY: registers only; AVX2 is enabled in this function.
             let new_lo = unsafe { _mm256_xor_si256(mul(t[c][0], l0, l1), mul(t[c][1], h0, h1)) };
+            // SAFETY: registers only; AVX2 is enabled in this function.
             let new_hi = unsafe { _mm256_xor_si256(mul(t[c][2], l0, l1), mul(t[c][3], h0, h1)) };
             lo[c] = _mm256_xor_si256(new_lo, glo);
             hi[c] = _mm256_xor_si256(new_hi, ghi);

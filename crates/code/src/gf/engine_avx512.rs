@@ -209,12 +209,15 @@ unsafe fn dot_col<const G: usize, const MASKED: bool>(
     let mut acc = [_mm512_setzero_si512(); G];
     for j in 0..G {
         if accumulate {
+            // SAFETY: the caller's contract: off plus the vector (or the mask) is inside every output.
             acc[j] = load(unsafe { outs[j].as_ptr().add(off) });
         }
     }
     for (i, src) in srcs.iter().enumerate() {
+        // SAFETY: the caller's contract: off plus the vector (or the mask) is inside every source.
         let (lo, hi) = unsafe { split(load(src.as_ptr().add(off))) };
         for j in 0..G {
+            // SAFETY: `tables` has a row for every byte; AVX-512BW is enabled in this function.
             let t = unsafe { tables(rows[j * k + i]) };
             acc[j] = _mm512_ternarylogic_epi64::<0x96>(
                 acc[j],
@@ -224,6 +227,7 @@ unsafe fn dot_col<const G: usize, const MASKED: bool>(
         }
     }
     for j in 0..G {
+        // SAFETY: the caller's contract: off plus the vector (or the mask) is inside every output.
         let p = unsafe { outs[j].as_mut_ptr().add(off) };
         // SAFETY: the caller's contract.
         unsafe {
@@ -253,17 +257,21 @@ unsafe fn dot_cols_wide<const G: usize, const U: usize>(
     // SAFETY (every load and store below): the caller's contract.
     if accumulate {
         for (a, out) in acc.iter_mut().zip(outs.iter()) {
+            // SAFETY: the caller's contract: off + 64 * U is inside every output.
             let p = unsafe { out.as_ptr().add(off) };
             for (u, v) in a.iter_mut().enumerate() {
+                // SAFETY: u < U and off + 64 * U is inside the output (the caller's contract).
                 *v = unsafe { _mm512_loadu_si512(p.add(64 * u).cast()) };
             }
         }
     }
     for (i, src) in srcs.iter().enumerate() {
+        // SAFETY: the caller's contract: off + 64 * U is inside every source.
         let p = unsafe { src.as_ptr().add(off) };
         let mut lo = [_mm512_setzero_si512(); U];
         let mut hi = [_mm512_setzero_si512(); U];
         for (u, (l, h)) in lo.iter_mut().zip(hi.iter_mut()).enumerate() {
+            // SAFETY: u < U and off + 64 * U is inside the source (the caller's contract).
             (*l, *h) = unsafe { split(_mm512_loadu_si512(p.add(64 * u).cast())) };
         }
         for (j, a) in acc.iter_mut().enumerate() {
@@ -279,8 +287,10 @@ unsafe fn dot_cols_wide<const G: usize, const U: usize>(
         }
     }
     for (a, out) in acc.iter().zip(outs.iter_mut()) {
+        // SAFETY: the caller's contract: off + 64 * U is inside every output.
         let p = unsafe { out.as_mut_ptr().add(off) };
         for (u, v) in a.iter().enumerate() {
+            // SAFETY: u < U and off + 64 * U is inside the output (the caller's contract).
             unsafe { _mm512_storeu_si512(p.add(64 * u).cast(), *v) };
         }
     }
@@ -364,7 +374,7 @@ const HORNER_LINES: usize = 12;
 #[inline]
 unsafe fn prepare_horner(step: &WordMul, p: *mut __m512i) {
     let ((a, b), (c, d)) = step_tables(step);
-    // SAFETY (stores): the caller's contract; Lines are aligned to 64.
+    // SAFETY: the caller's contract: p points at HORNER_LINES writable, 64-byte-aligned lines.
     unsafe {
         for (i, r) in [a, b, c, d].into_iter().enumerate() {
             _mm512_store_si512(p.add(i), r);
@@ -466,23 +476,28 @@ unsafe fn fold<const N: usize>(accs: &[Lanes], halves: &[[WordMul; 5]], out: &mu
 #[target_feature(enable = "avx512f,avx512bw")]
 #[inline]
 unsafe fn fold_core<const N: usize>(mut w: [__m512i; N], at: [*const __m512i; 2]) -> [u16; N] {
-    // SAFETY (table loads): the caller's contract.
+    // SAFETY: c < N components, each with PREPARED lines from at[c / 2] (two per block), the fold tables 4 * l lines after HORNER_LINES with l < 5: inside the prepared block.
     let t = |c: usize, l: usize| unsafe { at[c / 2].add((c % 2) * PREPARED + HORNER_LINES + 4 * l) };
     // SAFETY (all below): the target features are enabled here.
     for (c, w) in w.iter_mut().enumerate() {
         // Words 16..32 (lanes 1 and 3) under words 0..16 (lanes 0 and 2).
+        // SAFETY: t(c, 0) points at four filled, aligned lines (see `t`); the rest is register arithmetic.
         *w = unsafe { step(_mm512_shuffle_i64x2::<0b00_11_00_01>(*w, *w), step_at(t(c, 0)), *w) };
     }
     for (c, w) in w.iter_mut().enumerate() {
+        // SAFETY: t(c, 1) points at four filled, aligned lines (see `t`).
         *w = unsafe { step(_mm512_bsrli_epi128::<8>(*w), step_at(t(c, 1)), *w) };
     }
     for (c, w) in w.iter_mut().enumerate() {
+        // SAFETY: t(c, 2) points at four filled, aligned lines (see `t`).
         *w = unsafe { step(_mm512_bsrli_epi128::<4>(*w), step_at(t(c, 2)), *w) };
     }
     for (c, w) in w.iter_mut().enumerate() {
+        // SAFETY: t(c, 3) points at four filled, aligned lines (see `t`).
         *w = unsafe { step(_mm512_bsrli_epi128::<2>(*w), step_at(t(c, 3)), *w) };
     }
     for (c, w) in w.iter_mut().enumerate() {
+        // SAFETY: t(c, 4) points at four filled, aligned lines (see `t`).
         *w = unsafe { step(_mm512_bsrli_epi128::<1>(*w), step_at(t(c, 4)), *w) };
     }
     // Word 0: its low half is byte 0, its high half byte 32 (lane 2's first).
@@ -576,16 +591,17 @@ unsafe fn horner_core<const N: usize>(
     p: *const __m512i,
     mut even: [__m512i; N],
 ) -> [__m512i; N] {
-    // SAFETY (table pointers): the caller's contract.
+    // SAFETY: c < N components, each PREPARED lines from p: inside the prepared block.
     let t = |c: usize| unsafe { p.add(c * PREPARED) };
     let zero = _mm512_setzero_si512();
-    // SAFETY (loads below): every pointer is the start of a 64-byte group inside `data`.
+    // SAFETY: g is a 64-byte group (chunks_exact(64)): an unaligned load of exactly its bytes.
     let load = |g: &[u8]| unsafe { _mm512_loadu_si512(g.as_ptr().cast()) };
     let mut rest = data;
     if (data.len() / 64) % 2 == 1 {
         let (head, last) = data.split_at(data.len() - 64);
         let g = load(last);
         for (c, e) in even.iter_mut().enumerate() {
+            // SAFETY: t(c) points at four filled, aligned lines (see `t`); `step` is register arithmetic.
             *e = unsafe { step(*e, step_at(t(c)), g) };
         }
         rest = head;

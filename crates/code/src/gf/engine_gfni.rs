@@ -110,10 +110,12 @@ unsafe fn dot_col<const G: usize, const MASKED: bool>(
     let mut acc = [_mm512_setzero_si512(); G];
     for j in 0..G {
         if accumulate {
+            // SAFETY: the caller's contract: off plus the vector (or the mask) is inside every output.
             acc[j] = load(unsafe { outs[j].as_ptr().add(off) });
         }
     }
     for (i, src) in srcs.iter().enumerate() {
+        // SAFETY: the caller's contract: off plus the vector (or the mask) is inside every source.
         let x = load(unsafe { src.as_ptr().add(off) });
         for j in 0..G {
             let a = _mm512_set1_epi64(matrix(rows[j * k + i]));
@@ -121,6 +123,7 @@ unsafe fn dot_col<const G: usize, const MASKED: bool>(
         }
     }
     for j in 0..G {
+        // SAFETY: the caller's contract: off plus the vector (or the mask) is inside every output.
         let p = unsafe { outs[j].as_mut_ptr().add(off) };
         // SAFETY: the caller's contract.
         unsafe {
@@ -175,13 +178,14 @@ unsafe fn horner<const N: usize>(data: &[u8], steps: &[WordMul], accs: &mut [Lan
         // SAFETY: a Lanes is 64 bytes.
         even[c] = unsafe { _mm512_loadu_si512(accs[c].as_ptr().cast()) };
     }
-    // SAFETY (loads below): every pointer is the start of a 64-byte group inside `data`.
+    // SAFETY: g is a 64-byte group (chunks_exact(64)): an unaligned load of exactly its bytes.
     let load = |g: &[u8]| unsafe { _mm512_loadu_si512(g.as_ptr().cast()) };
     let mut rest = data;
     if (data.len() / 64) % 2 == 1 {
         let (head, last) = data.split_at(data.len() - 64);
         let g = load(last);
         for c in 0..N {
+            // SAFETY: registers only; GFNI and AVX-512 is enabled in this function.
             even[c] = unsafe { step(even[c], one[c], g) };
         }
         rest = head;
@@ -189,11 +193,14 @@ unsafe fn horner<const N: usize>(data: &[u8], steps: &[WordMul], accs: &mut [Lan
     for pair in rest.chunks_exact(128).rev() {
         let (ge, go) = (load(&pair[..64]), load(&pair[64..]));
         for c in 0..N {
+            // SAFETY: registers only; GFNI and AVX-512 is enabled in this function.
             even[c] = unsafe { step(even[c], two[c], ge) };
+            // SAFETY: registers only; GFNI and AVX-512 is enabled in this function.
             odd[c] = unsafe { step(odd[c], two[c], go) };
         }
     }
     for c in 0..N {
+        // SAFETY: registers only; GFNI and AVX-512 is enabled in this function.
         let acc = unsafe { step(odd[c], one[c], even[c]) };
         // SAFETY: a Lanes is 64 bytes.
         unsafe { _mm512_storeu_si512(accs[c].as_mut_ptr().cast(), acc) };

@@ -67,11 +67,15 @@ pub(super) unsafe fn sig_fold(accs: &[Lanes], halves: &[[WordMul; 5]], out: &mut
         // SAFETY: a Lanes is 64 bytes: loads at 0, 16, 32 and 48.
         let ld = |at: usize| unsafe { _mm_loadu_si128(acc.as_ptr().add(at).cast()) };
         // Words 16..32 into 0..16, then 8, 4, 2 and 1 words down within the register.
-        // SAFETY (add_mul): SSSE3 is enabled here.
+        // SAFETY: `ld` loads 16 bytes at offsets up to 48 of a 64-byte group; add_mul is register arithmetic.
         let (l, h) = unsafe { add_mul(ld(0), ld(32), ld(16), ld(48), &m[0]) };
+        // SAFETY: registers only; SSSE3 is enabled in this function.
         let (l, h) = unsafe { add_mul(l, h, _mm_srli_si128::<8>(l), _mm_srli_si128::<8>(h), &m[1]) };
+        // SAFETY: registers only; SSSE3 is enabled in this function.
         let (l, h) = unsafe { add_mul(l, h, _mm_srli_si128::<4>(l), _mm_srli_si128::<4>(h), &m[2]) };
+        // SAFETY: registers only; SSSE3 is enabled in this function.
         let (l, h) = unsafe { add_mul(l, h, _mm_srli_si128::<2>(l), _mm_srli_si128::<2>(h), &m[3]) };
+        // SAFETY: registers only; SSSE3 is enabled in this function.
         let (l, h) = unsafe { add_mul(l, h, _mm_srli_si128::<1>(l), _mm_srli_si128::<1>(h), &m[4]) };
         *o = (_mm_cvtsi128_si32(l) as u8) as u16 | ((_mm_cvtsi128_si32(h) as u8) as u16) << 8;
     }
@@ -130,6 +134,7 @@ unsafe fn dot_cols<const G: usize>(
             let lo = _mm_and_si128(x, mask);
             let hi = _mm_and_si128(_mm_srli_epi16::<4>(x), mask);
             for j in 0..G {
+                // SAFETY: `tables` has a row for every byte; SSSE3 is enabled in this function.
                 let t = unsafe { tables(rows[j * k + i]) };
                 let p = _mm_xor_si128(_mm_shuffle_epi8(t.0, lo), _mm_shuffle_epi8(t.1, hi));
                 acc[j] = _mm_xor_si128(acc[j], p);
@@ -145,6 +150,7 @@ unsafe fn dot_cols<const G: usize>(
 
 #[target_feature(enable = "ssse3")]
 unsafe fn horner(data: &[u8], step: &WordMul, acc: &mut Lanes) {
+    // SAFETY: `tables` has a row for every byte; SSSE3 is enabled in this function.
     let t = step.map(|m| unsafe { tables(m) });
     // The 32 lanes as two vectors of low halves and two of high halves.
     // SAFETY: a Lanes is 64 bytes; every load below is at offset 0, 16, 32 or 48.
@@ -155,7 +161,9 @@ unsafe fn horner(data: &[u8], step: &WordMul, acc: &mut Lanes) {
         let p = group.as_ptr();
         for h in 0..2 {
             let (l, u) = (lo[h], hi[h]);
+            // SAFETY: registers only; SSSE3 is enabled in this function.
             let new_lo = unsafe { _mm_xor_si128(mul(t[0], l), mul(t[1], u)) };
+            // SAFETY: registers only; SSSE3 is enabled in this function.
             let new_hi = unsafe { _mm_xor_si128(mul(t[2], l), mul(t[3], u)) };
             lo[h] = _mm_xor_si128(new_lo, ld(p, 16 * h));
             hi[h] = _mm_xor_si128(new_hi, ld(p, 32 + 16 * h));

@@ -46,6 +46,20 @@ impl<N: Nand> Fs<N> {
     ) -> CheckReport {
         let mut c = CheckReport::default();
         let rebuilt_before = self.index.rebuilt;
+        self.check_namespace(&mut c);
+        // Both copies of the superblock (a mount rewrites a damaged one it can).
+        for block in self.store.damaged_superblocks() {
+            c.problems.push(format!("the superblock copy in reserved block {block} is damaged"));
+        }
+        let done = self.check_index(read_data, progress, &mut c);
+        self.check_accounting(&mut c);
+        progress(done, done);
+        c.maps_rebuilt = self.index.rebuilt - rebuilt_before;
+        c
+    }
+
+    /// Every entry names an inode, every inode is named, and link counts add up.
+    fn check_namespace(&self, c: &mut CheckReport) {
         let mut links: HashMap<u64, u32> = HashMap::new();
         let mut subdirs: HashMap<u64, u32> = HashMap::new();
         for (dir, entries) in &self.ns.dirs {
@@ -104,10 +118,16 @@ impl<N: Nand> Fs<N> {
                 c.problems.push(format!("inode {ino} is not in any directory"));
             }
         }
-        // Both copies of the superblock (a mount rewrites a damaged one it can).
-        for block in self.store.damaged_superblocks() {
-            c.problems.push(format!("the superblock copy in reserved block {block} is damaged"));
-        }
+    }
+
+    /// Every chunk of the index loads, every data page belongs to a file and lies within its
+    /// size, and (`read_data`) reads back. Returns the pages seen.
+    fn check_index(
+        &mut self,
+        read_data: bool,
+        progress: &mut dyn FnMut(u64, u64),
+        c: &mut CheckReport,
+    ) -> u64 {
         // The index, a chunk at a time (loaded and evicted as reads do, within the bound).
         let chunks = self.index.all_chunks();
         let total = self.index.totals.pages;
@@ -149,8 +169,12 @@ impl<N: Nand> Fs<N> {
                 }
             }
         }
-        // The segment usage table and the totals kept as the index changed must be what the
-        // index adds up to (the cleaner's choices and statfs rest on them).
+        done
+    }
+
+    /// The segment usage table and the totals kept as the index changed must be what the
+    /// index adds up to (the cleaner's choices and statfs rest on them).
+    fn check_accounting(&mut self, c: &mut CheckReport) {
         let (usage, totals, lost) = self.recount();
         if lost == 0 {
             if totals != self.index.totals {
@@ -186,8 +210,5 @@ impl<N: Nand> Fs<N> {
                 c.problems.push(format!("segment usage table differs: {}", diff.join("; ")));
             }
         }
-        progress(done, done);
-        c.maps_rebuilt = self.index.rebuilt - rebuilt_before;
-        c
     }
 }

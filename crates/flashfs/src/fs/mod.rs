@@ -33,7 +33,7 @@ pub(crate) use checkpoint::Reader;
 pub use falloc::Falloc;
 pub(crate) use namespace::Inode;
 pub use replay::MountReport;
-pub use scrub::{ScrubPass, ScrubReport};
+pub use scrub::{QuickScrubReport, ScrubPass, ScrubReport};
 pub use xattr::{XattrMode, XATTR_NAME_MAX};
 
 use crate::fs::node::Attr;

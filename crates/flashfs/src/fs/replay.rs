@@ -217,42 +217,7 @@ impl<N: Nand> Fs<N> {
         let v = n.head.version;
         self.version = self.version.max(v);
         match n.head.kind {
-            NodeKind::Inode => {
-                let Some((attr, target)) = node::decode_inode(n.head.key, &n.payload) else {
-                    return Ok(false);
-                };
-                if self.ns.inodes.get(&attr.ino).is_some_and(|i| i.version > v) {
-                    return Ok(true);
-                }
-                let ino = attr.ino;
-                let shrink_to = self
-                    .ns
-                    .inodes
-                    .get(&ino)
-                    .map(|i| i.attr.size)
-                    .filter(|&old| attr.size < old)
-                    .map(|_| attr.size);
-                if attr.nlink == 0 {
-                    self.ns.inodes.remove(&ino);
-                    self.remove_pages(ino, 0, None)?;
-                    return Ok(true);
-                }
-                if let Some(size) = shrink_to {
-                    // Pages past a shrink are gone, whatever comes after in the log.
-                    let keep = size.div_ceil(super::LOGICAL_PAGE as u64);
-                    if let Err(e) = self.remove_pages(ino, keep, Some(v)) {
-                        // The chunk across the new end has a map beyond repair: its pages
-                        // read as EIO whatever this node says.
-                        lost(e, report)?;
-                    }
-                }
-                // Extended attributes have nodes of their own: they stay.
-                let mut inode = Inode::new(attr, target, v);
-                if let Some(old) = self.ns.inodes.remove(&ino) {
-                    (inode.xattrs, inode.xattr_version) = (old.xattrs, old.xattr_version);
-                }
-                self.ns.inodes.insert(ino, inode);
-            }
+            NodeKind::Inode => return self.apply_inode(&n, report),
             NodeKind::Dirent => {
                 let Some((child, name)) = node::decode_dirent(&n.payload) else { return Ok(false) };
                 let key = (n.head.key, name);
@@ -268,68 +233,8 @@ impl<N: Nand> Fs<N> {
                     entries.insert(name, child);
                 }
             }
-            NodeKind::Data => {
-                let codec = n.head.flags & CODEC_FLAGS;
-                let count = n.head.pages();
-                for slot in 0..count {
-                    let key = (n.head.key, n.head.key2.saturating_add(slot as u64));
-                    let crc = n
-                        .payload
-                        .get(4 * slot..4 * slot + 4)
-                        .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
-                    let loc = Loc {
-                        frags: n.frags.clone(),
-                        codec,
-                        version: v,
-                        crc,
-                        slot: slot as u8,
-                        count: count as u8,
-                    };
-                    let ck = super::index::chunk_key(key.0, key.1);
-                    if !self.index.loaded.contains_key(&ck) && self.index.maps.contains_key(&ck) {
-                        // Not read at mount: kept beside the chunk's map until it is loaded.
-                        self.overlay_loc(key, loc);
-                        continue;
-                    }
-                    match self.loc(key.0, key.1) {
-                        Ok(Some(l)) if l.version > v => continue,
-                        Ok(_) => {}
-                        Err(e) => {
-                            lost(e, report)?;
-                            continue;
-                        }
-                    }
-                    self.set_loc(key, loc)?;
-                }
-            }
-            NodeKind::Checkpoint => {
-                let Some(state) = super::checkpoint::decode_payload(n.head.flags, &n.payload) else {
-                    return Ok(false);
-                };
-                self.ns.inodes = state.inodes;
-                self.ns.dirs = state.dirs;
-                self.index = super::index::Index {
-                    maps: state.maps.unwrap_or_default(),
-                    usage: state.usage,
-                    totals: state.totals,
-                    ..Default::default()
-                };
-                // A version 3 checkpoint lists every page: they become chunks in RAM, whose
-                // maps the next checkpoint writes.
-                for (key, loc) in state.data {
-                    self.set_loc(key, loc)?;
-                }
-                self.ns.next_ino = state.next_ino;
-                self.cp.health_base = state.health;
-                let on_flash = n.payload.len() + n.frags.len() * crate::fs::node::FRAG_HEADER;
-                self.budget.checkpoint(on_flash as u64, self.ns.inodes.len());
-                self.cp.replayed_table = state.segments;
-                dirent_versions.clear();
-                if let Some(&(page, _, _)) = n.frags.first() {
-                    let segment = self.segment_logical(crate::PageAddr(page)).unwrap_or(0);
-                    self.cp.newest = Some(super::checkpoint::CkptAt { page, segment });
-                }
-            }
+            NodeKind::Data => self.apply_data(&n, report)?,
+            NodeKind::Checkpoint => return self.apply_checkpoint(&n, dirent_versions),
             NodeKind::Punch => {
                 let Some(end) = node::decode_punch(&n.payload) else { return Ok(false) };
                 // Pages written after the punch stay.
@@ -345,6 +250,111 @@ impl<N: Nand> Fs<N> {
             }
             // A map node counts only through the checkpoint that refers to it.
             NodeKind::Commit | NodeKind::SegmentInfo | NodeKind::Map => {}
+        }
+        Ok(true)
+    }
+
+    /// An inode node: newer than what is known, it replaces it; a link count of 0 removes
+    /// the file, and a smaller size drops the pages past it.
+    fn apply_inode(&mut self, n: &Partial, report: &mut MountReport) -> Result<bool, FsError> {
+        let v = n.head.version;
+        let Some((attr, target)) = node::decode_inode(n.head.key, &n.payload) else {
+            return Ok(false);
+        };
+        if self.ns.inodes.get(&attr.ino).is_some_and(|i| i.version > v) {
+            return Ok(true);
+        }
+        let ino = attr.ino;
+        let shrink_to =
+            self.ns.inodes.get(&ino).map(|i| i.attr.size).filter(|&old| attr.size < old).map(|_| attr.size);
+        if attr.nlink == 0 {
+            self.ns.inodes.remove(&ino);
+            self.remove_pages(ino, 0, None)?;
+            return Ok(true);
+        }
+        if let Some(size) = shrink_to {
+            // Pages past a shrink are gone, whatever comes after in the log.
+            let keep = size.div_ceil(super::LOGICAL_PAGE as u64);
+            if let Err(e) = self.remove_pages(ino, keep, Some(v)) {
+                // The chunk across the new end has a map beyond repair: its pages
+                // read as EIO whatever this node says.
+                lost(e, report)?;
+            }
+        }
+        // Extended attributes have nodes of their own: they stay.
+        let mut inode = Inode::new(attr, target, v);
+        if let Some(old) = self.ns.inodes.remove(&ino) {
+            (inode.xattrs, inode.xattr_version) = (old.xattrs, old.xattr_version);
+        }
+        self.ns.inodes.insert(ino, inode);
+        Ok(true)
+    }
+
+    /// A data node: each of its logical pages points at it unless a newer node already holds
+    /// the page.
+    fn apply_data(&mut self, n: &Partial, report: &mut MountReport) -> Result<(), FsError> {
+        let v = n.head.version;
+        let codec = n.head.flags & CODEC_FLAGS;
+        let count = n.head.pages();
+        for slot in 0..count {
+            let key = (n.head.key, n.head.key2.saturating_add(slot as u64));
+            let crc = n
+                .payload
+                .get(4 * slot..4 * slot + 4)
+                .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
+            let loc =
+                Loc { frags: n.frags.clone(), codec, version: v, crc, slot: slot as u8, count: count as u8 };
+            let ck = super::index::chunk_key(key.0, key.1);
+            if !self.index.loaded.contains_key(&ck) && self.index.maps.contains_key(&ck) {
+                // Not read at mount: kept beside the chunk's map until it is loaded.
+                self.overlay_loc(key, loc);
+                continue;
+            }
+            match self.loc(key.0, key.1) {
+                Ok(Some(l)) if l.version > v => continue,
+                Ok(_) => {}
+                Err(e) => {
+                    lost(e, report)?;
+                    continue;
+                }
+            }
+            self.set_loc(key, loc)?;
+        }
+        Ok(())
+    }
+
+    /// A checkpoint: the namespace, the index's maps, the usage table and the health counters
+    /// as they were when it was written; the log after it is replayed on top.
+    fn apply_checkpoint(
+        &mut self,
+        n: &Partial,
+        dirent_versions: &mut HashMap<(u64, Vec<u8>), u64>,
+    ) -> Result<bool, FsError> {
+        let Some(state) = super::checkpoint::decode_payload(n.head.flags, &n.payload) else {
+            return Ok(false);
+        };
+        self.ns.inodes = state.inodes;
+        self.ns.dirs = state.dirs;
+        self.index = super::index::Index {
+            maps: state.maps.unwrap_or_default(),
+            usage: state.usage,
+            totals: state.totals,
+            ..Default::default()
+        };
+        // A version 3 checkpoint lists every page: they become chunks in RAM, whose
+        // maps the next checkpoint writes.
+        for (key, loc) in state.data {
+            self.set_loc(key, loc)?;
+        }
+        self.ns.next_ino = state.next_ino;
+        self.cp.health_base = state.health;
+        let on_flash = n.payload.len() + n.frags.len() * crate::fs::node::FRAG_HEADER;
+        self.budget.checkpoint(on_flash as u64, self.ns.inodes.len());
+        self.cp.replayed_table = state.segments;
+        dirent_versions.clear();
+        if let Some(&(page, _, _)) = n.frags.first() {
+            let segment = self.segment_logical(crate::PageAddr(page)).unwrap_or(0);
+            self.cp.newest = Some(super::checkpoint::CkptAt { page, segment });
         }
         Ok(true)
     }

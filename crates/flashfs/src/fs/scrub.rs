@@ -10,7 +10,7 @@ use bitmend_media::nand::Nand;
 
 use super::Fs;
 use crate::store::mount::PageHealth;
-use crate::store::Repaired;
+use crate::store::{Repaired, SigCheck};
 use crate::FsError;
 
 /// What a scrub pass has done so far.
@@ -44,6 +44,19 @@ pub struct ScrubPass {
     /// Physical segments with a damaged page (data, parity or pad).
     damaged: Vec<u32>,
     report: ScrubReport,
+}
+
+/// What the quick pass found: the signature check of every segment in use, and what was done
+/// about the segments whose parity disagreed with their data.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QuickScrubReport {
+    pub segments_checked: u64,
+    /// The checks of all segments, added up.
+    pub signatures: SigCheck,
+    /// Physical segments whose parity disagreed with their data's signatures.
+    pub segments_mismatched: Vec<u32>,
+    /// Of those, segments whose data was moved under fresh parity and which were erased.
+    pub segments_healed: u64,
 }
 
 impl ScrubPass {
@@ -159,6 +172,28 @@ impl<N: Nand> Fs<N> {
             }
         }
         Ok(())
+    }
+
+    /// The quick pass (`bitmend scrub --quick`): every segment's parity checked against its
+    /// data from the signatures in the spares, reading no data area. A segment whose parity
+    /// disagrees cannot be corrected in place (a NAND page is programmed once per erase): its
+    /// live data moves under fresh parity and the segment is erased, as the full pass does
+    /// with a damaged page. Pages whose spare does not decode are left to the full pass.
+    pub fn scrub_quick(&mut self) -> Result<QuickScrubReport, FsError> {
+        let mut r = QuickScrubReport::default();
+        for (_, phys) in self.store.used_segments() {
+            let c = self.store.check_signatures(phys)?;
+            r.segments_checked += 1;
+            if c.mismatched() {
+                r.segments_mismatched.push(phys);
+            }
+            r.signatures.absorb(c);
+        }
+        if !r.segments_mismatched.is_empty() {
+            r.segments_healed = self.heal_segments(&r.segments_mismatched)?;
+            self.sync()?;
+        }
+        Ok(r)
     }
 
     /// Runs a whole pass.

@@ -17,8 +17,11 @@ mod chain;
 pub(crate) mod layout;
 pub(crate) mod mount;
 mod read;
+mod sigcheck;
 
 use crate::FsError;
+pub use sigcheck::SigCheck;
+
 use layout::{FsConfig, Kind, Layout, Spare, Superblock, RESERVED_BLOCKS};
 
 /// A page on the chip, as the store hands it out.
