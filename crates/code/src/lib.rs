@@ -13,6 +13,7 @@
 
 pub mod crc;
 pub mod gf;
+pub mod le;
 pub mod rs;
 pub mod sig;
 pub mod testdata;

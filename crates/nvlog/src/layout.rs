@@ -2,6 +2,7 @@
 //! headers and the head slots (docs/FORMAT.md, "PRIMS log").
 
 use bitmend_code::crc::crc32c;
+use bitmend_code::le::{get_u16, get_u32, get_u64, put_u16, put_u32, put_u64};
 use bitmend_code::sig::{Sig64, Signer};
 
 use crate::LogError;
@@ -149,23 +150,42 @@ impl Layout {
     }
 }
 
-fn put_u16(b: &mut [u8], off: usize, v: u16) {
-    b[off..off + 2].copy_from_slice(&v.to_le_bytes());
+/// Where the superblock's fields are (FORMAT.md section 6, "Superblock").
+mod superblock_at {
+    pub const MAGIC: usize = 0;
+    pub const VERSION: usize = 8;
+    pub const K: usize = 12;
+    pub const M: usize = 14;
+    pub const CHUNK: usize = 16;
+    pub const BLOCK: usize = 20;
+    pub const SEGMENTS: usize = 24;
+    pub const HEADER: usize = 28;
+    pub const STRIDE: usize = 32;
+    pub const LOG_ID: usize = 40;
+    pub const REGION_LEN: usize = 48;
+    /// The signature of the bytes before it, at the copy's end.
+    pub const SIG: usize = super::SUPERBLOCK_SIZE - 8;
 }
-fn put_u32(b: &mut [u8], off: usize, v: u32) {
-    b[off..off + 4].copy_from_slice(&v.to_le_bytes());
+
+/// Where a segment header's fields are (FORMAT.md section 6, "Segment header"); the CRC
+/// follows the n signatures.
+mod segment_at {
+    pub const LOG_ID: usize = 0;
+    pub const SEGMENT: usize = 8;
+    pub const CLOSED: usize = 16;
+    pub const SEALED: usize = 18;
+    pub const SIGS: usize = 24;
+    pub fn crc(n: usize) -> usize {
+        SIGS + 8 * n
+    }
 }
-fn put_u64(b: &mut [u8], off: usize, v: u64) {
-    b[off..off + 8].copy_from_slice(&v.to_le_bytes());
-}
-fn get_u16(b: &[u8], off: usize) -> u16 {
-    u16::from_le_bytes(b[off..off + 2].try_into().unwrap())
-}
-fn get_u32(b: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
-}
-fn get_u64(b: &[u8], off: usize) -> u64 {
-    u64::from_le_bytes(b[off..off + 8].try_into().unwrap())
+
+/// Where a head slot's fields are (FORMAT.md section 6, "Head slot").
+mod head_at {
+    pub const LOG_ID: usize = 0;
+    pub const SEQ: usize = 8;
+    pub const HEAD: usize = 16;
+    pub const CRC: usize = 24;
 }
 
 /// The superblock: the log's shape and identity, in two signed copies.
@@ -179,49 +199,51 @@ pub(crate) struct Superblock {
 impl Superblock {
     pub fn encode(&self, signer: &Signer<4>) -> [u8; SUPERBLOCK_SIZE] {
         let mut b = [0u8; SUPERBLOCK_SIZE];
-        b[0..8].copy_from_slice(&MAGIC);
-        put_u32(&mut b, 8, LOG_VERSION);
-        put_u16(&mut b, 12, self.cfg.k as u16);
-        put_u16(&mut b, 14, self.cfg.m as u16);
-        put_u32(&mut b, 16, self.cfg.chunk_size as u32);
-        put_u32(&mut b, 20, self.cfg.block_size as u32);
-        put_u32(&mut b, 24, self.cfg.segments);
-        put_u32(&mut b, 28, SegmentHeader::size(self.cfg.n()) as u32);
-        put_u64(&mut b, 32, Layout::stride_of(&self.cfg) as u64);
-        put_u64(&mut b, 40, self.log_id);
-        put_u64(&mut b, 48, self.region_len);
-        let sig = signer.sign(&b[..SUPERBLOCK_SIZE - 8]).to_u64();
-        put_u64(&mut b, SUPERBLOCK_SIZE - 8, sig);
+        use superblock_at as at;
+        b[at::MAGIC..at::MAGIC + 8].copy_from_slice(&MAGIC);
+        put_u32(&mut b, at::VERSION, LOG_VERSION);
+        put_u16(&mut b, at::K, self.cfg.k as u16);
+        put_u16(&mut b, at::M, self.cfg.m as u16);
+        put_u32(&mut b, at::CHUNK, self.cfg.chunk_size as u32);
+        put_u32(&mut b, at::BLOCK, self.cfg.block_size as u32);
+        put_u32(&mut b, at::SEGMENTS, self.cfg.segments);
+        put_u32(&mut b, at::HEADER, SegmentHeader::size(self.cfg.n()) as u32);
+        put_u64(&mut b, at::STRIDE, Layout::stride_of(&self.cfg) as u64);
+        put_u64(&mut b, at::LOG_ID, self.log_id);
+        put_u64(&mut b, at::REGION_LEN, self.region_len);
+        let sig = signer.sign(&b[..at::SIG]).to_u64();
+        put_u64(&mut b, at::SIG, sig);
         b
     }
 
     /// Decodes one copy; the error says why it is not a superblock.
     pub fn decode(b: &[u8], signer: &Signer<4>) -> Result<Superblock, LogError> {
+        use superblock_at as at;
         let not = |why: &str| Err(LogError::NotALog { why: why.to_string() });
-        if b[0..8] != MAGIC {
+        if b[at::MAGIC..at::MAGIC + 8] != MAGIC {
             return not("no log magic");
         }
-        if get_u64(b, SUPERBLOCK_SIZE - 8) != signer.sign(&b[..SUPERBLOCK_SIZE - 8]).to_u64() {
+        if get_u64(b, at::SIG) != signer.sign(&b[..at::SIG]).to_u64() {
             return not("superblock signature mismatch");
         }
-        let version = get_u32(b, 8);
+        let version = get_u32(b, at::VERSION);
         if version != LOG_VERSION {
             return Err(LogError::Version { found: version, supported: LOG_VERSION });
         }
         let cfg = LogConfig {
-            k: get_u16(b, 12) as usize,
-            m: get_u16(b, 14) as usize,
-            chunk_size: get_u32(b, 16) as usize,
-            block_size: get_u32(b, 20) as usize,
-            segments: get_u32(b, 24),
+            k: get_u16(b, at::K) as usize,
+            m: get_u16(b, at::M) as usize,
+            chunk_size: get_u32(b, at::CHUNK) as usize,
+            block_size: get_u32(b, at::BLOCK) as usize,
+            segments: get_u32(b, at::SEGMENTS),
         };
         cfg.validate().map_err(|e| LogError::NotALog { why: format!("superblock shape: {e}") })?;
-        if get_u32(b, 28) as usize != SegmentHeader::size(cfg.n())
-            || get_u64(b, 32) as usize != Layout::stride_of(&cfg)
+        if get_u32(b, at::HEADER) as usize != SegmentHeader::size(cfg.n())
+            || get_u64(b, at::STRIDE) as usize != Layout::stride_of(&cfg)
         {
             return not("superblock layout fields disagree with its shape");
         }
-        Ok(Superblock { cfg, log_id: get_u64(b, 40), region_len: get_u64(b, 48) })
+        Ok(Superblock { cfg, log_id: get_u64(b, at::LOG_ID), region_len: get_u64(b, at::REGION_LEN) })
     }
 }
 
@@ -239,7 +261,7 @@ pub(crate) struct SegmentHeader {
 impl SegmentHeader {
     /// Bytes of one copy for n chunks, rounded up to whole cache lines.
     pub fn size(n: usize) -> usize {
-        (28 + 8 * n).div_ceil(64) * 64
+        (segment_at::crc(n) + 4).div_ceil(64) * 64
     }
 
     pub fn fresh(seg: u64, n: usize) -> SegmentHeader {
@@ -249,14 +271,14 @@ impl SegmentHeader {
     pub fn encode(&self, log_id: u64) -> Vec<u8> {
         let n = self.sigs.len();
         let mut b = vec![0u8; SegmentHeader::size(n)];
-        put_u64(&mut b, 0, log_id);
-        put_u64(&mut b, 8, self.seg);
-        put_u16(&mut b, 16, self.closed as u16);
-        b[18] = self.sealed as u8;
+        put_u64(&mut b, segment_at::LOG_ID, log_id);
+        put_u64(&mut b, segment_at::SEGMENT, self.seg);
+        put_u16(&mut b, segment_at::CLOSED, self.closed as u16);
+        b[segment_at::SEALED] = self.sealed as u8;
         for (i, s) in self.sigs.iter().enumerate() {
-            put_u64(&mut b, 24 + 8 * i, s.to_u64());
+            put_u64(&mut b, segment_at::SIGS + 8 * i, s.to_u64());
         }
-        let end = 24 + 8 * n;
+        let end = segment_at::crc(n);
         let crc = crc32c(&b[..end]);
         put_u32(&mut b, end, crc);
         b
@@ -264,19 +286,19 @@ impl SegmentHeader {
 
     /// Decodes one copy; `None` unless its CRC holds and it belongs to this log.
     pub fn decode(b: &[u8], log_id: u64, n: usize, k: usize) -> Option<SegmentHeader> {
-        let end = 24 + 8 * n;
-        if get_u32(b, end) != crc32c(&b[..end]) || get_u64(b, 0) != log_id {
+        let end = segment_at::crc(n);
+        if get_u32(b, end) != crc32c(&b[..end]) || get_u64(b, segment_at::LOG_ID) != log_id {
             return None;
         }
-        let closed = get_u16(b, 16) as usize;
-        if closed > k || b[18] > 1 {
+        let closed = get_u16(b, segment_at::CLOSED) as usize;
+        if closed > k || b[segment_at::SEALED] > 1 {
             return None;
         }
         Some(SegmentHeader {
-            seg: get_u64(b, 8),
+            seg: get_u64(b, segment_at::SEGMENT),
             closed,
-            sealed: b[18] == 1,
-            sigs: (0..n).map(|i| Sig64::from_u64(get_u64(b, 24 + 8 * i))).collect(),
+            sealed: b[segment_at::SEALED] == 1,
+            sigs: (0..n).map(|i| Sig64::from_u64(get_u64(b, segment_at::SIGS + 8 * i))).collect(),
         })
     }
 }
@@ -291,19 +313,19 @@ pub(crate) struct HeadSlot {
 impl HeadSlot {
     pub fn encode(&self, log_id: u64) -> [u8; HEAD_SLOT_SIZE] {
         let mut b = [0u8; HEAD_SLOT_SIZE];
-        put_u64(&mut b, 0, log_id);
-        put_u64(&mut b, 8, self.seq);
-        put_u64(&mut b, 16, self.head);
-        let crc = crc32c(&b[..24]);
-        put_u32(&mut b, 24, crc);
+        put_u64(&mut b, head_at::LOG_ID, log_id);
+        put_u64(&mut b, head_at::SEQ, self.seq);
+        put_u64(&mut b, head_at::HEAD, self.head);
+        let crc = crc32c(&b[..head_at::CRC]);
+        put_u32(&mut b, head_at::CRC, crc);
         b
     }
 
     pub fn decode(b: &[u8], log_id: u64) -> Option<HeadSlot> {
-        if get_u32(b, 24) != crc32c(&b[..24]) || get_u64(b, 0) != log_id {
+        if get_u32(b, head_at::CRC) != crc32c(&b[..head_at::CRC]) || get_u64(b, head_at::LOG_ID) != log_id {
             return None;
         }
-        Some(HeadSlot { seq: get_u64(b, 8), head: get_u64(b, 16) })
+        Some(HeadSlot { seq: get_u64(b, head_at::SEQ), head: get_u64(b, head_at::HEAD) })
     }
 
     pub fn offset(seq: u64) -> usize {

@@ -7,9 +7,18 @@
 //! A zero header ends the records of a chunk; the rest of the chunk is zero.
 
 use bitmend_code::crc::crc32c;
+use bitmend_code::le;
 
 /// Header bytes before the payload.
 pub const HEADER: usize = 12;
+
+/// Where a record header's fields are (FORMAT.md section 6, "Records").
+mod header_at {
+    pub const CHECK: usize = 0;
+    pub const LEN: usize = 4;
+    pub const TAG: usize = 8;
+    pub const ZERO: usize = 10;
+}
 const PRESENT: u32 = 1 << 31;
 
 /// A record found in a chunk.
@@ -37,13 +46,12 @@ fn check(id: u64, fields_and_payload: &[u8]) -> u32 {
 /// check u32, length | 1 << 31 u32, tag u16, zero u16.
 pub(crate) fn encode(id: u64, tag: u16, payload: &[u8], out: &mut Vec<u8>) {
     out.clear();
-    out.extend_from_slice(&[0; 4]);
-    out.extend_from_slice(&(payload.len() as u32 | PRESENT).to_le_bytes());
-    out.extend_from_slice(&tag.to_le_bytes());
-    out.extend_from_slice(&[0, 0]);
+    out.resize(HEADER, 0);
+    le::put_u32(out, header_at::LEN, payload.len() as u32 | PRESENT);
+    le::put_u16(out, header_at::TAG, tag);
     out.extend_from_slice(payload);
-    let c = check(id, &out[4..]);
-    out[..4].copy_from_slice(&c.to_le_bytes());
+    let c = check(id, &out[header_at::LEN..]);
+    le::put_u32(out, header_at::CHECK, c);
 }
 
 /// What is at offset `off` of a chunk whose first byte has id `chunk_id`.
@@ -64,16 +72,16 @@ pub(crate) fn at(chunk: &[u8], chunk_id: u64, off: usize) -> At {
     if h.iter().all(|&b| b == 0) {
         return At::End;
     }
-    let word = u32::from_le_bytes(h[4..8].try_into().unwrap());
+    let word = le::get_u32(h, header_at::LEN);
     let len = (word & !PRESENT) as usize;
-    if word & PRESENT == 0 || h[10..12] != [0, 0] || off + HEADER + len > chunk.len() {
+    if word & PRESENT == 0 || le::get_u16(h, header_at::ZERO) != 0 || off + HEADER + len > chunk.len() {
         return At::Invalid;
     }
-    let stored = u32::from_le_bytes(h[0..4].try_into().unwrap());
-    if stored != check(chunk_id + off as u64, &chunk[off + 4..off + HEADER + len]) {
+    let stored = le::get_u32(h, header_at::CHECK);
+    if stored != check(chunk_id + off as u64, &chunk[off + header_at::LEN..off + HEADER + len]) {
         return At::Invalid;
     }
-    At::Record(Found { off, tag: u16::from_le_bytes(h[8..10].try_into().unwrap()), len })
+    At::Record(Found { off, tag: le::get_u16(h, header_at::TAG), len })
 }
 
 /// `n` rounded up to a multiple of `block` (a power of two).

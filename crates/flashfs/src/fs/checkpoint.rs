@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use bitmend_code::le::{Put, Reader};
 use bitmend_media::nand::Nand;
 
 use super::index::{MapAt, Totals};
@@ -71,35 +72,6 @@ pub(crate) struct CkptState {
     pub health_base: super::Health,
 }
 
-fn put_u64(v: &mut Vec<u8>, x: u64) {
-    v.extend_from_slice(&x.to_le_bytes());
-}
-fn put_u32(v: &mut Vec<u8>, x: u32) {
-    v.extend_from_slice(&x.to_le_bytes());
-}
-
-pub(crate) struct Reader<'a>(pub &'a [u8]);
-
-impl Reader<'_> {
-    pub fn take(&mut self, n: usize) -> Option<&[u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Some(a)
-    }
-    pub fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-    pub fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-    pub fn u16(&mut self) -> Option<u16> {
-        Some(u16::from_le_bytes(self.take(2)?.try_into().ok()?))
-    }
-}
-
 /// The state a checkpoint holds.
 pub(crate) struct State {
     pub inodes: HashMap<u64, Inode>,
@@ -121,8 +93,9 @@ pub(crate) struct State {
 fn compress_state(state: Vec<u8>) -> (Vec<u8>, bool) {
     match zstd::bulk::compress(&state, 1) {
         Ok(z) if z.len() + 4 < state.len() => {
-            let mut v = (state.len() as u32).to_le_bytes().to_vec();
-            v.extend_from_slice(&z);
+            let mut v = Vec::with_capacity(4 + z.len());
+            v.put_u32(state.len() as u32);
+            v.put_bytes(&z);
             (v, true)
         }
         _ => (state, false),
@@ -134,16 +107,17 @@ pub(crate) fn decode_payload(flags: u8, b: &[u8]) -> Option<State> {
     if flags & FLAG_ZSTD == 0 {
         return decode(b);
     }
-    let len = u32::from_le_bytes(b.get(..4)?.try_into().ok()?) as usize;
+    let mut r = Reader::new(b);
+    let len = r.u32()? as usize;
     // The length is read from the flash: a damaged one must not make a huge allocation.
     if len > MAX_STATE {
         return None;
     }
-    decode(&zstd::bulk::decompress(&b[4..], len).ok()?)
+    decode(&zstd::bulk::decompress(r.rest(), len).ok()?)
 }
 
 fn decode(b: &[u8]) -> Option<State> {
-    let mut r = Reader(b);
+    let mut r = Reader::new(b);
     if r.u32()? != MAGIC {
         return None;
     }
@@ -244,89 +218,89 @@ fn decode(b: &[u8]) -> Option<State> {
 impl<N: Nand> Fs<N> {
     fn encode_state(&self) -> Vec<u8> {
         let mut v = Vec::new();
-        put_u32(&mut v, MAGIC);
-        put_u64(&mut v, self.ns.next_ino);
-        put_u32(&mut v, self.ns.inodes.len() as u32);
+        v.put_u32(MAGIC);
+        v.put_u64(self.ns.next_ino);
+        v.put_u32(self.ns.inodes.len() as u32);
         for (ino, i) in &self.ns.inodes {
-            put_u64(&mut v, *ino);
-            put_u64(&mut v, i.version);
+            v.put_u64(*ino);
+            v.put_u64(i.version);
             let p = node::encode_inode(&i.attr, &i.target);
-            put_u32(&mut v, p.len() as u32);
+            v.put_u32(p.len() as u32);
             v.extend_from_slice(&p);
         }
         let entries: usize = self.ns.dirs.values().map(|d| d.len()).sum();
-        put_u32(&mut v, entries as u32);
+        v.put_u32(entries as u32);
         for (parent, d) in &self.ns.dirs {
             for (name, child) in d {
-                put_u64(&mut v, *parent);
-                put_u64(&mut v, *child);
-                v.extend_from_slice(&(name.len() as u16).to_le_bytes());
+                v.put_u64(*parent);
+                v.put_u64(*child);
+                v.put_u16(name.len() as u16);
                 v.extend_from_slice(name);
             }
         }
         // Version 4 keeps the index in map nodes: no page is listed here.
-        put_u32(&mut v, 0);
+        v.put_u32(0);
         let health = self.health().to_array();
-        put_u32(&mut v, HEALTH_MAGIC);
-        put_u32(&mut v, health.len() as u32);
+        v.put_u32(HEALTH_MAGIC);
+        v.put_u32(health.len() as u32);
         for c in health {
-            put_u64(&mut v, c);
+            v.put_u64(c);
         }
         let table = self.store.used_segments();
-        put_u32(&mut v, TABLE_MAGIC);
-        put_u32(&mut v, table.len() as u32);
+        v.put_u32(TABLE_MAGIC);
+        v.put_u32(table.len() as u32);
         for (logical, phys) in table {
-            put_u64(&mut v, logical);
-            put_u32(&mut v, phys);
+            v.put_u64(logical);
+            v.put_u32(phys);
         }
-        put_u32(&mut v, MAPS_MAGIC);
-        put_u32(&mut v, self.index.maps.len() as u32);
+        v.put_u32(MAPS_MAGIC);
+        v.put_u32(self.index.maps.len() as u32);
         for (&(ino, chunk), m) in &self.index.maps {
-            put_u64(&mut v, ino);
-            put_u64(&mut v, chunk);
-            put_u64(&mut v, m.version);
-            v.extend_from_slice(&(m.frags.len() as u16).to_le_bytes());
+            v.put_u64(ino);
+            v.put_u64(chunk);
+            v.put_u64(m.version);
+            v.put_u16(m.frags.len() as u16);
             for &(page, off, len) in &m.frags {
                 debug_assert_ne!(page, PENDING, "a checkpoint is taken with no map pending");
-                put_u32(&mut v, page);
-                v.extend_from_slice(&off.to_le_bytes());
-                v.extend_from_slice(&len.to_le_bytes());
+                v.put_u32(page);
+                v.put_u16(off);
+                v.put_u16(len);
             }
         }
         let mut usage: Vec<(u32, u64)> =
             self.index.usage.iter().map(|(&p, &b)| (p, b)).filter(|u| u.1 > 0).collect();
         usage.sort_unstable();
-        put_u32(&mut v, USAGE_MAGIC);
-        put_u32(&mut v, usage.len() as u32);
+        v.put_u32(USAGE_MAGIC);
+        v.put_u32(usage.len() as u32);
         for (phys, bytes) in usage {
-            put_u32(&mut v, phys);
-            put_u64(&mut v, bytes);
+            v.put_u32(phys);
+            v.put_u64(bytes);
         }
         let t = self.index.totals;
-        put_u32(&mut v, TOTALS_MAGIC);
+        v.put_u32(TOTALS_MAGIC);
         for x in [t.pages, t.stored, t.footprint] {
-            put_u64(&mut v, x);
+            v.put_u64(x);
         }
         // Zeros for a map not read since a checkpoint before version 7: not known.
         // (Both sections of version 7 are always written: a reader finds each by its magic
         // in turn.)
-        put_u32(&mut v, SUMMARY_MAGIC);
-        put_u32(&mut v, self.index.maps.len() as u32);
+        v.put_u32(SUMMARY_MAGIC);
+        v.put_u32(self.index.maps.len() as u32);
         for m in self.index.maps.values() {
             let s = m.summary.unwrap_or(MapSummary { mask: 0, digest: 0 });
-            put_u64(&mut v, s.mask);
-            put_u64(&mut v, s.digest);
+            v.put_u64(s.mask);
+            v.put_u64(s.digest);
         }
         let mut with: Vec<(&u64, &Inode)> =
             self.ns.inodes.iter().filter(|(_, i)| !i.xattrs.is_empty()).collect();
         with.sort_unstable_by_key(|w| *w.0);
-        put_u32(&mut v, XATTR_MAGIC);
-        put_u32(&mut v, with.len() as u32);
+        v.put_u32(XATTR_MAGIC);
+        v.put_u32(with.len() as u32);
         for (ino, i) in with {
-            put_u64(&mut v, *ino);
-            put_u64(&mut v, i.xattr_version);
+            v.put_u64(*ino);
+            v.put_u64(i.xattr_version);
             let p = node::encode_xattrs(&i.xattrs);
-            put_u32(&mut v, p.len() as u32);
+            v.put_u32(p.len() as u32);
             v.extend_from_slice(&p);
         }
         v
@@ -452,8 +426,9 @@ impl<N: Nand> Fs<N> {
     pub(crate) fn segment_info_page(&mut self) -> Vec<u8> {
         let mut page = vec![0u8; self.page.buf.len()];
         let (ptr, seg) = self.cp.newest.map_or((PENDING, 0), |c| (c.page, c.segment));
-        let mut payload = ptr.to_le_bytes().to_vec();
-        payload.extend_from_slice(&seg.to_le_bytes());
+        let mut payload = Vec::with_capacity(12);
+        payload.put_u32(ptr);
+        payload.put_u64(seg);
         self.version += 1;
         let f = Frag {
             kind: NodeKind::SegmentInfo,
@@ -477,7 +452,7 @@ pub(crate) fn segment_info(page: &[u8]) -> Option<Option<CkptAt>> {
         return None;
     }
     let b = &page[FRAG_HEADER..];
-    let ptr = u32::from_le_bytes(b[..4].try_into().ok()?);
-    let segment = u64::from_le_bytes(b[4..12].try_into().ok()?);
+    let mut r = Reader::new(b);
+    let (ptr, segment) = (r.u32()?, r.u64()?);
     Some((ptr != PENDING).then_some(CkptAt { page: ptr, segment }))
 }

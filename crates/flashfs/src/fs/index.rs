@@ -16,6 +16,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use bitmend_code::le::{self, Put, Reader};
 use bitmend_media::nand::Nand;
 
 use super::rebuild::MapSummary;
@@ -171,29 +172,29 @@ impl Index {
 /// 8); zstd-compressed behind its own magic when that is smaller.
 fn encode_map(key: (u64, u64), pages: &BTreeMap<u64, Loc>) -> Vec<u8> {
     let mut v = Vec::with_capacity(24 + pages.len() * 24);
-    v.extend_from_slice(&MAP_MAGIC.to_le_bytes());
-    v.extend_from_slice(&key.0.to_le_bytes());
-    v.extend_from_slice(&key.1.to_le_bytes());
-    v.extend_from_slice(&(pages.len() as u16).to_le_bytes());
+    v.put_u32(MAP_MAGIC);
+    v.put_u64(key.0);
+    v.put_u64(key.1);
+    v.put_u16(pages.len() as u16);
     for (index, loc) in pages {
-        v.push((index % CHUNK_PAGES) as u8);
+        v.put_u8((index % CHUNK_PAGES) as u8);
         let several = if loc.count > 1 { IN_NODE_OF_SEVERAL } else { 0 };
-        v.push(loc.codec | several | if loc.crc.is_some() { CRC_KNOWN } else { 0 });
+        v.put_u8(loc.codec | several | if loc.crc.is_some() { CRC_KNOWN } else { 0 });
         if loc.count > 1 {
-            v.push(loc.slot << 4 | (loc.count - 1));
+            v.put_u8(loc.slot << 4 | (loc.count - 1));
         }
-        v.extend_from_slice(&loc.version.to_le_bytes());
-        v.extend_from_slice(&loc.crc.unwrap_or(0).to_le_bytes());
-        v.push(loc.frags.len() as u8);
+        v.put_u64(loc.version);
+        v.put_u32(loc.crc.unwrap_or(0));
+        v.put_u8(loc.frags.len() as u8);
         for &(page, off, len) in &loc.frags {
             debug_assert_ne!(page, PENDING, "a map is written with no page pending");
-            v.extend_from_slice(&page.to_le_bytes());
-            v.extend_from_slice(&off.to_le_bytes());
-            v.extend_from_slice(&len.to_le_bytes());
+            v.put_u32(page);
+            v.put_u16(off);
+            v.put_u16(len);
         }
     }
     let crc = bitmend_code::crc::crc32c(&v);
-    v.extend_from_slice(&crc.to_le_bytes());
+    v.put_u32(crc);
     // (A chunk number past any file offset, which only a test makes, is refused on reading.)
     debug_assert!(
         key.1.checked_mul(CHUNK_PAGES).is_none() || decode_map(&v, key).as_ref() == Some(pages),
@@ -202,9 +203,10 @@ fn encode_map(key: (u64, u64), pages: &BTreeMap<u64, Loc>) -> Vec<u8> {
     // Versions and flash pages rise from entry to entry: zstd takes about half away.
     match zstd::bulk::compress(&v, 1) {
         Ok(z) if z.len() + 8 < v.len() => {
-            let mut c = MAP_ZSTD_MAGIC.to_le_bytes().to_vec();
-            c.extend_from_slice(&(v.len() as u32).to_le_bytes());
-            c.extend_from_slice(&z);
+            let mut c = Vec::with_capacity(8 + z.len());
+            c.put_u32(MAP_ZSTD_MAGIC);
+            c.put_u32(v.len() as u32);
+            c.put_bytes(&z);
             c
         }
         _ => v,
@@ -214,33 +216,34 @@ fn encode_map(key: (u64, u64), pages: &BTreeMap<u64, Loc>) -> Vec<u8> {
 /// Decodes a map node's payload for chunk `key`; `None` for bytes that are not its map.
 fn decode_map(b: &[u8], key: (u64, u64)) -> Option<BTreeMap<u64, Loc>> {
     let plain;
-    let b = if b.get(..4)? == MAP_ZSTD_MAGIC.to_le_bytes() {
-        let len = u32::from_le_bytes(b.get(4..8)?.try_into().ok()?) as usize;
+    let mut head = Reader::new(b);
+    let b = if head.u32()? == MAP_ZSTD_MAGIC {
+        let len = head.u32()? as usize;
         // The length is read from the flash: a damaged one must not make a huge allocation.
         if len > MAP_MAX {
             return None;
         }
-        plain = zstd::bulk::decompress(&b[8..], len).ok()?;
+        plain = zstd::bulk::decompress(head.rest(), len).ok()?;
         &plain[..]
     } else {
         b
     };
     let (body, crc) = b.split_at(b.len().checked_sub(4)?);
-    if bitmend_code::crc::crc32c(body).to_le_bytes() != crc {
+    if bitmend_code::crc::crc32c(body) != le::get_u32(crc, 0) {
         return None;
     }
-    let mut r = super::checkpoint::Reader(body);
+    let mut r = Reader::new(body);
     if r.u32()? != MAP_MAGIC || r.u64()? != key.0 || r.u64()? != key.1 {
         return None;
     }
     let mut pages = BTreeMap::new();
     for _ in 0..r.u16()? {
-        let at = r.take(1)?[0] as u64;
-        let flags = r.take(1)?[0];
+        let at = r.u8()? as u64;
+        let flags = r.u8()?;
         let (slot, count) = match flags & IN_NODE_OF_SEVERAL {
             0 => (0, 1),
             _ => {
-                let b = r.take(1)?[0];
+                let b = r.u8()?;
                 (b >> 4, (b & 15) + 1)
             }
         };
@@ -249,7 +252,7 @@ fn decode_map(b: &[u8], key: (u64, u64)) -> Option<BTreeMap<u64, Loc>> {
         }
         let version = r.u64()?;
         let crc = r.u32()?;
-        let n = r.take(1)?[0] as usize;
+        let n = r.u8()? as usize;
         if at >= CHUNK_PAGES {
             return None;
         }

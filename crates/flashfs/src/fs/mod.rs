@@ -29,7 +29,6 @@ use std::collections::BTreeMap;
 use bitmend_media::nand::Nand;
 
 pub use check::CheckReport;
-pub(crate) use checkpoint::Reader;
 pub use falloc::Falloc;
 pub(crate) use namespace::Inode;
 pub use replay::MountReport;

@@ -7,14 +7,43 @@
 //! never half-applies. Every page is signed by the page store; the node's header adds the
 //! CRC-32C of its uncompressed payload, checked end to end on every read.
 
+use bitmend_code::byte_enum;
 use bitmend_code::crc::crc32c;
+use bitmend_code::le::{self, Put, Reader};
 
 use crate::fs::LOGICAL_PAGE;
 
 /// Fragment header bytes.
 pub(crate) const FRAG_HEADER: usize = 32;
 
-/// What a node describes.
+/// Where the fragment header's fields are (FORMAT.md section 8, "Fragment header").
+mod frag_at {
+    pub const KIND: usize = 0;
+    pub const FLAGS: usize = 1;
+    pub const LEN: usize = 2;
+    pub const TOTAL: usize = 4;
+    pub const KEY: usize = 8;
+    pub const KEY2: usize = 16;
+    pub const VERSION: usize = 24;
+}
+
+/// Where the inode payload's fields are (FORMAT.md section 8, "Inode payload").
+mod inode_at {
+    pub const TYPE: usize = 0;
+    pub const PERM: usize = 2;
+    pub const UID: usize = 4;
+    pub const GID: usize = 8;
+    pub const NLINK: usize = 12;
+    pub const SIZE: usize = 16;
+    /// atime, mtime, ctime: seconds i64 then nanoseconds u32, 12 bytes each.
+    pub const TIMES: usize = 24;
+    pub const RDEV: usize = 60;
+    /// The attributes' length; a symlink's target follows.
+    pub const LEN: usize = 64;
+}
+
+byte_enum! {
+/// What a node describes (a fragment header's byte 0).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum NodeKind {
     /// An inode's attributes (key: ino).
@@ -38,22 +67,6 @@ pub(crate) enum NodeKind {
     /// File pages punched out: key2 to the end in the payload (key: ino; version 7).
     Punch = 9,
 }
-
-impl NodeKind {
-    fn from_u8(v: u8) -> Option<NodeKind> {
-        Some(match v {
-            1 => NodeKind::Inode,
-            2 => NodeKind::Dirent,
-            3 => NodeKind::Data,
-            4 => NodeKind::Commit,
-            5 => NodeKind::SegmentInfo,
-            6 => NodeKind::Checkpoint,
-            7 => NodeKind::Map,
-            8 => NodeKind::Xattr,
-            9 => NodeKind::Punch,
-            _ => return None,
-        })
-    }
 }
 
 /// Flags of a fragment.
@@ -95,13 +108,13 @@ impl Frag {
     }
 
     pub fn encode(&self, out: &mut [u8]) {
-        out[0] = self.kind as u8;
-        out[1] = self.flags;
-        out[2..4].copy_from_slice(&self.len.to_le_bytes());
-        out[4..8].copy_from_slice(&self.total.to_le_bytes());
-        out[8..16].copy_from_slice(&self.key.to_le_bytes());
-        out[16..24].copy_from_slice(&self.key2.to_le_bytes());
-        out[24..32].copy_from_slice(&self.version.to_le_bytes());
+        out[frag_at::KIND] = self.kind as u8;
+        out[frag_at::FLAGS] = self.flags;
+        le::put_u16(out, frag_at::LEN, self.len);
+        le::put_u32(out, frag_at::TOTAL, self.total);
+        le::put_u64(out, frag_at::KEY, self.key);
+        le::put_u64(out, frag_at::KEY2, self.key2);
+        le::put_u64(out, frag_at::VERSION, self.version);
     }
 
     /// `Ok(None)` at the end of a page's fragments; `Err` for bytes that are not a fragment.
@@ -109,15 +122,15 @@ impl Frag {
         if b.len() < FRAG_HEADER || b[0] == 0 {
             return Ok(None);
         }
-        let kind = NodeKind::from_u8(b[0]).ok_or(())?;
+        let kind = NodeKind::from_u8(b[frag_at::KIND]).ok_or(())?;
         let f = Frag {
             kind,
-            flags: b[1],
-            len: u16::from_le_bytes([b[2], b[3]]),
-            total: u32::from_le_bytes(b[4..8].try_into().unwrap()),
-            key: u64::from_le_bytes(b[8..16].try_into().unwrap()),
-            key2: u64::from_le_bytes(b[16..24].try_into().unwrap()),
-            version: u64::from_le_bytes(b[24..32].try_into().unwrap()),
+            flags: b[frag_at::FLAGS],
+            len: le::get_u16(b, frag_at::LEN),
+            total: le::get_u32(b, frag_at::TOTAL),
+            key: le::get_u64(b, frag_at::KEY),
+            key2: le::get_u64(b, frag_at::KEY2),
+            version: le::get_u64(b, frag_at::VERSION),
         };
         if FRAG_HEADER + f.len as usize > b.len() || f.len as u32 > f.total {
             return Err(());
@@ -126,7 +139,8 @@ impl Frag {
     }
 }
 
-/// File types.
+byte_enum! {
+/// File types (an inode payload's byte 0).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FileType {
     File = 1,
@@ -136,6 +150,7 @@ pub enum FileType {
     Socket = 5,
     CharDevice = 6,
     BlockDevice = 7,
+}
 }
 
 /// An inode's attributes, as stored in an inode node.
@@ -159,54 +174,45 @@ pub struct Attr {
 
 /// Inode payload: the attributes (64 bytes), then (symlinks) the target.
 pub(crate) fn encode_inode(a: &Attr, target: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(64 + target.len());
-    v.push(a.kind as u8);
-    v.push(0);
-    v.extend_from_slice(&a.perm.to_le_bytes());
-    v.extend_from_slice(&a.uid.to_le_bytes());
-    v.extend_from_slice(&a.gid.to_le_bytes());
-    v.extend_from_slice(&a.nlink.to_le_bytes());
-    v.extend_from_slice(&a.size.to_le_bytes());
-    for (s, ns) in [a.atime, a.mtime, a.ctime] {
-        v.extend_from_slice(&s.to_le_bytes());
-        v.extend_from_slice(&ns.to_le_bytes());
+    let mut v = vec![0u8; inode_at::LEN];
+    v[inode_at::TYPE] = a.kind as u8;
+    le::put_u16(&mut v, inode_at::PERM, a.perm);
+    le::put_u32(&mut v, inode_at::UID, a.uid);
+    le::put_u32(&mut v, inode_at::GID, a.gid);
+    le::put_u32(&mut v, inode_at::NLINK, a.nlink);
+    le::put_u64(&mut v, inode_at::SIZE, a.size);
+    for (i, (s, ns)) in [a.atime, a.mtime, a.ctime].into_iter().enumerate() {
+        le::put_i64(&mut v, inode_at::TIMES + 12 * i, s);
+        le::put_u32(&mut v, inode_at::TIMES + 12 * i + 8, ns);
     }
-    v.extend_from_slice(&a.rdev.to_le_bytes());
+    le::put_u32(&mut v, inode_at::RDEV, a.rdev);
     v.extend_from_slice(target);
     v
 }
 
 pub(crate) fn decode_inode(ino: u64, b: &[u8]) -> Option<(Attr, Vec<u8>)> {
-    if b.len() < 64 {
+    if b.len() < inode_at::LEN {
         return None;
     }
-    let kind = match b[0] {
-        1 => FileType::File,
-        2 => FileType::Dir,
-        3 => FileType::Symlink,
-        4 => FileType::Fifo,
-        5 => FileType::Socket,
-        6 => FileType::CharDevice,
-        7 => FileType::BlockDevice,
-        _ => return None,
+    let time = |i: usize| {
+        let at = inode_at::TIMES + 12 * i;
+        (le::get_i64(b, at), le::get_u32(b, at + 8))
     };
-    let u32at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
-    let t = |o: usize| (i64::from_le_bytes(b[o..o + 8].try_into().unwrap()), u32at(o + 8));
     Some((
         Attr {
             ino,
-            kind,
-            perm: u16::from_le_bytes([b[2], b[3]]),
-            uid: u32at(4),
-            gid: u32at(8),
-            nlink: u32at(12),
-            size: u64::from_le_bytes(b[16..24].try_into().unwrap()),
-            atime: t(24),
-            mtime: t(36),
-            ctime: t(48),
-            rdev: u32at(60),
+            kind: FileType::from_u8(b[inode_at::TYPE])?,
+            perm: le::get_u16(b, inode_at::PERM),
+            uid: le::get_u32(b, inode_at::UID),
+            gid: le::get_u32(b, inode_at::GID),
+            nlink: le::get_u32(b, inode_at::NLINK),
+            size: le::get_u64(b, inode_at::SIZE),
+            atime: time(0),
+            mtime: time(1),
+            ctime: time(2),
+            rdev: le::get_u32(b, inode_at::RDEV),
         },
-        b[64..].to_vec(),
+        b[inode_at::LEN..].to_vec(),
     ))
 }
 
@@ -218,7 +224,8 @@ pub(crate) fn encode_dirent(child: u64, name: &[u8]) -> Vec<u8> {
 }
 
 pub(crate) fn decode_dirent(b: &[u8]) -> Option<(u64, Vec<u8>)> {
-    (b.len() >= 8).then(|| (u64::from_le_bytes(b[..8].try_into().unwrap()), b[8..].to_vec()))
+    let mut r = Reader::new(b);
+    Some((r.u64()?, r.rest().to_vec()))
 }
 
 /// An inode's extended attributes, by name.
@@ -227,13 +234,14 @@ pub type Xattrs = std::collections::BTreeMap<Vec<u8>, Vec<u8>>;
 /// Extended-attribute payload: u16 count, then per attribute u8 name length, u16 value
 /// length, the name, the value (in name order).
 pub(crate) fn encode_xattrs(set: &Xattrs) -> Vec<u8> {
-    let mut v = (set.len() as u16).to_le_bytes().to_vec();
+    let mut v = Vec::with_capacity(xattrs_len(set));
+    v.put_u16(set.len() as u16);
     for (name, value) in set {
         debug_assert!(!name.is_empty() && name.len() <= 255 && value.len() <= u16::MAX as usize);
-        v.push(name.len() as u8);
-        v.extend_from_slice(&(value.len() as u16).to_le_bytes());
-        v.extend_from_slice(name);
-        v.extend_from_slice(value);
+        v.put_u8(name.len() as u8);
+        v.put_u16(value.len() as u16);
+        v.put_bytes(name);
+        v.put_bytes(value);
     }
     v
 }
@@ -244,10 +252,10 @@ pub(crate) fn xattrs_len(set: &Xattrs) -> usize {
 }
 
 pub(crate) fn decode_xattrs(b: &[u8]) -> Option<Xattrs> {
-    let mut r = crate::fs::Reader(b);
+    let mut r = Reader::new(b);
     let mut set = Xattrs::new();
     for _ in 0..r.u16()? {
-        let n = r.take(1)?[0] as usize;
+        let n = r.u8()? as usize;
         let len = r.u16()? as usize;
         let name = r.take(n)?.to_vec();
         if name.is_empty() {
@@ -255,7 +263,7 @@ pub(crate) fn decode_xattrs(b: &[u8]) -> Option<Xattrs> {
         }
         set.insert(name, r.take(len)?.to_vec());
     }
-    r.0.is_empty().then_some(set)
+    r.is_empty().then_some(set)
 }
 
 /// Punch payload: the end (exclusive) of the logical pages removed from key2 on.
@@ -264,7 +272,8 @@ pub(crate) fn encode_punch(end: u64) -> Vec<u8> {
 }
 
 pub(crate) fn decode_punch(b: &[u8]) -> Option<u64> {
-    Some(u64::from_le_bytes(b.try_into().ok()?))
+    let mut r = Reader::new(b);
+    r.u64().filter(|_| r.is_empty())
 }
 
 /// The highest lz4 high-compression level (the library's optimal parser).

@@ -95,7 +95,7 @@ fn consider(found: &mut BTreeMap<u64, Loc>, n: &Partial, key: (u64, u64), below:
         if found.get(&index).is_some_and(|l: &Loc| l.version >= h.version) {
             continue;
         }
-        let crc = n.payload.get(4 * slot..4 * slot + 4).map(|b| u32::from_le_bytes(b.try_into().expect("4")));
+        let crc = n.payload.get(4 * slot..4 * slot + 4).map(|b| bitmend_code::le::get_u32(b, 0));
         let loc = Loc {
             frags: n.frags.clone(),
             codec: h.flags & CODEC_FLAGS,

@@ -298,10 +298,7 @@ impl<N: Nand> Fs<N> {
         let count = n.head.pages();
         for slot in 0..count {
             let key = (n.head.key, n.head.key2.saturating_add(slot as u64));
-            let crc = n
-                .payload
-                .get(4 * slot..4 * slot + 4)
-                .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
+            let crc = n.payload.get(4 * slot..4 * slot + 4).map(|b| bitmend_code::le::get_u32(b, 0));
             let loc =
                 Loc { frags: n.frags.clone(), codec, version: v, crc, slot: slot as u8, count: count as u8 };
             let ck = super::index::chunk_key(key.0, key.1);

@@ -1,7 +1,9 @@
 //! Where things live on the chip, and the byte forms of the superblock and of every page's
 //! spare area (docs/FORMAT.md, "flash file system").
 
+use bitmend_code::byte_enum;
 use bitmend_code::crc::{crc32c, crc32c_append};
+use bitmend_code::le;
 use bitmend_code::sig::Sig64;
 use bitmend_media::nand::Geometry;
 
@@ -121,7 +123,8 @@ impl Layout {
     }
 }
 
-/// What a page holds, as its spare area says.
+byte_enum! {
+/// What a page holds, as its spare area says (byte 0, bits 0 to 6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     /// File-system data (nodes packed by the layers above).
@@ -137,19 +140,6 @@ pub enum Kind {
     /// A page of the anchor log (reserved blocks, pages 1 on).
     Anchor = 6,
 }
-
-impl Kind {
-    fn from_u8(v: u8) -> Option<Kind> {
-        Some(match v {
-            1 => Kind::Data,
-            2 => Kind::GroupParity,
-            3 => Kind::SegmentParity,
-            4 => Kind::Pad,
-            5 => Kind::Superblock,
-            6 => Kind::Anchor,
-            _ => return None,
-        })
-    }
 }
 
 /// A page's spare area: what the page is, where its group is, its place in the write order,
@@ -175,10 +165,24 @@ pub struct Spare {
     pub queue: [Option<u32>; QUEUE_SLOTS],
 }
 
+/// Where the spare area's fields are (FORMAT.md section 7, "Spare area"); its CRC is its
+/// last 4 bytes, wherever that is.
+mod spare_at {
+    pub const KIND: usize = 0;
+    pub const INDEX: usize = 1;
+    pub const GROUP_FIRST: usize = 2;
+    pub const GROUP_LEN: usize = 3;
+    pub const SUCCESSOR_0: usize = 4;
+    pub const SEQ: usize = 8;
+    pub const SEGMENT: usize = 16;
+    pub const SIG: usize = 24;
+    pub const SUCCESSORS_1: usize = 32;
+}
+
 /// Where successor slot `i` lives in a spare of `n` bytes, if it fits: bytes 4..8, then
 /// from byte 32 on, before the CRC.
 fn queue_slot(i: usize, n: usize) -> Option<std::ops::Range<usize>> {
-    let at = if i == 0 { 4 } else { 32 + 4 * (i - 1) };
+    let at = if i == 0 { spare_at::SUCCESSOR_0 } else { spare_at::SUCCESSORS_1 + 4 * (i - 1) };
     (at + 4 <= n - 4).then_some(at..at + 4)
 }
 
@@ -203,46 +207,46 @@ impl Spare {
     /// predates version 6, `None`: unbound, as older builds read it.
     pub fn encode(&self, out: &mut [u8], bind_to: Option<u32>) {
         out.fill(0);
-        out[0] = self.kind as u8 | if bind_to.is_some() { BOUND } else { 0 };
-        out[1] = self.index;
-        out[2] = self.group_first;
-        out[3] = self.group_len;
-        out[8..16].copy_from_slice(&self.seq.to_le_bytes());
-        out[16..24].copy_from_slice(&self.segment.to_le_bytes());
-        out[24..32].copy_from_slice(&self.sig.to_u64().to_le_bytes());
+        out[spare_at::KIND] = self.kind as u8 | if bind_to.is_some() { BOUND } else { 0 };
+        out[spare_at::INDEX] = self.index;
+        out[spare_at::GROUP_FIRST] = self.group_first;
+        out[spare_at::GROUP_LEN] = self.group_len;
+        le::put_u64(out, spare_at::SEQ, self.seq);
+        le::put_u64(out, spare_at::SEGMENT, self.segment);
+        le::put_u64(out, spare_at::SIG, self.sig.to_u64());
         let n = out.len();
         for (i, q) in self.queue.iter().enumerate() {
             if let (Some(q), Some(r)) = (q, queue_slot(i, n)) {
                 // Stored plus one: zero is an empty slot.
-                out[r].copy_from_slice(&(q + 1).to_le_bytes());
+                le::put_u32(out, r.start, q + 1);
             }
         }
         let crc = spare_crc(&out[..n - 4], bind_to);
-        out[n - 4..].copy_from_slice(&crc.to_le_bytes());
+        le::put_u32(out, n - 4, crc);
     }
 
     /// The spare read from chip page `at`: `None` for an erased spare, a torn one, garbage,
     /// or a bound one made for another page.
     pub fn decode(b: &[u8], at: u32) -> Option<Spare> {
         let n = b.len();
-        let bound = b[0] & BOUND != 0;
-        if u32::from_le_bytes(b[n - 4..].try_into().unwrap()) != spare_crc(&b[..n - 4], bound.then_some(at)) {
+        let bound = b[spare_at::KIND] & BOUND != 0;
+        if le::get_u32(b, n - 4) != spare_crc(&b[..n - 4], bound.then_some(at)) {
             return None;
         }
         let mut queue = [None; QUEUE_SLOTS];
         for (i, q) in queue.iter_mut().enumerate() {
             if let Some(r) = queue_slot(i, n) {
-                *q = u32::from_le_bytes(b[r].try_into().unwrap()).checked_sub(1);
+                *q = le::get_u32(b, r.start).checked_sub(1);
             }
         }
         Some(Spare {
-            kind: Kind::from_u8(b[0] & !BOUND)?,
-            index: b[1],
-            group_first: b[2],
-            group_len: b[3],
-            seq: u64::from_le_bytes(b[8..16].try_into().unwrap()),
-            segment: u64::from_le_bytes(b[16..24].try_into().unwrap()),
-            sig: Sig64::from_u64(u64::from_le_bytes(b[24..32].try_into().unwrap())),
+            kind: Kind::from_u8(b[spare_at::KIND] & !BOUND)?,
+            index: b[spare_at::INDEX],
+            group_first: b[spare_at::GROUP_FIRST],
+            group_len: b[spare_at::GROUP_LEN],
+            seq: le::get_u64(b, spare_at::SEQ),
+            segment: le::get_u64(b, spare_at::SEGMENT),
+            sig: Sig64::from_u64(le::get_u64(b, spare_at::SIG)),
             queue,
         })
     }
@@ -270,11 +274,30 @@ pub(crate) struct AnchorCkpt {
 }
 
 const ANCHOR_MAGIC: [u8; 8] = *b"BMANCHOR";
+
+/// Where an anchor page's fields are (FORMAT.md section 7, "Anchor log").
+mod anchor_at {
+    pub const MAGIC: usize = 0;
+    pub const FS_ID: usize = 8;
+    pub const SEQ: usize = 16;
+    pub const TYPE: usize = 24;
+    pub const CKPT_PAGE: usize = 28;
+    pub const CKPT_SEGMENT: usize = 32;
+    pub const CKPT_PHYS: usize = 40;
+    /// CRC-32C of the bytes before it.
+    pub const CRC: usize = 44;
+    /// A copy of the superblock (version 6).
+    pub const SUPERBLOCK: usize = 64;
+}
+
+/// An anchor's type byte: it names a checkpoint, or says the chain broke (mount scans).
+const ANCHOR_CHECKPOINT: u8 = 1;
+const ANCHOR_SCAN: u8 = 2;
 /// Bytes of a superblock (its CRC included), and where an anchor page carries a copy of it
 /// (version 6): a mount whose superblock pages are both unreadable takes it from the newest
 /// anchor, so rewriting a damaged copy (which erases a reserved block) is safe at any cut.
 pub(crate) const SUPERBLOCK_LEN: usize = 64;
-const ANCHOR_SUPERBLOCK_AT: usize = 64;
+const ANCHOR_SUPERBLOCK_AT: usize = anchor_at::SUPERBLOCK;
 
 impl Anchor {
     /// Encodes the anchor, with a copy of the superblock `sb` when given.
@@ -283,34 +306,39 @@ impl Anchor {
         if let Some(sb) = sb {
             sb.encode(&mut page[ANCHOR_SUPERBLOCK_AT..ANCHOR_SUPERBLOCK_AT + SUPERBLOCK_LEN]);
         }
-        page[0..8].copy_from_slice(&ANCHOR_MAGIC);
-        page[8..16].copy_from_slice(&fs_id.to_le_bytes());
-        page[16..24].copy_from_slice(&self.seq.to_le_bytes());
+        page[anchor_at::MAGIC..anchor_at::MAGIC + 8].copy_from_slice(&ANCHOR_MAGIC);
+        le::put_u64(page, anchor_at::FS_ID, fs_id);
+        le::put_u64(page, anchor_at::SEQ, self.seq);
         if let Some(c) = self.ckpt {
-            page[24] = 1;
-            page[28..32].copy_from_slice(&c.page.to_le_bytes());
-            page[32..40].copy_from_slice(&c.segment.to_le_bytes());
-            page[40..44].copy_from_slice(&c.phys.to_le_bytes());
+            page[anchor_at::TYPE] = ANCHOR_CHECKPOINT;
+            le::put_u32(page, anchor_at::CKPT_PAGE, c.page);
+            le::put_u64(page, anchor_at::CKPT_SEGMENT, c.segment);
+            le::put_u32(page, anchor_at::CKPT_PHYS, c.phys);
         } else {
-            page[24] = 2;
+            page[anchor_at::TYPE] = ANCHOR_SCAN;
         }
-        let crc = crc32c(&page[..44]);
-        page[44..48].copy_from_slice(&crc.to_le_bytes());
+        let crc = crc32c(&page[..anchor_at::CRC]);
+        le::put_u32(page, anchor_at::CRC, crc);
     }
 
     /// `None` unless the page is a whole anchor of file system `fs_id`.
     pub fn decode(fs_id: u64, page: &[u8]) -> Option<Anchor> {
-        let u32_at = |o: usize| u32::from_le_bytes(page[o..o + 4].try_into().unwrap());
-        let u64_at = |o: usize| u64::from_le_bytes(page[o..o + 8].try_into().unwrap());
-        if page[0..8] != ANCHOR_MAGIC || u32_at(44) != crc32c(&page[..44]) || u64_at(8) != fs_id {
+        if page[anchor_at::MAGIC..anchor_at::MAGIC + 8] != ANCHOR_MAGIC
+            || le::get_u32(page, anchor_at::CRC) != crc32c(&page[..anchor_at::CRC])
+            || le::get_u64(page, anchor_at::FS_ID) != fs_id
+        {
             return None;
         }
-        let ckpt = match page[24] {
-            1 => Some(AnchorCkpt { page: u32_at(28), segment: u64_at(32), phys: u32_at(40) }),
-            2 => None,
+        let ckpt = match page[anchor_at::TYPE] {
+            ANCHOR_CHECKPOINT => Some(AnchorCkpt {
+                page: le::get_u32(page, anchor_at::CKPT_PAGE),
+                segment: le::get_u64(page, anchor_at::CKPT_SEGMENT),
+                phys: le::get_u32(page, anchor_at::CKPT_PHYS),
+            }),
+            ANCHOR_SCAN => None,
             _ => return None,
         };
-        Some(Anchor { seq: u64_at(16), ckpt })
+        Some(Anchor { seq: le::get_u64(page, anchor_at::SEQ), ckpt })
     }
 
     /// The superblock an anchor page carries (version 6), with the anchor it is in; `None`
@@ -332,9 +360,26 @@ pub(crate) struct Superblock {
     pub compression: u8,
 }
 
+/// Where the superblock's fields are (FORMAT.md section 7, "Superblock").
+mod superblock_at {
+    pub const MAGIC: usize = 0;
+    pub const VERSION: usize = 8;
+    pub const PAGE_SIZE: usize = 12;
+    pub const SPARE_SIZE: usize = 16;
+    pub const PAGES_PER_BLOCK: usize = 20;
+    pub const BLOCKS: usize = 24;
+    pub const PARITY_PAGES: usize = 28;
+    pub const PARITY_BLOCKS: usize = 32;
+    pub const BLOCKS_PER_SEGMENT: usize = 36;
+    pub const FS_ID: usize = 40;
+    pub const COMPRESSION: usize = 48;
+    /// CRC-32C of the bytes before it.
+    pub const CRC: usize = 60;
+}
+
 /// The version field of an encoded superblock.
 pub(crate) fn superblock_version(sb: &[u8]) -> u32 {
-    u32::from_le_bytes(sb[8..12].try_into().expect("4 bytes"))
+    le::get_u32(sb, superblock_at::VERSION)
 }
 
 /// Where an anchor page's copy of the superblock is.
@@ -344,45 +389,51 @@ pub(crate) fn anchor_superblock(page: &[u8]) -> &[u8] {
 
 impl Superblock {
     pub fn encode(&self, page: &mut [u8]) {
+        use superblock_at as at;
         page.fill(0);
-        page[0..8].copy_from_slice(&MAGIC);
-        let put = |p: &mut [u8], off: usize, v: u32| p[off..off + 4].copy_from_slice(&v.to_le_bytes());
-        put(page, 8, FS_VERSION);
-        put(page, 12, self.g.page_size);
-        put(page, 16, self.g.spare_size);
-        put(page, 20, self.g.pages_per_block);
-        put(page, 24, self.g.blocks);
-        put(page, 28, self.cfg.parity_pages);
-        put(page, 32, self.cfg.parity_blocks);
-        put(page, 36, self.cfg.blocks_per_segment);
-        page[40..48].copy_from_slice(&self.fs_id.to_le_bytes());
-        page[48] = self.compression;
-        let crc = crc32c(&page[..60]);
-        put(page, 60, crc);
+        page[at::MAGIC..at::MAGIC + 8].copy_from_slice(&MAGIC);
+        le::put_u32(page, at::VERSION, FS_VERSION);
+        le::put_u32(page, at::PAGE_SIZE, self.g.page_size);
+        le::put_u32(page, at::SPARE_SIZE, self.g.spare_size);
+        le::put_u32(page, at::PAGES_PER_BLOCK, self.g.pages_per_block);
+        le::put_u32(page, at::BLOCKS, self.g.blocks);
+        le::put_u32(page, at::PARITY_PAGES, self.cfg.parity_pages);
+        le::put_u32(page, at::PARITY_BLOCKS, self.cfg.parity_blocks);
+        le::put_u32(page, at::BLOCKS_PER_SEGMENT, self.cfg.blocks_per_segment);
+        le::put_u64(page, at::FS_ID, self.fs_id);
+        page[at::COMPRESSION] = self.compression;
+        let crc = crc32c(&page[..at::CRC]);
+        le::put_u32(page, at::CRC, crc);
     }
 
     pub fn decode(page: &[u8]) -> Result<Superblock, FsError> {
+        use superblock_at as at;
         let not = |why: &str| FsError::NotAFs { why: why.to_string() };
-        if page[0..8] != MAGIC {
+        if page[at::MAGIC..at::MAGIC + 8] != MAGIC {
             return Err(not("no file-system magic in the superblock page"));
         }
-        let get = |off: usize| u32::from_le_bytes(page[off..off + 4].try_into().unwrap());
-        if get(60) != crc32c(&page[..60]) {
+        let get = |off: usize| le::get_u32(page, off);
+        if get(at::CRC) != crc32c(&page[..at::CRC]) {
             return Err(not("superblock checksum mismatch"));
         }
-        if !(FS_VERSION_OLDEST..=FS_VERSION).contains(&get(8)) {
-            return Err(FsError::Version { found: get(8), supported: FS_VERSION });
+        let version = get(at::VERSION);
+        if !(FS_VERSION_OLDEST..=FS_VERSION).contains(&version) {
+            return Err(FsError::Version { found: version, supported: FS_VERSION });
         }
         Ok(Superblock {
             g: Geometry {
-                page_size: get(12),
-                spare_size: get(16),
-                pages_per_block: get(20),
-                blocks: get(24),
+                page_size: get(at::PAGE_SIZE),
+                spare_size: get(at::SPARE_SIZE),
+                pages_per_block: get(at::PAGES_PER_BLOCK),
+                blocks: get(at::BLOCKS),
             },
-            cfg: FsConfig { parity_pages: get(28), parity_blocks: get(32), blocks_per_segment: get(36) },
-            fs_id: u64::from_le_bytes(page[40..48].try_into().unwrap()),
-            compression: page[48],
+            cfg: FsConfig {
+                parity_pages: get(at::PARITY_PAGES),
+                parity_blocks: get(at::PARITY_BLOCKS),
+                blocks_per_segment: get(at::BLOCKS_PER_SEGMENT),
+            },
+            fs_id: le::get_u64(page, at::FS_ID),
+            compression: page[at::COMPRESSION],
         })
     }
 }
