@@ -78,7 +78,7 @@ fn run(seed: u64) -> (usize, usize, u64) {
         fs.store()
             .used_segments()
             .iter()
-            .flat_map(|&(_, phys)| (0..per).map(move |b| 2 + phys * per + b))
+            .flat_map(|u| (0..per).map(move |b| 2 + u.physical * per + b))
             .collect()
     };
     // (Blocks 0 and 1 hold the superblock, outside every segment.)

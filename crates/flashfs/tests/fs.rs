@@ -670,7 +670,7 @@ fn new_segments_are_the_least_worn() {
     let f = fs.create(ROOT, b"data", 0o644, 0, 0).unwrap();
     fs.write(f.ino, 0, &content(1, 200_000)).unwrap();
     fs.sync().unwrap();
-    let used: Vec<u32> = fs.store().used_segments().iter().map(|u| u.1).collect();
+    let used: Vec<u32> = fs.store().used_segments().iter().map(|u| u.physical).collect();
     assert!(used.len() >= 3, "{used:?}");
     assert!(used.iter().all(|p| !(1..=4).contains(p)), "worn segments chosen: {used:?}");
     // And a hot file overwritten many times spreads its erases over the chip.

@@ -82,14 +82,14 @@ fn parity_that_disagrees_with_its_data_is_caught_and_the_segment_healed() {
     let (group_seg, stripe_seg) = (used[0], used[1]);
     // Fault 1: a group parity page of the oldest segment. Fault 2: a segment parity page of
     // the next one.
-    let gp = page_of_kind(&mut fs, group_seg.1, Kind::GroupParity);
-    let sp = page_of_kind(&mut fs, stripe_seg.1, Kind::SegmentParity);
+    let gp = page_of_kind(&mut fs, group_seg.physical, Kind::GroupParity);
+    let sp = page_of_kind(&mut fs, stripe_seg.physical, Kind::SegmentParity);
     rewrite_consistently_wrong(&mut fs, gp);
     rewrite_consistently_wrong(&mut fs, sp);
     let injected = 2;
 
     // The page-by-page check sees nothing: each page matches its own signature.
-    for (logical, page) in [(group_seg.0, gp), (stripe_seg.0, sp)] {
+    for (logical, page) in [(group_seg.logical, gp), (stripe_seg.logical, sp)] {
         let pages = fs.store_mut().scrub_segment_pages(logical).unwrap();
         let health = pages.iter().find(|(a, _)| a.0 == page).map(|(_, h)| *h);
         assert_eq!(health, Some(PageHealth::Sound), "page {page}");
@@ -99,7 +99,11 @@ fn parity_that_disagrees_with_its_data_is_caught_and_the_segment_healed() {
     // The wrong group parity page breaks its group and, being in a data block, its stripe.
     assert_eq!(r.signatures.groups_mismatched, 1, "{r:?}");
     assert_eq!(r.signatures.stripes_mismatched, 2, "{r:?}");
-    assert_eq!(r.segments_mismatched, vec![group_seg.1, stripe_seg.1], "{injected} faults, {r:?}");
+    assert_eq!(
+        r.segments_mismatched,
+        vec![group_seg.physical, stripe_seg.physical],
+        "{injected} faults, {r:?}"
+    );
     assert_eq!(r.segments_healed, 2, "{r:?}");
 
     // Every byte of every file, and a second pass finds nothing.
@@ -119,7 +123,7 @@ fn parity_that_disagrees_with_its_data_is_caught_and_the_segment_healed() {
 #[test]
 fn a_page_whose_spare_does_not_decode_is_left_to_the_full_pass() {
     let (mut fs, files) = filled();
-    let phys = fs.store().used_segments()[0].1;
+    let phys = fs.store().used_segments()[0].physical;
     let gp = page_of_kind(&mut fs, phys, Kind::GroupParity);
     // One fault: the first data page of that group loses its spare (not its data).
     let nand = fs.store_mut().nand_mut();

@@ -47,7 +47,7 @@ fn pages_of(fs: &mut TestFs, segment: u64, want: PageHealth) -> Vec<PageAddr> {
 #[test]
 fn a_pass_repairs_every_damaged_page_relocates_its_data_and_counts_damaged_parity() {
     let (mut fs, files) = populated();
-    let segments: Vec<u64> = fs.store().used_segments().iter().map(|u| u.0).collect();
+    let segments: Vec<u64> = fs.store().used_segments().iter().map(|u| u.logical).collect();
     assert!(segments.len() >= 3, "{} segments", segments.len());
     // Data pages of the first segment: every 9th one damaged (1 to 1000 flipped bits, or lost).
     let data = pages_of(&mut fs, segments[0], PageHealth::Data);
@@ -107,7 +107,7 @@ fn a_pass_repairs_every_damaged_page_relocates_its_data_and_counts_damaged_parit
 #[test]
 fn damage_beyond_the_redundancy_is_reported_and_the_pass_completes() {
     let (mut fs, files) = populated();
-    let first = fs.store().used_segments()[0].0;
+    let first = fs.store().used_segments()[0].logical;
     // A page, the next of its group (p = 1) and the same page of the next block (s = 1).
     let p = pages_of(&mut fs, first, PageHealth::Data)[6].0;
     for q in [p, p + 1, p + 16] {
@@ -142,7 +142,7 @@ fn damage_beyond_the_redundancy_is_reported_and_the_pass_completes() {
 #[test]
 fn a_pass_interleaves_with_writes_and_the_cleaner() {
     let (mut fs, mut files) = populated();
-    let first = fs.store().used_segments()[0].0;
+    let first = fs.store().used_segments()[0].logical;
     let victim = pages_of(&mut fs, first, PageHealth::Data)[3];
     fs.store_mut().nand_mut().flip_bits(victim.0, 200).unwrap();
     let mut pass = fs.scrub_begin();
@@ -179,7 +179,7 @@ fn the_live_segment_is_healed_too() {
     fs.write(f.ino, 0, &data).unwrap();
     fs.sync().unwrap();
     let seg = fs.store().used_segments()[0];
-    let p = pages_of(&mut fs, seg.0, PageHealth::Data)[3];
+    let p = pages_of(&mut fs, seg.logical, PageHealth::Data)[3];
     fs.store_mut().nand_mut().flip_bits(p.0, 20).unwrap();
     let r = fs.scrub().unwrap();
     assert_eq!((r.repaired_by_group, r.segments_healed), (1, 1), "{r:?}");
@@ -199,7 +199,7 @@ fn the_live_segment_is_healed_too() {
 #[test]
 fn a_page_written_to_the_wrong_place_is_detected_and_repaired() {
     let (mut fs, files) = populated();
-    let segments: Vec<u64> = fs.store().used_segments().iter().map(|u| u.0).collect();
+    let segments: Vec<u64> = fs.store().used_segments().iter().map(|u| u.logical).collect();
     let first = pages_of(&mut fs, segments[0], PageHealth::Data);
     let second = pages_of(&mut fs, segments[1], PageHealth::Data);
     let block_of = |p: &PageAddr| p.0 / 16;

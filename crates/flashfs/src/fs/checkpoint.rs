@@ -249,9 +249,9 @@ impl<N: Nand> Fs<N> {
         let table = self.store.used_segments();
         v.put_u32(TABLE_MAGIC);
         v.put_u32(table.len() as u32);
-        for (logical, phys) in table {
-            v.put_u64(logical);
-            v.put_u32(phys);
+        for u in table {
+            v.put_u64(u.logical);
+            v.put_u32(u.physical);
         }
         v.put_u32(MAPS_MAGIC);
         v.put_u32(self.index.maps.len() as u32);
@@ -419,7 +419,7 @@ impl<N: Nand> Fs<N> {
 
     pub(crate) fn segment_logical(&self, addr: PageAddr) -> Option<u64> {
         let phys = self.store.segment_of(addr)?;
-        self.store.used_segments().iter().find(|u| u.1 == phys).map(|u| u.0)
+        self.store.used_segments().iter().find(|u| u.physical == phys).map(|u| u.logical)
     }
 
     /// The page a new segment starts with: where the newest checkpoint is.

@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use bitmend_media::nand::Nand;
 
 use super::Fs;
-use crate::store::PageAddr;
+use crate::store::{PageAddr, Segment};
 use crate::FsError;
 
 /// Free segments below which the cleaner runs (room to move a segment's data and write a
@@ -72,14 +72,16 @@ impl<N: Nand> Fs<N> {
     }
 
     /// Segments the cleaner may empty: older than the mount checkpoint's segment, not live.
-    fn candidates(&self) -> Vec<(u64, u32)> {
+    fn candidates(&self) -> Vec<Segment> {
         let Some(m) = self.cp.mount_from else { return vec![] };
-        let live = self.store.live_segment().map(|l| l.0);
+        let live = self.store.live_segment().map(|l| l.physical);
         self.store
             .used_segments()
             .into_iter()
-            .filter(|&(logical, phys)| {
-                logical < m.segment && Some(phys) != live && !self.cleaner.pinned.contains(&phys)
+            .filter(|u| {
+                u.logical < m.segment
+                    && Some(u.physical) != live
+                    && !self.cleaner.pinned.contains(&u.physical)
             })
             .collect()
     }
@@ -109,13 +111,13 @@ impl<N: Nand> Fs<N> {
             }
             let live = &self.index.usage;
             let capacity = self.segment_capacity() as f64;
-            let newest = self.store.used_segments().iter().map(|u| u.0).max().unwrap_or(0);
+            let newest = self.store.used_segments().iter().map(|u| u.logical).max().unwrap_or(0);
             let mut ranked: Vec<(f64, u32, f64)> = cands
                 .iter()
-                .map(|&(logical, phys)| {
-                    let u = (*live.get(&phys).unwrap_or(&0) as f64 / capacity).min(1.0);
-                    let age = (newest - logical + 1) as f64;
-                    ((1.0 - u) * age / (1.0 + u), phys, u)
+                .map(|c| {
+                    let u = (*live.get(&c.physical).unwrap_or(&0) as f64 / capacity).min(1.0);
+                    let age = (newest - c.logical + 1) as f64;
+                    ((1.0 - u) * age / (1.0 + u), c.physical, u)
                 })
                 .filter(|r| r.0 > 0.0)
                 .collect();
@@ -170,13 +172,13 @@ impl<N: Nand> Fs<N> {
         }
         self.cleaner.running = true;
         let r = (|| {
-            let eligible = |fs: &Self, phys: u32| fs.candidates().iter().any(|c| c.1 == phys);
+            let eligible = |fs: &Self, phys: u32| fs.candidates().iter().any(|c| c.physical == phys);
             // Twice at most: the segment the first checkpoint lands in (the live one) is the
             // one mount would start from, so it becomes eligible only after a second.
             for _ in 0..2 {
-                let waiting = damaged
-                    .iter()
-                    .any(|&p| self.store.used_segments().iter().any(|u| u.1 == p) && !eligible(self, p));
+                let waiting = damaged.iter().any(|&p| {
+                    self.store.used_segments().iter().any(|u| u.physical == p) && !eligible(self, p)
+                });
                 // Finishing segments early spends free ones: not when the cleaner needs them.
                 if !waiting || self.store.free_segments() < self.cleaner_reserve() + 2 {
                     break;
@@ -200,13 +202,13 @@ impl<N: Nand> Fs<N> {
     /// Static wear leveling: a candidate whose blocks were erased [`WEAR_GAP`] times fewer
     /// than the most worn segment's holds cold data; moving it lets its blocks take their
     /// share of erases (cost-benefit alone never picks a segment full of live data).
-    fn wear_victim(&self, cands: &[(u64, u32)]) -> Result<Option<u32>, FsError> {
+    fn wear_victim(&self, cands: &[Segment]) -> Result<Option<u32>, FsError> {
         let mut most = 0;
         for phys in 0..self.store.segments() {
             most = most.max(self.store.segment_wear(phys)?);
         }
         let mut coldest: Option<(u32, u32)> = None;
-        for &(_, phys) in cands {
+        for phys in cands.iter().map(|c| c.physical) {
             let w = self.store.segment_wear(phys)?;
             if w + WEAR_GAP < most && coldest.is_none_or(|c| w < c.0) {
                 coldest = Some((w, phys));
@@ -305,7 +307,7 @@ impl<N: Nand> Fs<N> {
     /// the index chunks whose map node is there, so that the next checkpoint does. Returns
     /// whether every live page could be read, and whether a map node that matters is there.
     fn move_out(&mut self, phys: u32) -> Result<(bool, bool), FsError> {
-        if !self.store.used_segments().iter().any(|u| u.1 == phys) {
+        if !self.store.used_segments().iter().any(|u| u.physical == phys) {
             return Ok((true, false));
         }
         // The usage table says whether anything in it is live: a segment with nothing

@@ -10,7 +10,7 @@ use bitmend_media::nand::Nand;
 use super::scan::{Assembler, Partial};
 use super::{Fs, FsOptions, Inode, Loc, ROOT};
 use crate::fs::node::{self, NodeKind, CODEC_FLAGS};
-use crate::store::{PageStore, Repaired};
+use crate::store::{PageStore, Repaired, Segment};
 use crate::{FsError, StoreMountReport};
 
 /// What mounting found.
@@ -62,7 +62,7 @@ impl<N: Nand> Fs<N> {
         // (or from the beginning).
         let start = match (anchored, fs.store.live_segment()) {
             (Some(c), _) => Some(super::checkpoint::CkptAt { page: c.page, segment: c.segment }),
-            (None, Some((phys, _))) => match fs.store.first_page_of(phys)? {
+            (None, Some(live)) => match fs.store.first_page_of(live.physical)? {
                 Some(first) => {
                     let mut page = vec![0u8; fs.page.buf.len()];
                     match fs.store.read(first, &mut page) {
@@ -80,7 +80,7 @@ impl<N: Nand> Fs<N> {
         // back to the one the segment names.
         let mut candidates = Vec::new();
         // (With an anchor, a newer checkpoint, whose anchor was cut, is replayed as a node.)
-        if let (Some(page), Some((_, live)), None) =
+        if let (Some(page), Some(Segment { logical: live, .. }), None) =
             (fs.store.last_marked(), fs.store.live_segment(), anchored)
         {
             if start.map(|c| c.page) != Some(page.0) {

@@ -69,7 +69,7 @@ impl<N: Nand> Fs<N> {
     /// Starts a pass over the segments in use now (segments opened later are younger than
     /// the pass and written with fresh parity).
     pub fn scrub_begin(&self) -> ScrubPass {
-        let mut todo: Vec<u64> = self.store.used_segments().iter().map(|u| u.0).collect();
+        let mut todo: Vec<u64> = self.store.used_segments().iter().map(|u| u.logical).collect();
         todo.reverse(); // popped from the end: oldest first
         let report = ScrubReport { segments_total: todo.len() as u64, ..ScrubReport::default() };
         ScrubPass { todo, repaired: HashSet::new(), damaged: Vec::new(), report }
@@ -181,7 +181,7 @@ impl<N: Nand> Fs<N> {
     /// with a damaged page. Pages whose spare does not decode are left to the full pass.
     pub fn scrub_quick(&mut self) -> Result<QuickScrubReport, FsError> {
         let mut r = QuickScrubReport::default();
-        for (_, phys) in self.store.used_segments() {
+        for phys in self.store.used_segments().into_iter().map(|u| u.physical) {
             let c = self.store.check_signatures(phys)?;
             r.segments_checked += 1;
             if c.mismatched() {

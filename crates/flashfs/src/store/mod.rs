@@ -24,6 +24,15 @@ pub use sigcheck::SigCheck;
 
 use layout::{FsConfig, Kind, Layout, Spare, Superblock, RESERVED_BLOCKS};
 
+/// A segment in use: its logical number (how many segments were opened before it: the log's
+/// order) and the physical segment it occupies on the chip. Named fields, not a tuple: the two
+/// numbers are easy to swap and both look like a segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Segment {
+    pub logical: u64,
+    pub physical: u32,
+}
+
 /// A page on the chip, as the store hands it out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PageAddr(pub u32);
@@ -602,13 +611,13 @@ impl<N: Nand> PageStore<N> {
     }
 
     /// Segments holding pages, as (logical, physical), oldest first.
-    pub fn used_segments(&self) -> Vec<(u64, u32)> {
-        self.w.used.clone()
+    pub fn used_segments(&self) -> Vec<Segment> {
+        self.w.used.iter().map(|&(logical, physical)| Segment { logical, physical }).collect()
     }
 
     /// The segment being written, as (physical, logical).
-    pub fn live_segment(&self) -> Option<(u32, u64)> {
-        self.w.seg
+    pub fn live_segment(&self) -> Option<Segment> {
+        self.w.seg.map(|(physical, logical)| Segment { logical, physical })
     }
 
     /// The most erases any block of physical segment `phys` has had.
