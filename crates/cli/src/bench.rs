@@ -1,5 +1,6 @@
 //! `bitmend bench`.
 
+use crate::error::CliError;
 use std::io::Write;
 
 use bitmend_bench::{harness, Options, Row};
@@ -39,11 +40,11 @@ enum Suite {
     Nvlog,
 }
 
-pub fn run(args: BenchArgs) -> Result<(), String> {
+pub fn run(args: BenchArgs) -> Result<(), CliError> {
     let mut opts = if args.quick { Options::quick() } else { Options::full() };
     if let Some(s) = args.samples {
         if s == 0 {
-            return Err("--samples must be at least 1".into());
+            return Err(CliError::Usage("--samples must be at least 1".into()));
         }
         opts.samples = s;
     }
@@ -73,7 +74,11 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         Suite::Corpus => {
             let dir = match args.corpus.or_else(bitmend_bench::corpus::default_corpus) {
                 Some(d) => d,
-                None => return Err("no corpus: give --corpus DIR (no /usr/lib/python3.N here)".into()),
+                None => {
+                    return Err(CliError::Usage(
+                        "no corpus: give --corpus DIR (no /usr/lib/python3.N here)".into(),
+                    ))
+                }
             };
             if !json {
                 eprintln!(

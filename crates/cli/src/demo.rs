@@ -1,5 +1,6 @@
 //! `bitmend demo`: the flash file system meeting the faults it was built for, narrated.
 
+use crate::error::CliError;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -29,39 +30,35 @@ fn text(r: &mut Rng, len: usize) -> Vec<u8> {
     v
 }
 
-fn e(x: impl std::fmt::Display) -> String {
-    x.to_string()
-}
-
-pub fn run(a: &DemoArgs) -> Result<(), String> {
+pub fn run(a: &DemoArgs) -> Result<(), CliError> {
     let temp = a.image.is_none();
     let path = a
         .image
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join(format!("bitmend-demo-{}.img", std::process::id())));
     let _ = std::fs::remove_file(&path);
-    let g = Geometry::new(2048, 64, 64, 256).map_err(e)?;
+    let g = Geometry::new(2048, 64, 64, 256)?;
     let opts = FsOptions::default();
     let mut r = Rng::new(a.seed);
 
     println!("1. mkfs: {} ({g}), 1 parity page per group, 1 parity block per segment", path.display());
-    let mut fs = Fs::format(FileNand::create(&path, g).map_err(e)?, FsConfig::default(), opts).map_err(e)?;
+    let mut fs = Fs::format(FileNand::create(&path, g)?, FsConfig::default(), opts)?;
     let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     for d in 0..6 {
-        let dir = fs.mkdir(ROOT, format!("dir{d}").as_bytes(), 0o755, 0, 0).map_err(e)?;
+        let dir = fs.mkdir(ROOT, format!("dir{d}").as_bytes(), 0o755, 0, 0)?;
         for f in 0..30 {
             let len = 200 + r.below(12_000) as usize;
             let body = text(&mut r, len);
-            let ino = fs.create(dir.ino, format!("file{f}.txt").as_bytes(), 0o644, 0, 0).map_err(e)?.ino;
-            fs.write(ino, 0, &body).map_err(e)?;
+            let ino = fs.create(dir.ino, format!("file{f}.txt").as_bytes(), 0o644, 0, 0)?.ino;
+            fs.write(ino, 0, &body)?;
             files.insert(format!("dir{d}/file{f}.txt"), body);
         }
         eprint!("\r   writing: {}/180 files", (d + 1) * 30);
     }
     eprintln!();
-    let nand = fs.unmount().map_err(e)?;
+    let nand = fs.unmount()?;
     let (logical, stored) = {
-        let (fs, _) = Fs::open(nand, opts).map_err(e)?;
+        let (fs, _) = Fs::open(nand, opts)?;
         let s = fs.data_space();
         drop(fs);
         s
@@ -74,13 +71,13 @@ pub fn run(a: &DemoArgs) -> Result<(), String> {
     );
 
     // Faults, through the chip.
-    let mut nand = FaultyNand::new(FileNand::open(&path).map_err(e)?, a.seed);
+    let mut nand = FaultyNand::new(FileNand::open(&path)?, a.seed);
     inject_faults(&mut nand, g, opts)?;
 
     // A power cut in the middle of more writing.
     let written_after = cut_power_while_writing(&mut nand, opts, &mut r)?;
 
-    let (mut fs, rep) = Fs::open(&mut nand, opts).map_err(e)?;
+    let (mut fs, rep) = Fs::open(&mut nand, opts)?;
     println!(
         "5. remounted: {} pages replayed{}, {} page(s) with unreadable spares (torn or damaged), {} repaired on the way",
         rep.pages,
@@ -100,7 +97,7 @@ pub fn run(a: &DemoArgs) -> Result<(), String> {
     );
     let ok = verify(&mut fs, &files)?;
     println!("7. verified every byte of the {ok} files written before the faults; {written_after} files synced after them");
-    fs.unmount().map_err(e)?;
+    fs.unmount()?;
     if temp {
         let _ = std::fs::remove_file(&path);
     }
@@ -108,16 +105,16 @@ pub fn run(a: &DemoArgs) -> Result<(), String> {
         println!("   result: every fault corrected, nothing lost");
         Ok(())
     } else {
-        Err(format!("not clean: {:?}", check.problems))
+        Err(format!("not clean: {:?}", check.problems).into())
     }
 }
 
 /// One damaged page per erase block (one lost, five with 1 to 4000 flipped bits), so that
 /// each is within the configured redundancy.
-fn inject_faults(nand: &mut FaultyNand<FileNand>, g: Geometry, opts: FsOptions) -> Result<(), String> {
+fn inject_faults(nand: &mut FaultyNand<FileNand>, g: Geometry, opts: FsOptions) -> Result<(), CliError> {
     let (store_pages, _) = {
-        let (mut fs, _) = Fs::open(&mut *nand, opts).map_err(e)?;
-        let pages = fs.store_mut().log_pages(0, None).map_err(e)?;
+        let (mut fs, _) = Fs::open(&mut *nand, opts)?;
+        let pages = fs.store_mut().log_pages(0, None)?;
         (pages, ())
     };
     let mut by_block: BTreeMap<u32, u32> = BTreeMap::new();
@@ -127,9 +124,9 @@ fn inject_faults(nand: &mut FaultyNand<FileNand>, g: Geometry, opts: FsOptions) 
     let targets: Vec<u32> = by_block.values().copied().take(6).collect();
     for (i, &p) in targets.iter().enumerate() {
         if i == 0 {
-            nand.lose_page(p).map_err(e)?;
+            nand.lose_page(p)?;
         } else {
-            nand.flip_bits(p, [1, 10, 100, 1000, 4000][i - 1]).map_err(e)?;
+            nand.flip_bits(p, [1, 10, 100, 1000, 4000][i - 1])?;
         }
     }
     for f in nand.faults() {
@@ -150,10 +147,10 @@ fn cut_power_while_writing(
     nand: &mut FaultyNand<FileNand>,
     opts: FsOptions,
     r: &mut Rng,
-) -> Result<u32, String> {
+) -> Result<u32, CliError> {
     let ops = nand.ops();
     nand.cut_power_at(ops + 25);
-    let mut fs = Fs::open(&mut *nand, opts).map_err(e)?.0;
+    let mut fs = Fs::open(&mut *nand, opts)?.0;
     let mut written_after = 0;
     let cut = loop {
         let ino = match fs.create(ROOT, format!("late{written_after}").as_bytes(), 0o644, 0, 0) {
@@ -180,15 +177,15 @@ fn cut_power_while_writing(
 fn verify<N: bitmend_media::nand::Nand>(
     fs: &mut Fs<N>,
     files: &BTreeMap<String, Vec<u8>>,
-) -> Result<usize, String> {
+) -> Result<usize, CliError> {
     let mut ok = 0;
     for (name, body) in files {
         let (d, f) = name.split_once('/').expect("dir/file");
-        let dir = fs.lookup(ROOT, d.as_bytes()).map_err(e)?;
-        let ino = fs.lookup(dir.ino, f.as_bytes()).map_err(e)?.ino;
-        let got = fs.read(ino, 0, body.len() + 1).map_err(e)?;
+        let dir = fs.lookup(ROOT, d.as_bytes())?;
+        let ino = fs.lookup(dir.ino, f.as_bytes())?.ino;
+        let got = fs.read(ino, 0, body.len() + 1)?;
         if &got != body {
-            return Err(format!("{name}: WRONG BYTES"));
+            return Err(format!("{name}: WRONG BYTES").into());
         }
         ok += 1;
     }

@@ -1,5 +1,6 @@
 //! `bitmend mkfs`, `mount`, `fsck`, `scrub`, `stat`: the flash file system on a NAND image.
 
+use crate::error::{CliError, EXIT_PROBLEMS};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -72,43 +73,45 @@ pub(crate) fn err(e: impl std::fmt::Display) -> String {
 
 /// Opens an image for a command that needs it unmounted; if it is mounted, says where and
 /// what to do instead.
-pub(crate) fn open_image(image: &Path) -> Result<FileNand, String> {
+pub(crate) fn open_image(image: &Path) -> Result<FileNand, CliError> {
     // A mountpoint given where an image is wanted: say which image is mounted there.
     if image.is_dir() {
-        return Err(match crate::mounted::bitmend_mount(image).ok().and_then(|m| m.image()) {
-            Some(img) => format!(
-                "{}: a mounted bitmend file system (image {}); this command takes an unmounted image: \
+        return Err(CliError::Target(
+            match crate::mounted::bitmend_mount(image).ok().and_then(|m| m.image()) {
+                Some(img) => format!(
+                    "{}: a mounted bitmend file system (image {}); this command takes an unmounted image: \
                  unmount it first (bitmend umount {}), or scrub it mounted: bitmend scrub {}",
-                image.display(),
-                img.display(),
-                image.display(),
-                image.display()
-            ),
-            None => format!("{}: a directory, not a NAND image file", image.display()),
-        });
+                    image.display(),
+                    img.display(),
+                    image.display(),
+                    image.display()
+                ),
+                None => format!("{}: a directory, not a NAND image file", image.display()),
+            },
+        ));
     }
     FileNand::open(image).map_err(|e| match (&e, crate::mounted::mounted_at(image)) {
-        (bitmend_media::nand::NandError::Locked { .. }, Some(at)) => format!(
+        (bitmend_media::nand::NandError::Locked { .. }, Some(at)) => CliError::Target(format!(
             "{}: mounted at {at}; unmount it first (bitmend umount {at}), or scrub it mounted: bitmend scrub {at}",
             image.display(),
             at = at.display()
-        ),
-        _ => e.to_string(),
+        )),
+        _ => CliError::Nand(e),
     })
 }
 
-pub fn mkfs(a: &MkfsArgs) -> Result<(), String> {
+pub fn mkfs(a: &MkfsArgs) -> Result<(), CliError> {
     let g = a.geometry.geometry()?;
     if a.force && a.image.exists() {
         // A mounted image is live: replacing it under its daemon destroys what it holds,
         // fsync'd data included.
         if let Err(bitmend_media::nand::NandError::Locked { .. }) = FileNand::open(&a.image) {
             let why = open_image(&a.image).err();
-            return Err(why.unwrap_or_else(|| format!("{}: in use", a.image.display())));
+            return Err(why.unwrap_or_else(|| CliError::Target(format!("{}: in use", a.image.display()))));
         }
         std::fs::remove_file(&a.image).map_err(|e| format!("{}: {e}", a.image.display()))?;
     }
-    let nand = FileNand::create(&a.image, g).map_err(err)?;
+    let nand = FileNand::create(&a.image, g)?;
     let made = Fs::format(nand, a.config(), a.compress.options()).and_then(|fs| {
         let (total, _) = fs.statfs();
         fs.unmount().map(|_| total)
@@ -191,7 +194,7 @@ extern "C" fn on_signal(_: libc::c_int) {
 
 /// Runs the mount in a child, in the foreground there, and returns once it is mounted (or
 /// says why the child exited first).
-fn spawn_daemon(a: &MountArgs) -> Result<(), String> {
+fn spawn_daemon(a: &MountArgs) -> Result<(), CliError> {
     let exe = std::env::current_exe().map_err(err)?;
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("mount").arg(&a.image).arg(&a.mountpoint).arg("--foreground");
@@ -237,18 +240,19 @@ fn spawn_daemon(a: &MountArgs) -> Result<(), String> {
             return Err(format!(
                 "the mount exited ({status}) before mounting: {}",
                 said.trim().trim_start_matches("bitmend: ")
-            ));
+            )
+            .into());
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     Err("the mount did not appear within 10 s".into())
 }
 
-pub fn mount(a: &MountArgs) -> Result<(), String> {
-    crate::units::parse_duration(&a.scrub_every)?;
-    let commit_interval = crate::units::parse_duration(&a.commit_interval)?;
+pub fn mount(a: &MountArgs) -> Result<(), CliError> {
+    crate::units::parse_duration(&a.scrub_every).map_err(CliError::Usage)?;
+    let commit_interval = crate::units::parse_duration(&a.commit_interval).map_err(CliError::Usage)?;
     if a.index_chunks == 0 {
-        return Err("--index-chunks must be at least 1".into());
+        return Err(CliError::Usage("--index-chunks must be at least 1".into()));
     }
     if a.create && !a.image.exists() {
         let m = MkfsArgs {
@@ -273,7 +277,7 @@ pub fn mount(a: &MountArgs) -> Result<(), String> {
         node_pages: a.node_pages,
         ..FsOptions::default()
     };
-    let (mut fs, rep) = Fs::open(nand, opts).map_err(err)?;
+    let (mut fs, rep) = Fs::open(nand, opts)?;
     if let Some(c) = a.compress.map(|c| c.options().compression).or(fs.recorded_compression()) {
         fs.set_compression(c);
     }
@@ -305,7 +309,7 @@ pub fn mount(a: &MountArgs) -> Result<(), String> {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
     let schedule = crate::scrubber::Schedule {
-        every: crate::units::parse_duration(&a.scrub_every)?,
+        every: crate::units::parse_duration(&a.scrub_every).map_err(CliError::Usage)?,
         pause: Duration::from_millis(a.scrub_pause_ms),
     };
     let shared = crate::scrubber::share(fs, schedule);
@@ -339,12 +343,9 @@ pub struct CheckArgs {
     pub json: bool,
 }
 
-/// Exit status for problems found.
-pub const EXIT_PROBLEMS: u8 = 4;
-
-pub fn fsck(a: &CheckArgs) -> Result<u8, String> {
+pub fn fsck(a: &CheckArgs) -> Result<u8, CliError> {
     let nand = open_image(&a.image)?;
-    let (mut fs, rep) = Fs::open(nand, FsOptions::default()).map_err(err)?;
+    let (mut fs, rep) = Fs::open(nand, FsOptions::default())?;
     let tty = std::io::stderr().is_terminal() && !a.json;
     let c = fs.check_with_progress(true, &mut |done, total| {
         if tty {
@@ -415,14 +416,14 @@ pub fn fsck(a: &CheckArgs) -> Result<u8, String> {
         println!("  {}", if c.clean() { "clean" } else { "NOT clean" });
     }
     if a.repair {
-        fs.unmount().map_err(err)?;
+        fs.unmount()?;
     }
     Ok(if c.clean() { 0 } else { EXIT_PROBLEMS })
 }
 
 /// `bitmend stat MOUNTPOINT`: what the daemon of a mounted file system says through its
 /// control file (space, files, the index, lifetime health).
-fn stat_mounted(a: &StatArgs) -> Result<(), String> {
+fn stat_mounted(a: &StatArgs) -> Result<(), CliError> {
     let control = a.image.join(std::str::from_utf8(crate::scrubber::CONTROL_NAME).expect("ASCII"));
     let status = std::fs::read_to_string(&control)
         .map_err(|e| format!("{}: not a mounted bitmend file system ({e})", a.image.display()))?;
@@ -475,12 +476,12 @@ pub struct StatArgs {
     pub json: bool,
 }
 
-pub fn stat(a: &StatArgs) -> Result<(), String> {
+pub fn stat(a: &StatArgs) -> Result<(), CliError> {
     if a.image.is_dir() {
         return stat_mounted(a);
     }
     let nand = open_image(&a.image)?;
-    let (fs, rep) = Fs::open(nand, FsOptions::default()).map_err(err)?;
+    let (fs, rep) = Fs::open(nand, FsOptions::default())?;
     let (total, free) = fs.statfs();
     let (logical, stored) = fs.data_space();
     let ratio = if stored > 0 { logical as f64 / stored as f64 } else { 1.0 };

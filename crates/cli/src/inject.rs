@@ -1,5 +1,6 @@
 //! `bitmend inject`: damage an unmounted NAND image the way hardware does, and say exactly how.
 
+use crate::error::CliError;
 use std::path::PathBuf;
 
 use crate::json::json_str;
@@ -73,11 +74,11 @@ enum AreaArg {
 }
 
 /// Pages programmed since their block's last erase, in good blocks.
-fn programmed_pages(n: &FileNand) -> Result<Vec<u32>, String> {
+fn programmed_pages(n: &FileNand) -> Result<Vec<u32>, CliError> {
     let g = n.geometry();
     let mut v = Vec::new();
     for b in 0..g.blocks {
-        let st = n.block_state(b).map_err(|e| e.to_string())?;
+        let st = n.block_state(b)?;
         if !st.bad {
             v.extend((0..st.next_index).map(|i| g.first_page(b) + i));
         }
@@ -85,20 +86,22 @@ fn programmed_pages(n: &FileNand) -> Result<Vec<u32>, String> {
     Ok(v)
 }
 
-fn targets(n: &FileNand, page: Option<u32>, pages: u32, rng: &mut Rng) -> Result<Vec<u32>, String> {
+fn targets(n: &FileNand, page: Option<u32>, pages: u32, rng: &mut Rng) -> Result<Vec<u32>, CliError> {
     if let Some(p) = page {
-        n.geometry().check_page(p).map_err(|e| e.to_string())?;
+        n.geometry().check_page(p)?;
         return Ok(vec![p]);
     }
     let candidates = programmed_pages(n)?;
     if candidates.is_empty() {
-        return Err("the image has no programmed page to damage; name one with --page".into());
+        return Err(CliError::Target(
+            "the image has no programmed page to damage; name one with --page".into(),
+        ));
     }
     let k = (pages as usize).min(candidates.len());
     Ok(rng.distinct(k, candidates.len() as u64).into_iter().map(|i| candidates[i as usize]).collect())
 }
 
-pub fn run(args: InjectArgs) -> Result<(), String> {
+pub fn run(args: InjectArgs) -> Result<(), CliError> {
     let seed = args.seed.unwrap_or_else(|| {
         let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         t.as_nanos() as u64 ^ (std::process::id() as u64) << 32
@@ -110,7 +113,7 @@ pub fn run(args: InjectArgs) -> Result<(), String> {
             targets(&chip, *page, *pages, &mut pick)?
         }
         Fault::Bad { block } => {
-            chip.geometry().check_block(*block).map_err(|e| e.to_string())?;
+            chip.geometry().check_block(*block)?;
             vec![]
         }
         Fault::Misdirect { .. } => vec![],
@@ -124,18 +127,18 @@ pub fn run(args: InjectArgs) -> Result<(), String> {
                 AreaArg::Both => Area::Both,
             };
             for p in plan {
-                n.flip_bits_in(p, bits, area).map_err(|e| e.to_string())?;
+                n.flip_bits_in(p, bits, area)?;
             }
         }
         Fault::Lose { .. } => {
             for p in plan {
-                n.lose_page(p).map_err(|e| e.to_string())?;
+                n.lose_page(p)?;
             }
         }
-        Fault::Bad { block } => n.mark_bad(block).map_err(|e| e.to_string())?,
-        Fault::Misdirect { from, to } => n.misdirect(from, to).map_err(|e| e.to_string())?,
+        Fault::Bad { block } => n.mark_bad(block)?,
+        Fault::Misdirect { from, to } => n.misdirect(from, to)?,
     }
-    n.sync().map_err(|e| e.to_string())?;
+    n.sync()?;
     let g = n.geometry();
     let image = args.image.display().to_string();
     if let Fault::Bad { block } = args.fault {

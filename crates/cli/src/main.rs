@@ -4,6 +4,7 @@
 mod bench;
 mod commit;
 mod demo;
+mod error;
 mod fscmd;
 mod fuse;
 mod inject;
@@ -19,12 +20,15 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// The exit codes (`error.rs`), for `--help`.
+const EXIT_STATUS: &str = "Exit status: 0 done; 1 the work failed (I/O, a full or failing chip); \
+2 bad arguments or values; 3 the target cannot be used (missing, not a bitmend image, a newer \
+format, mounted); 4 fsck or scrub found problems left unrepaired; 5 data beyond repair stopped \
+the command. The message is on stderr.";
+
 /// Self-healing, crash-consistent storage for persistent memory and raw NAND flash.
-///
-/// Exit status: 0 success, 1 error (message on stderr), 2 bad usage, 4 problems found
-/// (fsck, scrub).
 #[derive(Parser, Debug)]
-#[command(name = "bitmend", version, about, long_about = None)]
+#[command(name = "bitmend", version, about, long_about = None, after_help = EXIT_STATUS)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -92,9 +96,11 @@ fn main() -> ExitCode {
         #[cfg(feature = "bench")]
         Command::Bench(args) => bench::run(args).map(|()| 0),
         #[cfg(not(feature = "bench"))]
-        Command::Bench { .. } => Err("this bitmend was built without the benchmarks: \
+        Command::Bench { .. } => Err(error::CliError::Usage(
+            "this bitmend was built without the benchmarks: \
              cargo install --path crates/cli --features bench (needs ISA-L, PMDK and libclang)"
-            .into()),
+                .into(),
+        )),
         Command::Media(args) => media::run(args).map(|()| 0),
         Command::Inject(args) => inject::run(args).map(|()| 0),
     };
@@ -102,7 +108,7 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("bitmend: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(e.exit_code())
         }
     }
 }

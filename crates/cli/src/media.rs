@@ -1,5 +1,6 @@
 //! `bitmend media`: create and describe raw NAND image files.
 
+use crate::error::CliError;
 use std::path::PathBuf;
 
 use crate::json::json_str;
@@ -43,10 +44,11 @@ pub struct GeometryArgs {
 }
 
 impl GeometryArgs {
-    pub fn geometry(&self) -> Result<Geometry, String> {
-        let page = u32::try_from(self.page).map_err(|_| "--page is too large".to_string())?;
-        let spare = u32::try_from(self.spare).map_err(|_| "--spare is too large".to_string())?;
-        Geometry::with_size(page, spare, self.block, self.size).map_err(|e| e.to_string())
+    pub fn geometry(&self) -> Result<Geometry, CliError> {
+        let usage = |why: String| CliError::Usage(why);
+        let page = u32::try_from(self.page).map_err(|_| usage("--page is too large".into()))?;
+        let spare = u32::try_from(self.spare).map_err(|_| usage("--spare is too large".into()))?;
+        Geometry::with_size(page, spare, self.block, self.size).map_err(|e| usage(e.to_string()))
     }
 }
 
@@ -67,11 +69,11 @@ struct InfoArgs {
     json: bool,
 }
 
-pub fn run(args: MediaArgs) -> Result<(), String> {
+pub fn run(args: MediaArgs) -> Result<(), CliError> {
     match args.command {
         MediaCommand::Create(a) => {
             let g = a.geometry.geometry()?;
-            FileNand::create(&a.image, g).map_err(|e| e.to_string())?;
+            FileNand::create(&a.image, g)?;
             println!("created {}: {g}", a.image.display());
             Ok(())
         }
@@ -90,11 +92,11 @@ pub struct Survey {
     pub empty_blocks: u32,
 }
 
-pub fn survey(n: &FileNand) -> Result<Survey, String> {
+pub fn survey(n: &FileNand) -> Result<Survey, CliError> {
     let g = n.geometry();
     let mut s = Survey { geometry: g, bad: vec![], erase_counts: vec![], used_pages: 0, empty_blocks: 0 };
     for b in 0..g.blocks {
-        let st = n.block_state(b).map_err(|e| e.to_string())?;
+        let st = n.block_state(b)?;
         if st.bad {
             s.bad.push(b);
         }
@@ -119,8 +121,8 @@ pub fn histogram(counts: &[u32], buckets: u32) -> Vec<(u32, u32, usize)> {
     out
 }
 
-fn info(path: &std::path::Path, json: bool) -> Result<(), String> {
-    let n = FileNand::open(path).map_err(|e| e.to_string())?;
+fn info(path: &std::path::Path, json: bool) -> Result<(), CliError> {
+    let n = FileNand::open(path)?;
     let s = survey(&n)?;
     let g = s.geometry;
     let hist = histogram(&s.erase_counts, 8);

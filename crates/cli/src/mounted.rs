@@ -1,6 +1,7 @@
 //! Mounted file systems: finding them in the mount table, and the commands that act on one
 //! through its daemon (`bitmend sync`, `bitmend umount`).
 
+use crate::error::CliError;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -83,16 +84,17 @@ pub fn is_mountpoint(mountpoint: &Path) -> bool {
 
 /// The bitmend mount at `mountpoint` (the mountpoint itself, not a path inside it), with a
 /// message that says what is there instead.
-pub fn bitmend_mount(mountpoint: &Path) -> Result<MountEntry, String> {
+pub fn bitmend_mount(mountpoint: &Path) -> Result<MountEntry, CliError> {
     let canon = std::fs::canonicalize(mountpoint).map_err(|e| format!("{}: {e}", mountpoint.display()))?;
     // The last entry wins: it is the one mounted on top.
     let entry = table().into_iter().rev().find(|e| e.mountpoint == canon);
     match entry {
         Some(e) if e.image().is_some() => Ok(e),
         Some(e) => {
-            Err(format!("{}: {} is mounted there, not a bitmend file system", mountpoint.display(), e.source))
+            Err(format!("{}: {} is mounted there, not a bitmend file system", mountpoint.display(), e.source)
+                .into())
         }
-        None => Err(format!("{}: not a mountpoint", mountpoint.display())),
+        None => Err(format!("{}: not a mountpoint", mountpoint.display()).into()),
     }
 }
 
@@ -104,17 +106,18 @@ pub struct SyncArgs {
 
 /// `bitmend sync MOUNTPOINT`: commits everything the daemon holds and returns once it is
 /// durable, or fails with why it is not.
-pub fn sync(a: &SyncArgs) -> Result<(), String> {
+pub fn sync(a: &SyncArgs) -> Result<(), CliError> {
     bitmend_mount(&a.mountpoint)?;
     let dir = std::fs::File::open(&a.mountpoint).map_err(|e| format!("{}: {e}", a.mountpoint.display()))?;
     // First what the kernel may hold for us (nothing today: the mount does not use the
     // kernel's write-back cache), then the daemon's own state, which `syncfs` never reaches.
     // SAFETY: syncfs on a descriptor we own; no memory is passed.
     if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
-        return Err(format!("{}: syncfs: {}", a.mountpoint.display(), std::io::Error::last_os_error()));
+        return Err(format!("{}: syncfs: {}", a.mountpoint.display(), std::io::Error::last_os_error()).into());
     }
     let control = a.mountpoint.join(std::str::from_utf8(CONTROL_NAME).expect("ASCII"));
-    std::fs::write(&control, "sync\n").map_err(|e| format!("{}: commit failed: {e}", a.mountpoint.display()))
+    std::fs::write(&control, "sync\n")
+        .map_err(|e| CliError::Failed(format!("{}: commit failed: {e}", a.mountpoint.display())))
 }
 
 #[derive(Args, Debug)]
@@ -128,7 +131,7 @@ pub struct UmountArgs {
 
 /// `bitmend umount MOUNTPOINT`: unmounts, then waits until the daemon has written everything
 /// out and let go of the image, so that the next command on the image finds it free.
-pub fn umount(a: &UmountArgs) -> Result<(), String> {
+pub fn umount(a: &UmountArgs) -> Result<(), CliError> {
     let entry = bitmend_mount(&a.mountpoint)?;
     let image = entry.image().expect("a bitmend mount");
     let out = Command::new("fusermount3")
@@ -138,7 +141,7 @@ pub fn umount(a: &UmountArgs) -> Result<(), String> {
         .map_err(|e| format!("fusermount3: {e} (install fuse3)"))?;
     if !out.status.success() {
         let said = String::from_utf8_lossy(&out.stderr);
-        return Err(format!("fusermount3 -u {}: {}", entry.mountpoint.display(), said.trim()));
+        return Err(format!("fusermount3 -u {}: {}", entry.mountpoint.display(), said.trim()).into());
     }
     let deadline = Instant::now() + Duration::from_secs(a.timeout);
     loop {
@@ -152,9 +155,10 @@ pub fn umount(a: &UmountArgs) -> Result<(), String> {
                     "unmounted, but the daemon still holds {} after {} s",
                     image.display(),
                     a.timeout
-                ))
+                )
+                .into())
             }
-            Err(e) => return Err(format!("unmounted; then {e}")),
+            Err(e) => return Err(format!("unmounted; then {e}").into()),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! `bitmend scrub IMAGE|MOUNTPOINT`: a scrub pass over an unmounted image, run here; or over a
 //! mounted file system, run by its daemon, requested and watched through the control file.
 
+use crate::error::CliError;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -9,7 +10,7 @@ use crate::json::{field, json_str, number, text_field};
 use bitmend_flashfs::{Fs, FsOptions, ScrubReport};
 use clap::Args;
 
-use crate::fscmd::{err, EXIT_PROBLEMS};
+use crate::error::EXIT_PROBLEMS;
 use crate::report::{
     health_json, quick_from_json, quick_json, quick_text, report_from_json, report_json, report_text, Quick,
 };
@@ -34,7 +35,7 @@ pub struct ScrubArgs {
     pub timeout: u64,
 }
 
-pub fn scrub(a: &ScrubArgs) -> Result<u8, String> {
+pub fn scrub(a: &ScrubArgs) -> Result<u8, CliError> {
     if a.quick {
         return quick(a);
     }
@@ -63,11 +64,11 @@ fn progress(tty: bool, r: &ScrubReport) {
 }
 
 /// An unmounted image: the pass runs here, and the image is written out after it.
-fn image(a: &ScrubArgs, tty: bool) -> Result<(ScrubReport, String), String> {
+fn image(a: &ScrubArgs, tty: bool) -> Result<(ScrubReport, String), CliError> {
     let nand = crate::fscmd::open_image(&a.target)?;
-    let (mut fs, mounted) = Fs::open(nand, FsOptions::default()).map_err(err)?;
+    let (mut fs, mounted) = Fs::open(nand, FsOptions::default())?;
     let mut pass = fs.scrub_begin();
-    while !fs.scrub_step(&mut pass).map_err(err)? {
+    while !fs.scrub_step(&mut pass)? {
         progress(tty, &pass.report());
     }
     progress(tty, &pass.report());
@@ -75,7 +76,7 @@ fn image(a: &ScrubArgs, tty: bool) -> Result<(ScrubReport, String), String> {
         eprintln!();
     }
     let health = health_json(&fs.health());
-    fs.unmount().map_err(err)?;
+    fs.unmount()?;
     // Opening the image already checked the superblock copies and rewrote what it could.
     let mut r = pass.report();
     r.superblocks_damaged += mounted.superblocks_damaged;
@@ -85,7 +86,7 @@ fn image(a: &ScrubArgs, tty: bool) -> Result<(ScrubReport, String), String> {
 
 /// `--quick`: run here on an image, or by the daemon of a mountpoint (the control file's
 /// `quick` returns once the pass is done).
-fn quick(a: &ScrubArgs) -> Result<u8, String> {
+fn quick(a: &ScrubArgs) -> Result<u8, CliError> {
     let q = if a.target.is_dir() {
         let control = control_file(a)?;
         std::fs::write(&control, "quick\n")
@@ -94,9 +95,9 @@ fn quick(a: &ScrubArgs) -> Result<u8, String> {
         quick_from_json(&status, "quick_")?
     } else {
         let nand = crate::fscmd::open_image(&a.target)?;
-        let (mut fs, _) = Fs::open(nand, FsOptions::default()).map_err(err)?;
-        let r = fs.scrub_quick().map_err(err)?;
-        fs.unmount().map_err(err)?;
+        let (mut fs, _) = Fs::open(nand, FsOptions::default())?;
+        let r = fs.scrub_quick()?;
+        fs.unmount()?;
         Quick::from(&r)
     };
     if a.json {
@@ -109,7 +110,7 @@ fn quick(a: &ScrubArgs) -> Result<u8, String> {
 }
 
 /// The control file of the mounted file system at `a.target`, or why it is not one.
-fn control_file(a: &ScrubArgs) -> Result<PathBuf, String> {
+fn control_file(a: &ScrubArgs) -> Result<PathBuf, CliError> {
     let control: PathBuf = a.target.join(std::str::from_utf8(CONTROL_NAME).expect("ASCII"));
     std::fs::metadata(&control).map_err(|e| {
         format!("{}: not a mounted bitmend file system ({}: {e})", a.target.display(), control.display())
@@ -118,7 +119,7 @@ fn control_file(a: &ScrubArgs) -> Result<PathBuf, String> {
 }
 
 /// A mounted file system: ask its daemon for a pass and follow it to the end.
-fn mounted(a: &ScrubArgs, tty: bool) -> Result<(ScrubReport, String), String> {
+fn mounted(a: &ScrubArgs, tty: bool) -> Result<(ScrubReport, String), CliError> {
     let control = control_file(a)?;
     let read = |p: &Path| std::fs::read_to_string(p);
     let before = read(&control).map_err(|e| format!("{}: {e}", control.display()))?;
@@ -138,7 +139,7 @@ fn mounted(a: &ScrubArgs, tty: bool) -> Result<(ScrubReport, String), String> {
                 if tty {
                     eprintln!();
                 }
-                return Err(format!("the scrub pass stopped: {error}"));
+                return Err(format!("the scrub pass stopped: {error}").into());
             }
             if report.done && idle {
                 if tty {
@@ -150,7 +151,7 @@ fn mounted(a: &ScrubArgs, tty: bool) -> Result<(ScrubReport, String), String> {
             }
         }
         if Instant::now() > deadline {
-            return Err(format!("the scrub pass did not finish within {} s", a.timeout));
+            return Err(format!("the scrub pass did not finish within {} s", a.timeout).into());
         }
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -86,32 +86,35 @@ fn inject_bad_then_info_lists_it() {
 
 #[test]
 fn clear_errors_for_missing_files_non_images_and_bad_arguments() {
-    let cases: Vec<(Vec<String>, &str)> = vec![
-        (vec!["media".into(), "info".into(), temp_path("absent.img")], "No such file"),
-        (vec!["media".into(), "info".into(), "/proc/self/status".into()], "not a bitmend NAND image"),
+    // Each with its exit code: 3 the target cannot be used, 2 a bad value.
+    let cases: Vec<(Vec<String>, &str, i32)> = vec![
+        (vec!["media".into(), "info".into(), temp_path("absent.img")], "No such file", 3),
+        (vec!["media".into(), "info".into(), "/proc/self/status".into()], "not a bitmend NAND image", 3),
         (
             vec!["media".into(), "create".into(), temp_path("odd.img"), "--size".into(), "1000".into()],
             "whole number",
+            2,
         ),
         (
             vec!["media".into(), "create".into(), temp_path("odd2.img"), "--page".into(), "3KiB".into()],
             "power of two",
+            2,
         ),
     ];
-    for (args, want) in cases {
+    for (args, want, code) in cases {
         let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
         let out = bitmend(&a);
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(out.status.code(), Some(code), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(want), "{args:?}: {err}");
     }
     let empty = temp_path("empty.img");
     create(&empty);
     let out = bitmend(&["inject", &empty, "flip"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3), "nothing to damage in the image");
     assert!(String::from_utf8_lossy(&out.stderr).contains("no programmed page"));
     let out = bitmend(&["inject", &empty, "bad", "--block", "64"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2), "a block past the chip is a bad value");
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
     std::fs::remove_file(&empty).unwrap();
 }
@@ -187,4 +190,32 @@ fn mkfs_refuses_an_image_the_host_has_no_room_for() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("the image needs 7") && err.contains("GiB free"), "{err}");
     assert!(!std::path::Path::new(&img).exists(), "the refused image was left behind");
+}
+
+/// The exit codes `bitmend --help` lists, each from the failure it names: 2 a bad value, 3 a
+/// target that is not a bitmend image, 4 problems fsck could not repair, 0 a clean check.
+#[test]
+fn exit_codes_tell_a_bad_value_a_wrong_target_and_damage_apart() {
+    let img = temp_path("codes.img");
+    let out = bitmend(&["demo", "--image", &img]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(bitmend(&["fsck", &img]).status.code(), Some(0));
+
+    let mnt = temp_path("codes-mnt");
+    let out = bitmend(&["mount", &img, &mnt, "--scrub-every", "5x"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("5x"));
+
+    for target in ["/proc/self/status".to_string(), temp_path("absent.img")] {
+        let out = bitmend(&["fsck", &target]);
+        assert_eq!(out.status.code(), Some(3), "{target}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    // 40 pages with 2000 flipped bits each (seed 7): more than parity repairs in some group.
+    let out = bitmend(&["inject", &img, "flip", "--pages", "40", "--bits", "2000", "--seed", "7"]);
+    assert!(out.status.success());
+    let out = bitmend(&["fsck", &img]);
+    assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("NOT clean"));
+    std::fs::remove_file(&img).unwrap();
 }
