@@ -89,7 +89,7 @@ impl Schedule {
 pub struct Campaign {
     /// Operations the workload takes uncut.
     pub ops: u64,
-    /// Runs cut short and checked.
+    /// Reboots checked: one per cut point, or `reboots` per cut point (see [`run_rebooting`]).
     pub cuts: u64,
 }
 
@@ -101,6 +101,21 @@ pub struct Campaign {
 pub fn run<M: PowerCut>(
     base: &M,
     schedule: Schedule,
+    work: impl FnMut(&mut M) -> bool,
+    check: impl FnMut(M, u64),
+) -> Campaign {
+    run_rebooting(base, schedule, 1, work, check)
+}
+
+/// As [`run`], with each cut rebooted `reboots` times, each a copy of the medium as the cut
+/// left it, rebooted with its own seed: on persistent memory, which lines a cache had written
+/// back differs from one reboot to the next, and one cut point tries several. The workload
+/// runs once per cut point, so state it recorded (what it acknowledged) holds for every
+/// reboot of that cut. Reboot `r` of the cut at operation `op` uses seed `op * reboots + r`.
+pub fn run_rebooting<M: PowerCut>(
+    base: &M,
+    schedule: Schedule,
+    reboots: u64,
     mut work: impl FnMut(&mut M) -> bool,
     mut check: impl FnMut(M, u64),
 ) -> Campaign {
@@ -114,9 +129,12 @@ pub fn run<M: PowerCut>(
         m.arm(start + op);
         let finished = work(&mut m);
         assert!(m.cut(), "cut at operation {op} of {total}: never struck (finished: {finished})");
-        m.reboot(op);
-        check(m, op);
-        campaign.cuts += 1;
+        for r in 0..reboots {
+            let mut copy = m.clone();
+            copy.reboot(op.wrapping_mul(reboots).wrapping_add(r));
+            check(copy, op);
+            campaign.cuts += 1;
+        }
     }
     campaign
 }

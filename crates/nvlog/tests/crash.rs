@@ -5,6 +5,9 @@
 
 mod common;
 
+use std::cell::RefCell;
+
+use bitmend_media::campaign::{self, Schedule};
 use bitmend_media::pmem::{CrashGranularity, CrashPoint, CrashRegion, RegionError};
 use bitmend_media::rng::Rng;
 use bitmend_nvlog::{LogError, NvLog};
@@ -21,47 +24,44 @@ fn formatted(m: usize, g: CrashGranularity) -> CrashRegion {
     NvLog::format(region, cfg).unwrap().into_region()
 }
 
-/// Runs the workload on a copy of `base` with a crash armed at `point`, crashes with
-/// `seed`, recovers, and checks. Returns whether the in-flight append survived whole.
-fn run_once(base: &CrashRegion, point: CrashPoint, seed: u64) -> bool {
-    let (mut log, _) = NvLog::open(base.clone()).unwrap();
-    log.region_mut().arm_crash(point);
-    let mut model = Model::default();
-    let r = workload(&mut log, &mut model, SEED, 0, RECORDS, MAX, KEEP);
+/// The workload: opens the log on `region` and appends (trimming as it goes) until the power
+/// fails or all [`RECORDS`] are in; `model` holds what was acknowledged. Whether it finished.
+fn append_all(region: &mut CrashRegion, model: &mut Model) -> bool {
+    *model = Model::default();
+    let Ok((mut log, _)) = NvLog::open(&mut *region) else { return false };
+    let r = workload(&mut log, model, SEED, 0, RECORDS, MAX, KEEP);
     assert!(
-        matches!(r, Err(LogError::Region(RegionError::PowerLost))),
-        "crash point {point:?} not reached: {r:?}"
+        matches!(r, Ok(()) | Err(LogError::Region(RegionError::PowerLost))),
+        "only the power cut may stop the workload: {r:?}"
     );
-    let mut region = log.into_region();
-    region.crash(seed);
-    let (mut log, rec) = NvLog::open(region).unwrap_or_else(|e| panic!("{point:?} seed {seed}: open: {e}"));
-    assert!(rec.unrecoverable.is_empty(), "{point:?}: {rec}");
+    r.is_ok()
+}
+
+/// After a crash: recovery finds every acknowledged record byte for byte, nothing else but
+/// possibly the append in flight (whole), and the log goes on working. Returns whether the
+/// in-flight append survived.
+fn recover_and_check(region: CrashRegion, acked_model: &Model, at: &str) -> bool {
+    let mut model = acked_model.clone();
+    let (mut log, rec) = NvLog::open(region).unwrap_or_else(|e| panic!("{at}: open: {e}"));
+    assert!(rec.unrecoverable.is_empty(), "{at}: {rec}");
     let head = log.head();
     let acked = model.live_from(head);
-    let got = log.records().unwrap_or_else(|e| panic!("{point:?} seed {seed}: replay: {e}"));
+    let got = log.records().unwrap_or_else(|e| panic!("{at}: replay: {e}"));
     assert!(
         got.len() == acked.len() || got.len() == acked.len() + 1,
-        "{point:?} seed {seed}: {} records, {} acked",
+        "{at}: {} records, {} acked",
         got.len(),
         acked.len()
     );
     for (g, (id, tag, data)) in got.iter().zip(&acked) {
-        assert_eq!(
-            (g.id, g.tag, &g.data),
-            (*id, *tag, data),
-            "{point:?} seed {seed}: acknowledged record lost or changed"
-        );
+        assert_eq!((g.id, g.tag, &g.data), (*id, *tag, data), "{at}: acknowledged record lost or changed");
     }
     let survived = got.len() > acked.len();
     if survived {
         // The append in flight made it whole: it is exactly what was being appended.
         let (tag, data) = payload(SEED, model.records.len() as u64, MAX);
         let extra = got.last().unwrap();
-        assert_eq!(
-            (extra.tag, &extra.data),
-            (tag, &data),
-            "{point:?} seed {seed}: a half-written record appeared"
-        );
+        assert_eq!((extra.tag, &extra.data), (tag, &data), "{at}: a half-written record appeared");
         model.records.push((extra.id, tag, data));
     }
     for (id, tag, data) in &acked {
@@ -75,33 +75,49 @@ fn run_once(base: &CrashRegion, point: CrashPoint, seed: u64) -> bool {
     survived
 }
 
-fn fences_in_workload(base: &CrashRegion) -> (u64, u64, u64, u64) {
-    let (mut log, _) = NvLog::open(base.clone()).unwrap();
-    let (f0, s0) = (log.region().fences(), log.region().stores());
+/// Runs the workload on a copy of `base` with a crash armed at store `at`, crashes with
+/// `seed`, recovers, and checks.
+fn crash_at_store(base: &CrashRegion, at: u64, seed: u64) {
+    let mut region = base.clone();
+    region.arm_crash(CrashPoint::Store(at));
     let mut model = Model::default();
-    workload(&mut log, &mut model, SEED, 0, RECORDS, MAX, KEEP).unwrap();
-    (f0, log.region().fences(), s0, log.region().stores())
+    assert!(!append_all(&mut region, &mut model), "store {at} not reached");
+    region.crash(seed);
+    recover_and_check(region, &model, &format!("store {at} seed {seed}"));
+}
+
+/// Stores the workload takes, from the formatted region on.
+fn stores_in_workload(base: &CrashRegion) -> (u64, u64) {
+    let mut region = base.clone();
+    let s0 = region.stores();
+    assert!(append_all(&mut region, &mut Model::default()));
+    (s0, region.stores())
 }
 
 #[test]
 fn crash_at_every_fence() {
-    let mut runs = 0;
-    let mut survived = 0;
+    let (mut reboots, mut survived) = (0, 0);
     for m in [0, 1, 2, 4] {
         for g in [CrashGranularity::Line, CrashGranularity::Word] {
             let base = formatted(m, g);
-            let (f0, f1, _, _) = fences_in_workload(&base);
-            assert!(f1 - f0 > RECORDS, "every append fences at least once");
-            for f in f0..f1 {
-                for seed in 0..2 {
-                    survived += run_once(&base, CrashPoint::Fence(f), f * 31 + seed) as u64;
-                    runs += 1;
-                }
-            }
+            let model = RefCell::new(Model::default());
+            // Two reboots per fence: which unpersisted lines a crash keeps differs.
+            let c = campaign::run_rebooting(
+                &base,
+                Schedule::Every,
+                2,
+                |region| append_all(region, &mut model.borrow_mut()),
+                |region, fence| {
+                    let at = format!("m={m} {g:?} fence {fence}");
+                    survived += recover_and_check(region, &model.borrow(), &at) as u64;
+                },
+            );
+            assert!(c.ops > RECORDS, "every append fences at least once: {c:?}");
+            reboots += c.cuts;
         }
     }
-    eprintln!("crash campaign: {runs} crashes at every fence, m=0,1,2,4, line and word loss; {survived} in-flight appends survived whole; 0 acknowledged records lost");
-    assert!(runs > 2000);
+    eprintln!("crash campaign: {reboots} crashes, two at every fence, m=0,1,2,4, line and word loss; {survived} in-flight appends survived whole; 0 acknowledged records lost");
+    assert!(reboots > 2000);
     assert!(survived > 0, "some crashes keep the in-flight append (its lines happened to be written back)");
 }
 
@@ -112,10 +128,9 @@ fn crash_at_random_stores() {
     for m in [1, 2, 4] {
         for g in [CrashGranularity::Line, CrashGranularity::Word] {
             let base = formatted(m, g);
-            let (_, _, s0, s1) = fences_in_workload(&base);
+            let (s0, s1) = stores_in_workload(&base);
             for _ in 0..150 {
-                let at = s0 + rng.below(s1 - s0);
-                run_once(&base, CrashPoint::Store(at), rng.next_u64());
+                crash_at_store(&base, s0 + rng.below(s1 - s0), rng.next_u64());
                 runs += 1;
             }
         }

@@ -134,35 +134,44 @@ pub trait Region: Send {
     }
 }
 
-impl<R: Region + ?Sized> Region for Box<R> {
-    fn len(&self) -> usize {
-        (**self).len()
-    }
-    fn bytes(&self) -> &[u8] {
-        (**self).bytes()
-    }
-    fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
-        (**self).write(offset, data)
-    }
-    fn update(&mut self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) -> Result<(), RegionError> {
-        (**self).update(offset, len, f)
-    }
-    fn flush(&mut self, offset: usize, len: usize) -> Result<(), RegionError> {
-        (**self).flush(offset, len)
-    }
-    fn write_streaming(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
-        (**self).write_streaming(offset, data)
-    }
-    fn fence(&mut self) -> Result<(), RegionError> {
-        (**self).fence()
-    }
-    fn line_writes(&self) -> &[u32] {
-        (**self).line_writes()
-    }
-    fn corrupt(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
-        (**self).corrupt(offset, data)
-    }
+/// A region behind a pointer is a region: boxed (chosen at run time), or borrowed (a log or a
+/// heap run on a region it does not own, as the power-cut campaigns run their workload on
+/// the harness's copy).
+macro_rules! forward_region {
+    ($($ty:ty),+) => {$(
+        impl<R: Region + ?Sized> Region for $ty {
+            fn len(&self) -> usize {
+                (**self).len()
+            }
+            fn bytes(&self) -> &[u8] {
+                (**self).bytes()
+            }
+            fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
+                (**self).write(offset, data)
+            }
+            fn update(&mut self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) -> Result<(), RegionError> {
+                (**self).update(offset, len, f)
+            }
+            fn flush(&mut self, offset: usize, len: usize) -> Result<(), RegionError> {
+                (**self).flush(offset, len)
+            }
+            fn write_streaming(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
+                (**self).write_streaming(offset, data)
+            }
+            fn fence(&mut self) -> Result<(), RegionError> {
+                (**self).fence()
+            }
+            fn line_writes(&self) -> &[u32] {
+                (**self).line_writes()
+            }
+            fn corrupt(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
+                (**self).corrupt(offset, data)
+            }
+        }
+    )+};
 }
+
+forward_region!(Box<R>, &mut R);
 
 /// Store counts per 64-byte line.
 #[derive(Clone, Debug)]
