@@ -137,13 +137,13 @@ impl<N: Nand> Fs<N> {
                 Ok(true) => {}
                 Ok(false) => continue,
                 Err(e) => {
-                    c.problems.push(format!("inode {}: index chunk {} unreadable: {e}", ck.0, ck.1));
+                    c.problems.push(format!("inode {}: index chunk {} unreadable: {e}", ck.ino, ck.chunk));
                     continue;
                 }
             }
             let keys: Vec<u64> = self.index.loaded[&ck].pages.keys().copied().collect();
             for index in keys {
-                let ino = ck.0;
+                let ino = ck.ino;
                 if done.is_multiple_of(256) {
                     progress(done, total);
                 }

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use bitmend_code::le::{Put, Reader};
 use bitmend_media::nand::Nand;
 
-use super::index::{MapAt, Totals};
+use super::index::{ChunkKey, MapAt, Totals};
 use super::rebuild::MapSummary;
 use super::{Fs, Health, Inode, Loc, PENDING};
 use crate::fs::node::{self, Frag, NodeKind, FLAG_LAST, FLAG_ZSTD, FRAG_HEADER};
@@ -83,7 +83,7 @@ pub(crate) struct State {
     pub segments: Option<Vec<(u64, u32)>>,
     /// Version 4: the index by chunk (the data section is then empty), the usage table and
     /// the totals.
-    pub maps: Option<BTreeMap<(u64, u64), MapAt>>,
+    pub maps: Option<BTreeMap<ChunkKey, MapAt>>,
     pub usage: HashMap<u32, u64>,
     pub totals: Totals,
 }
@@ -175,7 +175,7 @@ fn decode(b: &[u8]) -> Option<State> {
     if r.u32() == Some(MAPS_MAGIC) {
         let mut m = BTreeMap::new();
         for _ in 0..r.u32()? {
-            let key = (r.u64()?, r.u64()?);
+            let key = ChunkKey { ino: r.u64()?, chunk: r.u64()? };
             let version = r.u64()?;
             let n = r.u16()? as usize;
             let mut frags = Vec::with_capacity(n);
@@ -255,9 +255,9 @@ impl<N: Nand> Fs<N> {
         }
         v.put_u32(MAPS_MAGIC);
         v.put_u32(self.index.maps.len() as u32);
-        for (&(ino, chunk), m) in &self.index.maps {
-            v.put_u64(ino);
-            v.put_u64(chunk);
+        for (k, m) in &self.index.maps {
+            v.put_u64(k.ino);
+            v.put_u64(k.chunk);
             v.put_u64(m.version);
             v.put_u16(m.frags.len() as u16);
             for &(page, off, len) in &m.frags {

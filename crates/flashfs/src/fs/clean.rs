@@ -336,7 +336,7 @@ impl<N: Nand> Fs<N> {
                 Err(e) => return Err(e),
             }
         }
-        let in_victim: Vec<(u64, u64)> = self
+        let in_victim: Vec<super::index::ChunkKey> = self
             .index
             .maps
             .iter()

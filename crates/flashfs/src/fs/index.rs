@@ -82,16 +82,16 @@ pub(crate) struct Totals {
 pub(crate) struct Index {
     /// Every chunk's map node as the newest checkpoint refers to it (a chunk changed since
     /// keeps its old one here until the next checkpoint replaces it).
-    pub maps: BTreeMap<(u64, u64), MapAt>,
-    pub loaded: BTreeMap<(u64, u64), Chunk>,
+    pub maps: BTreeMap<ChunkKey, MapAt>,
+    pub loaded: BTreeMap<ChunkKey, Chunk>,
     /// Pages replayed at mount onto chunks whose map was not read (mount reads only the log):
     /// merged into the chunk when it is loaded, by version. Their bytes are counted already.
-    pub overlay: BTreeMap<(u64, u64), BTreeMap<u64, Loc>>,
+    pub overlay: BTreeMap<ChunkKey, BTreeMap<u64, Loc>>,
     /// Live bytes per physical segment.
     pub usage: HashMap<u32, u64>,
     pub totals: Totals,
     /// Map nodes with fragments in the page being filled.
-    pub buf_maps: Vec<(u64, u64)>,
+    pub buf_maps: Vec<ChunkKey>,
     pub tick: u64,
     /// A chunk whose map is beyond repair was dropped: its bytes are still counted in the
     /// usage table and the totals, which the next checkpoint recounts from the index.
@@ -100,13 +100,30 @@ pub(crate) struct Index {
     /// Chunks whose lost map was rebuilt from the data nodes.
     pub rebuilt: u64,
     /// Maps (chunk, version) found lost that could not be rebuilt (not tried again).
-    pub unrebuildable: HashSet<((u64, u64), u64)>,
+    pub unrebuildable: HashSet<(ChunkKey, u64)>,
     pub evictions: u64,
     pub maps_written: u64,
 }
 
-pub(crate) fn chunk_key(ino: u64, index: u64) -> (u64, u64) {
-    (ino, index / CHUNK_PAGES)
+/// A chunk of a file's index: [`CHUNK_PAGES`] logical pages of inode `ino`, the `chunk`-th.
+/// A struct where a logical page's key is an (ino, page index) pair, so that the two cannot
+/// be swapped unseen. Ordered by file, then chunk (a file's chunks are a range).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct ChunkKey {
+    pub ino: u64,
+    pub chunk: u64,
+}
+
+impl ChunkKey {
+    /// The first logical page the chunk maps.
+    pub fn first_page(self) -> u64 {
+        self.chunk.saturating_mul(CHUNK_PAGES)
+    }
+}
+
+/// The chunk that maps logical page `index` of `ino`.
+pub(crate) fn chunk_key(ino: u64, index: u64) -> ChunkKey {
+    ChunkKey { ino, chunk: index / CHUNK_PAGES }
 }
 
 fn frag_bytes(f: &(u32, u16, u16)) -> u64 {
@@ -115,17 +132,17 @@ fn frag_bytes(f: &(u32, u16, u16)) -> u64 {
 
 impl Index {
     /// Chunks of `ino` (on flash or only in RAM), in order.
-    pub fn chunks_of(&self, ino: u64) -> Vec<(u64, u64)> {
-        let range = (ino, 0)..=(ino, u64::MAX);
-        let mut keys: Vec<(u64, u64)> = self.maps.range(range.clone()).map(|(k, _)| *k).collect();
+    pub fn chunks_of(&self, ino: u64) -> Vec<ChunkKey> {
+        let range = ChunkKey { ino, chunk: 0 }..=ChunkKey { ino, chunk: u64::MAX };
+        let mut keys: Vec<ChunkKey> = self.maps.range(range.clone()).map(|(k, _)| *k).collect();
         keys.extend(self.loaded.range(range).map(|(k, _)| *k).filter(|k| !self.maps.contains_key(k)));
         keys.sort_unstable();
         keys
     }
 
     /// Every chunk.
-    pub fn all_chunks(&self) -> Vec<(u64, u64)> {
-        let mut keys: Vec<(u64, u64)> = self.maps.keys().copied().collect();
+    pub fn all_chunks(&self) -> Vec<ChunkKey> {
+        let mut keys: Vec<ChunkKey> = self.maps.keys().copied().collect();
         keys.extend(self.loaded.keys().filter(|k| !self.maps.contains_key(k)));
         keys.sort_unstable();
         keys
@@ -137,17 +154,17 @@ impl Index {
 
     /// Takes out of the chunks in RAM and the replayed overlays every page at or past
     /// `end(ino)`; returns them (for the caller to uncount).
-    pub fn trim_in_ram(&mut self, end: impl Fn(u64) -> u64) -> Vec<((u64, u64), Vec<Loc>)> {
+    pub fn trim_in_ram(&mut self, end: impl Fn(u64) -> u64) -> Vec<(ChunkKey, Vec<Loc>)> {
         let mut out = Vec::new();
         for (ck, c) in self.loaded.iter_mut() {
-            let cut = c.pages.split_off(&end(ck.0));
+            let cut = c.pages.split_off(&end(ck.ino));
             if !cut.is_empty() {
                 c.dirty = true;
                 out.push((*ck, cut.into_values().collect()));
             }
         }
         for (ck, o) in self.overlay.iter_mut() {
-            let cut = o.split_off(&end(ck.0));
+            let cut = o.split_off(&end(ck.ino));
             if !cut.is_empty() {
                 out.push((*ck, cut.into_values().collect()));
             }
@@ -170,11 +187,11 @@ impl Index {
 /// its index in the chunk, flags (codec bits, [`CRC_KNOWN`]), version, CRC-32C of the logical
 /// page, and fragments; all of it followed by the CRC-32C of what precedes (FORMAT.md section
 /// 8); zstd-compressed behind its own magic when that is smaller.
-fn encode_map(key: (u64, u64), pages: &BTreeMap<u64, Loc>) -> Vec<u8> {
+fn encode_map(key: ChunkKey, pages: &BTreeMap<u64, Loc>) -> Vec<u8> {
     let mut v = Vec::with_capacity(24 + pages.len() * 24);
     v.put_u32(MAP_MAGIC);
-    v.put_u64(key.0);
-    v.put_u64(key.1);
+    v.put_u64(key.ino);
+    v.put_u64(key.chunk);
     v.put_u16(pages.len() as u16);
     for (index, loc) in pages {
         v.put_u8((index % CHUNK_PAGES) as u8);
@@ -197,7 +214,7 @@ fn encode_map(key: (u64, u64), pages: &BTreeMap<u64, Loc>) -> Vec<u8> {
     v.put_u32(crc);
     // (A chunk number past any file offset, which only a test makes, is refused on reading.)
     debug_assert!(
-        key.1.checked_mul(CHUNK_PAGES).is_none() || decode_map(&v, key).as_ref() == Some(pages),
+        key.chunk.checked_mul(CHUNK_PAGES).is_none() || decode_map(&v, key).as_ref() == Some(pages),
         "a map reads back as written"
     );
     // Versions and flash pages rise from entry to entry: zstd takes about half away.
@@ -214,7 +231,7 @@ fn encode_map(key: (u64, u64), pages: &BTreeMap<u64, Loc>) -> Vec<u8> {
 }
 
 /// Decodes a map node's payload for chunk `key`; `None` for bytes that are not its map.
-fn decode_map(b: &[u8], key: (u64, u64)) -> Option<BTreeMap<u64, Loc>> {
+fn decode_map(b: &[u8], key: ChunkKey) -> Option<BTreeMap<u64, Loc>> {
     let plain;
     let mut head = Reader::new(b);
     let b = if head.u32()? == MAP_ZSTD_MAGIC {
@@ -233,7 +250,7 @@ fn decode_map(b: &[u8], key: (u64, u64)) -> Option<BTreeMap<u64, Loc>> {
         return None;
     }
     let mut r = Reader::new(body);
-    if r.u32()? != MAP_MAGIC || r.u64()? != key.0 || r.u64()? != key.1 {
+    if r.u32()? != MAP_MAGIC || r.u64()? != key.ino || r.u64()? != key.chunk {
         return None;
     }
     let mut pages = BTreeMap::new();
@@ -262,7 +279,7 @@ fn decode_map(b: &[u8], key: (u64, u64)) -> Option<BTreeMap<u64, Loc>> {
         }
         let crc = (flags & CRC_KNOWN != 0).then_some(crc);
         let loc = Loc { frags, codec: flags & CODEC_FLAGS, version, crc, slot, count };
-        pages.insert(key.1.checked_mul(CHUNK_PAGES)?.checked_add(at)?, loc);
+        pages.insert(key.chunk.checked_mul(CHUNK_PAGES)?.checked_add(at)?, loc);
     }
     Some(pages)
 }
@@ -308,7 +325,7 @@ impl<N: Nand> Fs<N> {
 
     /// Brings chunk `key` into RAM (reading its map node) and marks it used; false if the
     /// chunk does not exist. A map node beyond repair is an error (its pages read as EIO).
-    pub(crate) fn load_chunk(&mut self, key: (u64, u64)) -> Result<bool, FsError> {
+    pub(crate) fn load_chunk(&mut self, key: ChunkKey) -> Result<bool, FsError> {
         self.index.tick += 1;
         let tick = self.index.tick;
         if let Some(c) = self.index.loaded.get_mut(&key) {
@@ -353,7 +370,7 @@ impl<N: Nand> Fs<N> {
 
     /// Reads and decodes the map node of chunk `key` (and whether a flash page under it was
     /// repaired); `None` if it is beyond repair or is not the map the checkpoint summarized.
-    fn read_map(&mut self, key: (u64, u64), at: &MapAt) -> Result<Option<ReadMap>, FsError> {
+    fn read_map(&mut self, key: ChunkKey, at: &MapAt) -> Result<Option<ReadMap>, FsError> {
         let (payload, repaired) = match self.read_payload(&at.frags) {
             Ok(p) => p,
             Err(FsError::Unrecoverable { .. } | FsError::NotWritten { .. }) => return Ok(None),
@@ -378,13 +395,13 @@ impl<N: Nand> Fs<N> {
     }
 
     /// Drops the least recently used clean chunks once more than the bound are in RAM.
-    fn evict(&mut self, keep: (u64, u64)) {
+    fn evict(&mut self, keep: ChunkKey) {
         let limit = self.opts.index_chunks.max(1);
         let loaded = &self.index.loaded;
         if loaded.len() <= limit {
             return;
         }
-        let mut clean: Vec<(u64, (u64, u64))> = loaded
+        let mut clean: Vec<(u64, ChunkKey)> = loaded
             .iter()
             .filter(|(k, c)| !c.dirty && **k != keep && self.index.maps.contains_key(k))
             .map(|(k, c)| (c.used, *k))
@@ -492,8 +509,7 @@ impl<N: Nand> Fs<N> {
     ) -> Result<(), FsError> {
         let (from, end) = (range.start, range.end);
         for ck in self.index.chunks_of(ino) {
-            let (first, past) =
-                (ck.1.saturating_mul(CHUNK_PAGES), ck.1.saturating_add(1).saturating_mul(CHUNK_PAGES));
+            let (first, past) = (ck.first_page(), ck.chunk.saturating_add(1).saturating_mul(CHUNK_PAGES));
             if past <= from || first >= end {
                 continue;
             }
@@ -537,14 +553,14 @@ impl<N: Nand> Fs<N> {
     pub(crate) fn write_maps(&mut self) -> Result<(), FsError> {
         // Chunks with pages replayed beside their map: merged now (a map beyond repair keeps
         // its chunk unreadable, and its old map).
-        let replayed: Vec<(u64, u64)> = self.index.overlay.keys().copied().collect();
+        let replayed: Vec<ChunkKey> = self.index.overlay.keys().copied().collect();
         for ck in replayed {
             match self.load_chunk(ck) {
                 Ok(_) | Err(FsError::Unrecoverable { .. } | FsError::NotWritten { .. }) => {}
                 Err(e) => return Err(e),
             }
         }
-        let dirty: Vec<(u64, u64)> =
+        let dirty: Vec<ChunkKey> =
             self.index.loaded.iter().filter(|(_, c)| c.dirty).map(|(k, _)| *k).collect();
         for ck in dirty {
             let chunk = &self.index.loaded[&ck];
@@ -562,13 +578,20 @@ impl<N: Nand> Fs<N> {
             if let Some(old) = self.index.maps.insert(ck, MapAt { frags: Vec::new(), version, summary }) {
                 self.account(&old.frags, false);
             }
-            self.put_node(NodeKind::Map, 0, ck, version, &payload, super::write::Pending::Map(ck))?;
+            self.put_node(
+                NodeKind::Map,
+                0,
+                (ck.ino, ck.chunk),
+                version,
+                &payload,
+                super::write::Pending::Map(ck),
+            )?;
             self.index.maps_written += 1;
             if let Some(c) = self.index.loaded.get_mut(&ck) {
                 c.dirty = false;
             }
         }
-        self.evict((u64::MAX, u64::MAX));
+        self.evict(ChunkKey { ino: u64::MAX, chunk: u64::MAX });
         Ok(())
     }
 
@@ -631,7 +654,7 @@ impl<N: Nand> Fs<N> {
                 }
                 for (index, loc) in &self.index.loaded[&ck].pages {
                     if loc.frags.iter().any(|f| unreadable.contains(&f.0)) {
-                        keys.push((ck.0, *index));
+                        keys.push((ck.ino, *index));
                     }
                 }
             }
@@ -651,7 +674,7 @@ impl<N: Nand> Fs<N> {
             }
             for (index, loc) in &self.index.loaded[&ck].pages {
                 if loc.frags.iter().any(|f| self.store.segment_of(PageAddr(f.0)) == Some(phys)) {
-                    found.push((ck.0, *index));
+                    found.push((ck.ino, *index));
                 }
             }
         }
@@ -700,10 +723,14 @@ impl<N: Nand> Fs<N> {
 mod tests {
     use super::*;
 
-    fn chunk(key: (u64, u64), n: u64) -> BTreeMap<u64, Loc> {
+    fn ck(ino: u64, chunk: u64) -> ChunkKey {
+        ChunkKey { ino, chunk }
+    }
+
+    fn chunk(key: ChunkKey, n: u64) -> BTreeMap<u64, Loc> {
         (0..n)
             .map(|i| {
-                let index = key.1 * CHUNK_PAGES + i * 3 % CHUNK_PAGES;
+                let index = key.first_page() + i * 3 % CHUNK_PAGES;
                 let frags = vec![(100 + i as u32, 32 * i as u16, 900), (101 + i as u32, 0, 50)];
                 // Every third entry one of a node of several pages.
                 let (slot, count) = if i % 3 == 1 { ((i % 4) as u8, 4 + (i % 13) as u8) } else { (0, 1) };
@@ -716,7 +743,7 @@ mod tests {
     #[test]
     fn maps_round_trip_compressed_or_not_and_refuse_damage() {
         for n in [1, 5, 21] {
-            let key = (7, 3);
+            let key = ck(7, 3);
             let pages = chunk(key, n);
             let enc = encode_map(key, &pages);
             // The larger maps are worth compressing; a one-entry map is not.
@@ -725,7 +752,7 @@ mod tests {
             // Another chunk's map is refused; a changed byte is refused or (in a zstd frame
             // header field that does not change the output) decodes to the same map: never
             // to another one.
-            assert_eq!(decode_map(&enc, (7, 4)), None);
+            assert_eq!(decode_map(&enc, ck(7, 4)), None);
             let mut refused = 0;
             for at in 0..enc.len() {
                 let mut bad = enc.clone();
@@ -742,19 +769,19 @@ mod tests {
             );
         }
         // Hostile: a chunk number whose pages would overflow, a huge claimed length, noise.
-        let far = (1, u64::MAX);
+        let far = ck(1, u64::MAX);
         let mut one = BTreeMap::new();
         one.insert(0, Loc::single(vec![(1, 0, 1)], 0, 1, None));
         assert_eq!(decode_map(&encode_map(far, &one), far), None);
         let mut huge = MAP_ZSTD_MAGIC.to_le_bytes().to_vec();
         huge.extend_from_slice(&u32::MAX.to_le_bytes());
         huge.extend_from_slice(&[0u8; 64]);
-        assert_eq!(decode_map(&huge, (1, 1)), None);
+        assert_eq!(decode_map(&huge, ck(1, 1)), None);
         let mut rng = bitmend_media::rng::Rng::new(3);
         for len in 0..300 {
             let mut noise = vec![0u8; len];
             rng.fill(&mut noise);
-            assert_eq!(decode_map(&noise, (1, 1)), None);
+            assert_eq!(decode_map(&noise, ck(1, 1)), None);
         }
     }
 }

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use bitmend_media::nand::Nand;
 
-use super::index::{chunk_key, MapAt, CHUNK_PAGES};
+use super::index::{chunk_key, ChunkKey, MapAt, CHUNK_PAGES};
 use super::scan::{Assembler, Partial};
 use super::{Fs, Loc};
 use crate::fs::node::{NodeKind, CODEC_FLAGS};
@@ -52,7 +52,7 @@ impl<N: Nand> Fs<N> {
     /// before version 7) or the rebuild does not match it. Reads every data page written.
     pub(crate) fn rebuild_map(
         &mut self,
-        key: (u64, u64),
+        key: ChunkKey,
         at: &MapAt,
     ) -> Result<Option<BTreeMap<u64, Loc>>, FsError> {
         let Some(want) = at.summary else { return Ok(None) };
@@ -81,15 +81,15 @@ impl<N: Nand> Fs<N> {
 
 /// Takes data node `n` as the location of each page of chunk `key` it holds that the map
 /// had (`mask`), if it is older than the map (`below`) and newer than what was found so far.
-fn consider(found: &mut BTreeMap<u64, Loc>, n: &Partial, key: (u64, u64), below: u64, mask: u64) {
+fn consider(found: &mut BTreeMap<u64, Loc>, n: &Partial, key: ChunkKey, below: u64, mask: u64) {
     let h = &n.head;
-    if h.kind != NodeKind::Data || h.key != key.0 || h.version >= below {
+    if h.kind != NodeKind::Data || h.key != key.ino || h.version >= below {
         return;
     }
     let count = h.pages();
     for slot in 0..count {
         let index = h.key2.saturating_add(slot as u64);
-        if chunk_key(key.0, index) != key || mask & (1 << (index % CHUNK_PAGES)) == 0 {
+        if chunk_key(key.ino, index) != key || mask & (1 << (index % CHUNK_PAGES)) == 0 {
             continue;
         }
         if found.get(&index).is_some_and(|l: &Loc| l.version >= h.version) {

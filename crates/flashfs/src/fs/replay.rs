@@ -375,7 +375,7 @@ impl<N: Nand> Fs<N> {
         // the inode that would have grown it). Only chunks replay touched (in RAM, or pages
         // kept beside a map not yet read) can hold those: the others are as the checkpoint,
         // which was consistent, left them (a shrink replayed loaded what it cut).
-        let mut gone: Vec<u64> = self.index.all_chunks().iter().map(|k| k.0).collect();
+        let mut gone: Vec<u64> = self.index.all_chunks().iter().map(|k| k.ino).collect();
         gone.dedup();
         gone.retain(|ino| !self.ns.inodes.contains_key(ino));
         for ino in gone {
@@ -383,7 +383,7 @@ impl<N: Nand> Fs<N> {
         }
         let inodes = &self.ns.inodes;
         let end = |ino: u64| inodes.get(&ino).map_or(0, |i| i.attr.size.div_ceil(super::LOGICAL_PAGE as u64));
-        let past: Vec<((u64, u64), Vec<super::Loc>)> = self.index.trim_in_ram(end);
+        let past: Vec<(super::index::ChunkKey, Vec<super::Loc>)> = self.index.trim_in_ram(end);
         for (_, locs) in past {
             for l in locs {
                 self.count_loc(&l, false);

@@ -14,7 +14,7 @@ pub(crate) enum Pending {
     /// The locations of the logical pages of a data node: (ino, first page index), pages.
     Data((u64, u64), usize),
     /// A chunk's map node (ino, chunk).
-    Map((u64, u64)),
+    Map(super::index::ChunkKey),
 }
 
 /// File data and inodes changed but not yet written out.
