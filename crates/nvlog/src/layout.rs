@@ -213,6 +213,11 @@ impl Superblock {
         put_u64(&mut b, at::REGION_LEN, self.region_len);
         let sig = signer.sign(&b[..at::SIG]).to_u64();
         put_u64(&mut b, at::SIG, sig);
+        debug_assert_eq!(
+            Superblock::decode(&b, signer).ok(),
+            Some(*self),
+            "a superblock reads back as written"
+        );
         b
     }
 
@@ -281,6 +286,10 @@ impl SegmentHeader {
         let end = segment_at::crc(n);
         let crc = crc32c(&b[..end]);
         put_u32(&mut b, end, crc);
+        debug_assert!(
+            SegmentHeader::decode(&b, log_id, n, self.closed.max(1)).is_some_and(|h| h == *self),
+            "a segment header reads back as written"
+        );
         b
     }
 
@@ -318,6 +327,7 @@ impl HeadSlot {
         put_u64(&mut b, head_at::HEAD, self.head);
         let crc = crc32c(&b[..head_at::CRC]);
         put_u32(&mut b, head_at::CRC, crc);
+        debug_assert_eq!(HeadSlot::decode(&b, log_id), Some(*self), "a head slot reads back as written");
         b
     }
 

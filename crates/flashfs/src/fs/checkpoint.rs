@@ -303,7 +303,33 @@ impl<N: Nand> Fs<N> {
             v.put_u32(p.len() as u32);
             v.extend_from_slice(&p);
         }
+        debug_assert!(self.reads_back(&v), "a checkpoint reads back as the state it was made from");
         v
+    }
+
+    /// Whether checkpoint payload `v` decodes to this file system's state (the paired
+    /// assertion of `encode_state`, for debug builds).
+    fn reads_back(&self, v: &[u8]) -> bool {
+        let Some(s) = decode(v) else { return false };
+        let inodes_match = s.inodes.len() == self.ns.inodes.len()
+            && s.inodes.iter().all(|(ino, i)| {
+                self.ns.inodes.get(ino).is_some_and(|o| {
+                    (o.attr == i.attr && o.target == i.target && o.version == i.version)
+                        && (o.xattrs == i.xattrs && o.xattr_version == i.xattr_version)
+                })
+            });
+        let maps = s.maps.unwrap_or_default();
+        let maps_match = maps.len() == self.index.maps.len()
+            && maps.iter().all(|(k, m)| {
+                self.index.maps.get(k).is_some_and(|o| o.version == m.version && o.frags == m.frags)
+            });
+        inodes_match
+            && maps_match
+            && s.dirs.iter().all(|(d, e)| self.ns.dirs.get(d) == Some(e))
+            && self.ns.dirs.iter().all(|(d, e)| e.is_empty() || s.dirs.contains_key(d))
+            && s.next_ino == self.ns.next_ino
+            && s.totals == self.index.totals
+            && s.usage.iter().all(|(p, b)| self.index.usage.get(p) == Some(b))
     }
 
     /// Writes a checkpoint when the log since the last one has grown to

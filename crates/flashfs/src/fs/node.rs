@@ -187,6 +187,11 @@ pub(crate) fn encode_inode(a: &Attr, target: &[u8]) -> Vec<u8> {
     }
     le::put_u32(&mut v, inode_at::RDEV, a.rdev);
     v.extend_from_slice(target);
+    debug_assert_eq!(
+        decode_inode(a.ino, &v),
+        Some((a.clone(), target.to_vec())),
+        "an inode reads back as written"
+    );
     v
 }
 

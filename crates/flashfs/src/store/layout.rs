@@ -223,6 +223,14 @@ impl Spare {
         }
         let crc = spare_crc(&out[..n - 4], bind_to);
         le::put_u32(out, n - 4, crc);
+        debug_assert_eq!(
+            Spare::decode(out, bind_to.unwrap_or(0)),
+            Some(Spare {
+                queue: std::array::from_fn(|i| self.queue[i].filter(|_| queue_slot(i, n).is_some())),
+                ..*self
+            }),
+            "a spare reads back as written (successors past its room dropped)"
+        );
     }
 
     /// The spare read from chip page `at`: `None` for an erased spare, a torn one, garbage,
@@ -319,6 +327,7 @@ impl Anchor {
         }
         let crc = crc32c(&page[..anchor_at::CRC]);
         le::put_u32(page, anchor_at::CRC, crc);
+        debug_assert_eq!(Anchor::decode(fs_id, page), Some(*self), "an anchor reads back as written");
     }
 
     /// `None` unless the page is a whole anchor of file system `fs_id`.
@@ -404,6 +413,7 @@ impl Superblock {
         page[at::COMPRESSION] = self.compression;
         let crc = crc32c(&page[..at::CRC]);
         le::put_u32(page, at::CRC, crc);
+        debug_assert_eq!(Superblock::decode(page).ok(), Some(*self), "a superblock reads back as written");
     }
 
     pub fn decode(page: &[u8]) -> Result<Superblock, FsError> {
