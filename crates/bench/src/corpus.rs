@@ -61,7 +61,7 @@ fn load(dir: &Path, bytes: &mut u64, files: &mut u64) -> std::io::Result<Vec<Ent
     Ok(out)
 }
 
-fn copy(fs: &mut Fs<RamNand>, parent: u64, entries: &[Entry]) -> Result<(), String> {
+fn copy(fs: &mut Fs<RamNand>, parent: bitmend_flashfs::Ino, entries: &[Entry]) -> Result<(), String> {
     let e = |e: bitmend_flashfs::FsError| e.to_string();
     for entry in entries {
         match entry {

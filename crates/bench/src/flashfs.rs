@@ -610,7 +610,7 @@ pub fn postmark(opts: &Options, emit: &mut dyn FnMut(Row)) {
         let mut fs =
             Fs::format(RamNand::new(Geometry::RCFFS).expect("geometry"), FsConfig::default(), fsopts)
                 .expect("mkfs");
-        let mut inos: HashMap<u64, u64> = HashMap::new();
+        let mut inos: HashMap<u64, bitmend_flashfs::Ino> = HashMap::new();
         let mut run = |fs: &mut Fs<RamNand>, op: &crate::postmark::Op| {
             use crate::postmark::Op;
             match *op {

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use std::ops::{Deref, DerefMut};
 use std::sync::MutexGuard;
 
-use bitmend_flashfs::{Attr, Falloc, FileType, Fs, SetAttr, XattrMode, ROOT};
+use bitmend_flashfs::{Attr, Falloc, FileType, Fs, Ino, SetAttr, XattrMode, ROOT};
 use bitmend_media::nand::FileNand;
 use fuser::{
     FileAttr, Filesystem, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
@@ -42,7 +42,7 @@ impl DerefMut for Locked<'_> {
 /// Whether `name` in `parent` is the control file, which no operation may create, remove or
 /// rename.
 fn is_control(parent: u64, name: &OsStr) -> bool {
-    parent == ROOT && name.as_bytes() == CONTROL_NAME
+    parent == ROOT.0 && name.as_bytes() == CONTROL_NAME
 }
 
 /// The control file's attributes: a regular file owned as the root directory is, as long as
@@ -117,7 +117,7 @@ fn kind(k: FileType) -> fuser::FileType {
 
 fn attr(a: &Attr) -> FileAttr {
     FileAttr {
-        ino: a.ino,
+        ino: a.ino.0,
         size: a.size,
         blocks: a.size.div_ceil(512),
         atime: time(a.atime),
@@ -179,7 +179,7 @@ impl Filesystem for FuseFs {
         if is_control(parent, name) {
             return reply.entry(&Duration::ZERO, &self.control(), 0);
         }
-        let a = try_reply!(reply, self.fs().lookup(parent, name.as_bytes()));
+        let a = try_reply!(reply, self.fs().lookup(Ino(parent), name.as_bytes()));
         reply.entry(&TTL, &attr(&a), 0);
     }
 
@@ -187,7 +187,7 @@ impl Filesystem for FuseFs {
         if ino == CONTROL_INO {
             return reply.attr(&Duration::ZERO, &self.control());
         }
-        let a = try_reply!(reply, self.fs().getattr(ino));
+        let a = try_reply!(reply, self.fs().getattr(Ino(ino)));
         reply.attr(&TTL, &attr(&a));
     }
 
@@ -227,12 +227,12 @@ impl Filesystem for FuseFs {
             atime: t(atime),
             mtime: t(mtime),
         };
-        let a = try_reply!(reply, self.fs().setattr(ino, set));
+        let a = try_reply!(reply, self.fs().setattr(Ino(ino), set));
         reply.attr(&TTL, &attr(&a));
     }
 
     fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
-        let t = try_reply!(reply, self.fs().readlink(ino));
+        let t = try_reply!(reply, self.fs().readlink(Ino(ino)));
         reply.data(&t);
     }
 
@@ -258,7 +258,7 @@ impl Filesystem for FuseFs {
         let perm = (mode & !umask & 0o7777) as u16;
         let a = try_reply!(
             reply,
-            self.fs().mknod(parent, name.as_bytes(), k, perm, rdev, (req.uid(), req.gid()))
+            self.fs().mknod(Ino(parent), name.as_bytes(), k, perm, rdev, (req.uid(), req.gid()))
         );
         reply.entry(&TTL, &attr(&a), 0);
     }
@@ -274,19 +274,19 @@ impl Filesystem for FuseFs {
     ) {
         not_control!(reply, parent, name, libc::EEXIST);
         let perm = (mode & !umask & 0o7777) as u16;
-        let a = try_reply!(reply, self.fs().mkdir(parent, name.as_bytes(), perm, req.uid(), req.gid()));
+        let a = try_reply!(reply, self.fs().mkdir(Ino(parent), name.as_bytes(), perm, req.uid(), req.gid()));
         reply.entry(&TTL, &attr(&a), 0);
     }
 
     fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
         not_control!(reply, parent, name, libc::EPERM);
-        try_reply!(reply, self.fs().unlink(parent, name.as_bytes()));
+        try_reply!(reply, self.fs().unlink(Ino(parent), name.as_bytes()));
         reply.ok();
     }
 
     fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
         not_control!(reply, parent, name, libc::ENOTDIR);
-        try_reply!(reply, self.fs().rmdir(parent, name.as_bytes()));
+        try_reply!(reply, self.fs().rmdir(Ino(parent), name.as_bytes()));
         reply.ok();
     }
 
@@ -302,7 +302,7 @@ impl Filesystem for FuseFs {
         let a = try_reply!(
             reply,
             self.fs().symlink(
-                parent,
+                Ino(parent),
                 link_name.as_bytes(),
                 target.as_os_str().as_bytes(),
                 req.uid(),
@@ -327,16 +327,17 @@ impl Filesystem for FuseFs {
         if flags & libc::RENAME_EXCHANGE != 0 {
             return reply.error(libc::EINVAL);
         }
-        if flags & libc::RENAME_NOREPLACE != 0 && self.fs().lookup(newparent, newname.as_bytes()).is_ok() {
+        if flags & libc::RENAME_NOREPLACE != 0 && self.fs().lookup(Ino(newparent), newname.as_bytes()).is_ok()
+        {
             return reply.error(libc::EEXIST);
         }
-        try_reply!(reply, self.fs().rename(parent, name.as_bytes(), newparent, newname.as_bytes()));
+        try_reply!(reply, self.fs().rename(Ino(parent), name.as_bytes(), Ino(newparent), newname.as_bytes()));
         reply.ok();
     }
 
     fn link(&mut self, _req: &Request<'_>, ino: u64, newparent: u64, newname: &OsStr, reply: ReplyEntry) {
         not_control!(reply, newparent, newname, libc::EEXIST);
-        let a = try_reply!(reply, self.fs().link(ino, newparent, newname.as_bytes()));
+        let a = try_reply!(reply, self.fs().link(Ino(ino), Ino(newparent), newname.as_bytes()));
         reply.entry(&TTL, &attr(&a), 0);
     }
 
@@ -345,7 +346,7 @@ impl Filesystem for FuseFs {
             // Direct I/O: every read asks again, so the status is never a cached one.
             return reply.opened(0, fuser::consts::FOPEN_DIRECT_IO);
         }
-        try_reply!(reply, self.fs().open_file(ino));
+        try_reply!(reply, self.fs().open_file(Ino(ino)));
         reply.opened(0, 0);
     }
 
@@ -362,7 +363,7 @@ impl Filesystem for FuseFs {
         if ino == CONTROL_INO {
             return reply.ok();
         }
-        self.fs().release_file(ino);
+        self.fs().release_file(Ino(ino));
         reply.ok();
     }
 
@@ -383,7 +384,7 @@ impl Filesystem for FuseFs {
             let to = (from + size as usize).min(status.len());
             return reply.data(&status[from..to]);
         }
-        let data = try_reply!(reply, self.fs().read(ino, offset.max(0) as u64, size as usize));
+        let data = try_reply!(reply, self.fs().read(Ino(ino), offset.max(0) as u64, size as usize));
         reply.data(&data);
     }
 
@@ -418,7 +419,7 @@ impl Filesystem for FuseFs {
                 _ => reply.error(libc::EINVAL),
             };
         }
-        let n = try_reply!(reply, self.fs().write(ino, offset.max(0) as u64, data));
+        let n = try_reply!(reply, self.fs().write(Ino(ino), offset.max(0) as u64, data));
         reply.written(n as u32);
     }
 
@@ -430,12 +431,12 @@ impl Filesystem for FuseFs {
         if ino == CONTROL_INO {
             return reply.ok();
         }
-        try_reply!(reply, self.fs().fsync(ino));
+        try_reply!(reply, self.fs().fsync(Ino(ino)));
         reply.ok();
     }
 
     fn fsyncdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
-        try_reply!(reply, self.fs().fsync(ino));
+        try_reply!(reply, self.fs().fsync(Ino(ino)));
         reply.ok();
     }
 
@@ -458,7 +459,7 @@ impl Filesystem for FuseFs {
             libc::XATTR_REPLACE => XattrMode::Replace,
             _ => return reply.error(libc::EINVAL),
         };
-        try_reply!(reply, self.fs().setxattr(ino, name.as_bytes(), value, mode));
+        try_reply!(reply, self.fs().setxattr(Ino(ino), name.as_bytes(), value, mode));
         reply.ok();
     }
 
@@ -466,7 +467,7 @@ impl Filesystem for FuseFs {
         if ino == CONTROL_INO {
             return reply.error(libc::ENODATA);
         }
-        let value = try_reply!(reply, self.fs().getxattr(ino, name.as_bytes()));
+        let value = try_reply!(reply, self.fs().getxattr(Ino(ino), name.as_bytes()));
         xattr_reply(reply, size, &value);
     }
 
@@ -474,7 +475,7 @@ impl Filesystem for FuseFs {
         if ino == CONTROL_INO {
             return xattr_reply(reply, size, &[]);
         }
-        let names = try_reply!(reply, self.fs().listxattr(ino));
+        let names = try_reply!(reply, self.fs().listxattr(Ino(ino)));
         // Each name followed by a NUL, as listxattr(2) returns them.
         let list: Vec<u8> = names
             .into_iter()
@@ -490,7 +491,7 @@ impl Filesystem for FuseFs {
         if ino == CONTROL_INO {
             return reply.error(libc::ENODATA);
         }
-        try_reply!(reply, self.fs().removexattr(ino, name.as_bytes()));
+        try_reply!(reply, self.fs().removexattr(Ino(ino), name.as_bytes()));
         reply.ok();
     }
 
@@ -518,22 +519,22 @@ impl Filesystem for FuseFs {
         if ino == CONTROL_INO {
             return reply.error(libc::ENODEV);
         }
-        try_reply!(reply, self.fs().fallocate(ino, off, len, how));
+        try_reply!(reply, self.fs().fallocate(Ino(ino), off, len, how));
         reply.ok();
     }
 
     fn opendir(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
-        try_reply!(reply, self.fs().readdir(ino));
+        try_reply!(reply, self.fs().readdir(Ino(ino)));
         reply.opened(0, 0);
     }
 
     fn readdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, mut reply: ReplyDirectory) {
-        let entries = try_reply!(reply, self.fs().readdir(ino));
+        let entries = try_reply!(reply, self.fs().readdir(Ino(ino)));
         let dots = [
             (ino, fuser::FileType::Directory, b".".to_vec()),
             (ino, fuser::FileType::Directory, b"..".to_vec()),
         ];
-        let all = dots.into_iter().chain(entries.into_iter().map(|e| (e.ino, kind(e.kind), e.name)));
+        let all = dots.into_iter().chain(entries.into_iter().map(|e| (e.ino.0, kind(e.kind), e.name)));
         for (i, (child, k, name)) in all.enumerate().skip(offset.max(0) as usize) {
             if reply.add(child, i as i64 + 1, k, OsStr::from_bytes(&name)) {
                 break;
@@ -561,7 +562,7 @@ impl Filesystem for FuseFs {
     ) {
         not_control!(reply, parent, name, libc::EEXIST);
         let perm = (mode & !umask & 0o7777) as u16;
-        let a = try_reply!(reply, self.fs().create(parent, name.as_bytes(), perm, req.uid(), req.gid()));
+        let a = try_reply!(reply, self.fs().create(Ino(parent), name.as_bytes(), perm, req.uid(), req.gid()));
         try_reply!(reply, self.fs().open_file(a.ino));
         reply.created(&TTL, &attr(&a), 0, 0, 0);
     }

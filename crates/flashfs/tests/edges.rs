@@ -328,7 +328,7 @@ fn a_long_symlink_whose_target_page_is_lost_is_an_error_not_other_bytes() {
     let (mut fs, _) = Fs::open(fs.unmount().unwrap(), opts()).unwrap();
     // The target's data page, lost with enough of its group and stripe that parity cannot
     // rebuild it (3 pages lost).
-    let page = common::pages_with(&mut fs, 3, s.ino, Some(0))[0];
+    let page = common::pages_with(&mut fs, 3, s.ino.0, Some(0))[0];
     common::lose_beyond_repair(&mut fs, page);
     assert!(matches!(fs.readlink(s.ino), Err(FsError::Unrecoverable { .. })), "{:?}", fs.readlink(s.ino));
     // It can still be removed, and the file system checks clean after.

@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 
+use bitmend_flashfs::Ino;
 use bitmend_flashfs::{Compression, Fs, FsConfig, FsOptions, ROOT};
 use bitmend_media::nand::{FaultyNand, Geometry, Nand, NandFault, RamNand, Timing};
 use bitmend_media::rng::Rng;
@@ -42,7 +43,7 @@ fn run(seed: u64) -> (usize, usize, u64) {
         ..FsOptions::default()
     };
     let mut fs = Fs::format(nand, cfg, opts).unwrap();
-    let mut files: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut files: Vec<(Ino, Vec<u8>)> = Vec::new();
     for i in 0..6u64 {
         let f = fs.create(ROOT, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
         files.push((f.ino, Vec::new()));

@@ -4,6 +4,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
+use bitmend_flashfs::Ino;
 use bitmend_flashfs::{Compression, FileType, Fs, FsError, FsOptions, SetAttr, ROOT};
 use bitmend_media::campaign::{self, Schedule};
 use bitmend_media::nand::{FaultyNand, Nand, NandError, RamNand};
@@ -497,7 +498,7 @@ fn power_cut_at_every_nand_operation_keeps_every_synced_state() {
 fn the_cleaner_reclaims_space_for_many_times_the_device() {
     // 8 segments of 45 pages (~720 KiB of pages); write ~10x that in overwrites.
     let mut fs = Fs::format(chip(34), cfg(), opts(Compression::None)).unwrap();
-    let mut model: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    let mut model: BTreeMap<Ino, Vec<u8>> = BTreeMap::new();
     let mut r = Rng::new(77);
     let mut inos = Vec::new();
     for i in 0..4 {
@@ -728,7 +729,7 @@ fn every_change_is_noted_as_unsynced_until_a_sync() {
     assert!(fs.unsynced_since().is_none(), "after format and sync");
     let f = fs.create(ROOT, b"f", 0o644, 0, 0).unwrap().ino;
     fs.sync().unwrap();
-    type Change = fn(&mut Fs<RamNand>, u64);
+    type Change = fn(&mut Fs<RamNand>, Ino);
     let changes: [(&str, Change); 8] = [
         ("write", |fs, f| {
             fs.write(f, 0, b"data").unwrap();

@@ -2,6 +2,7 @@
 //! directory, a symlink, a hard link, a checkpoint with its health section, and nodes written
 //! after the checkpoint that mount must replay. A change to the node format breaks it.
 
+use bitmend_flashfs::Ino;
 use bitmend_flashfs::{Compression, Falloc, FileType, Fs, FsConfig, FsOptions, XattrMode, ROOT};
 use bitmend_media::nand::{FileNand, Geometry};
 
@@ -79,7 +80,7 @@ fn spares_bound_from_version_6(image: &std::path::Path, version: u32) {
 fn check_contents(mut fs: Fs<FileNand>, version: u32) {
     let check = fs.check(true);
     assert!(check.clean(), "version {version}: {:?}", check.problems);
-    let get = |fs: &mut Fs<FileNand>, dir: u64, name: &[u8]| fs.lookup(dir, name).unwrap();
+    let get = |fs: &mut Fs<FileNand>, dir: Ino, name: &[u8]| fs.lookup(dir, name).unwrap();
     let docs = get(&mut fs, ROOT, b"docs");
     assert_eq!(docs.kind, FileType::Dir);
     let a = get(&mut fs, docs.ino, b"lz4.txt");

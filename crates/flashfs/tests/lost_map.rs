@@ -45,11 +45,11 @@ fn a_lost_map_is_rebuilt_from_the_data_nodes_and_written_again() {
     let other = content(13, 20_000);
     fs.write(g.ino, 0, &other).unwrap();
     fs.checkpoint().unwrap();
-    let p = pages_with(&mut fs, 7, f.ino, Some(1))[0];
+    let p = pages_with(&mut fs, 7, f.ino.0, Some(1))[0];
     let mut fs = remount(fs);
     let lost = lose_beyond_repair(&mut fs, p);
     // The lost pages hold maps and checkpoints, no data of f: every byte of f reads back.
-    assert!(lost.iter().all(|q| !pages_with(&mut fs, 3, f.ino, None).contains(q)));
+    assert!(lost.iter().all(|q| !pages_with(&mut fs, 3, f.ino.0, None).contains(q)));
     let check = fs.check(true);
     assert!(check.clean() && check.maps_rebuilt >= 1, "{check:?}");
     for page in 0..4 * CHUNK_PAGES as usize {
@@ -99,7 +99,7 @@ fn a_rebuilt_map_keeps_holes_over_old_data_and_takes_the_newest_write() {
     fs.write(f.ino, 30 * LOGICAL_PAGE as u64, &thirty).unwrap();
     fs.sync().unwrap();
     fs.checkpoint().unwrap();
-    let p = *pages_with(&mut fs, 7, f.ino, Some(0)).last().unwrap();
+    let p = *pages_with(&mut fs, 7, f.ino.0, Some(0)).last().unwrap();
     let mut fs = remount(fs);
     lose_beyond_repair(&mut fs, p);
     let mut want = first[..cut].to_vec();
@@ -123,9 +123,9 @@ fn a_lost_map_whose_data_is_lost_too_stays_eio_never_wrong() {
     fs.write(f.ino, 0, &data).unwrap();
     fs.sync().unwrap();
     fs.checkpoint().unwrap();
-    let map = pages_with(&mut fs, 7, f.ino, Some(0))[0];
+    let map = pages_with(&mut fs, 7, f.ino.0, Some(0))[0];
     let mut fs = remount(fs);
-    let data_page = pages_with(&mut fs, 3, f.ino, None)[5];
+    let data_page = pages_with(&mut fs, 3, f.ino.0, None)[5];
     lose_beyond_repair(&mut fs, map);
     lose_beyond_repair(&mut fs, data_page);
     // The rebuild cannot account for a page the map held: the whole chunk fails, as it did

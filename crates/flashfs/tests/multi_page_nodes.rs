@@ -6,6 +6,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
+use bitmend_flashfs::Ino;
 use bitmend_flashfs::{Compression, Fs, FsOptions, SetAttr, ROOT};
 use bitmend_media::nand::RamNand;
 use bitmend_media::rng::Rng;
@@ -43,7 +44,7 @@ fn text(seed: u64, len: usize) -> Vec<u8> {
     v
 }
 
-fn assert_reads(fs: &mut Fs<RamNand>, ino: u64, want: &[u8], when: &str) {
+fn assert_reads(fs: &mut Fs<RamNand>, ino: Ino, want: &[u8], when: &str) {
     assert_eq!(fs.getattr(ino).unwrap().size, want.len() as u64, "{when}");
     let got = fs.read(ino, 0, want.len() + 4096).unwrap();
     assert!(got == want, "{when}: the file reads back different");
@@ -125,7 +126,7 @@ fn the_cleaner_moves_what_stays_live_of_nodes_of_several_pages() {
     let o = opts(Compression::Lz4, 4);
     let mut fs = Fs::format(chip(34), cfg(), o).unwrap();
     let mut r = Rng::new(5);
-    let mut model: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    let mut model: BTreeMap<Ino, Vec<u8>> = BTreeMap::new();
     for i in 0..4u64 {
         let f = fs.create(ROOT, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
         let data = text(100 + i, 24 * 4096);
@@ -133,7 +134,7 @@ fn the_cleaner_moves_what_stays_live_of_nodes_of_several_pages() {
         model.insert(f.ino, data);
     }
     fs.sync().unwrap();
-    let inos: Vec<u64> = model.keys().copied().collect();
+    let inos: Vec<Ino> = model.keys().copied().collect();
     let (mut cleaned, mut moved, mut several) = (0, 0, 0);
     for step in 0..1500u64 {
         let ino = inos[r.below(4) as usize];

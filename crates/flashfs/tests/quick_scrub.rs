@@ -6,6 +6,7 @@
 mod common;
 
 use bitmend_code::sig::Signer;
+use bitmend_flashfs::Ino;
 use bitmend_flashfs::{Fs, FsOptions, Kind, PageAddr, PageHealth, Spare, ROOT};
 use bitmend_media::nand::{Nand, RamNand, RawAccess};
 use bitmend_media::rng::Rng;
@@ -14,7 +15,7 @@ use common::{cfg, chip};
 const PAGE: usize = 2048;
 
 /// Twelve incompressible 40 KiB files: about 240 data pages, several sealed segments.
-fn filled() -> (Fs<RamNand>, Vec<(u64, Vec<u8>)>) {
+fn filled() -> (Fs<RamNand>, Vec<(Ino, Vec<u8>)>) {
     let mut fs = Fs::format(chip(64), cfg(), FsOptions::default()).unwrap();
     let mut rng = Rng::new(5);
     let mut files = Vec::new();

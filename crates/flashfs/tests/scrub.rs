@@ -4,6 +4,7 @@
 
 mod common;
 
+use bitmend_flashfs::Ino;
 use bitmend_flashfs::{Compression, Fs, FsConfig, FsError, FsOptions, PageAddr, PageHealth, ROOT};
 use bitmend_media::nand::{FaultyNand, RamNand};
 use bitmend_media::rng::Rng;
@@ -26,7 +27,7 @@ fn content(seed: u64, len: usize) -> Vec<u8> {
 type TestFs = Fs<FaultyNand<RamNand>>;
 
 /// Ten 30 KB files, synced: about three segments.
-fn populated() -> (TestFs, Vec<(u64, Vec<u8>)>) {
+fn populated() -> (TestFs, Vec<(Ino, Vec<u8>)>) {
     let mut fs = Fs::format(chip(), cfg(), opts()).unwrap();
     let mut files = Vec::new();
     for i in 0..10u64 {

@@ -5,6 +5,7 @@
 
 mod common;
 
+use bitmend_flashfs::Ino;
 use bitmend_flashfs::{Compression, Fs, FsOptions, ROOT};
 use bitmend_media::campaign::{self, Schedule};
 use bitmend_media::nand::{FaultyNand, RamNand, RawAccess};
@@ -21,7 +22,7 @@ fn opts() -> FsOptions {
     FsOptions { compression: Compression::Lz4, dirty_limit: 64 << 10, ..FsOptions::default() }
 }
 
-type Files = Vec<(u64, Vec<u8>)>;
+type Files = Vec<(Ino, Vec<u8>)>;
 
 /// A file system with files and `checkpoints` remounts, each of which anchors a checkpoint
 /// (enough of them and the anchor log has moved to block 1 and back).

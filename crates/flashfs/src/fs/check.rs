@@ -91,7 +91,7 @@ impl<N: Nand> Fs<N> {
                         c.problems
                             .push(format!("directory {ino}: nlink {} but {want} expected", i.attr.nlink));
                     }
-                    if *ino != ROOT && named != 1 {
+                    if *ino != ROOT.0 && named != 1 {
                         c.problems.push(format!("directory {ino} is named {named} times"));
                     }
                 }
@@ -114,7 +114,7 @@ impl<N: Nand> Fs<N> {
                     }
                 }
             }
-            if *ino != ROOT && named == 0 {
+            if *ino != ROOT.0 && named == 0 {
                 c.problems.push(format!("inode {ino} is not in any directory"));
             }
         }

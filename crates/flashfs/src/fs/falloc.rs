@@ -15,6 +15,7 @@ use std::ops::Range;
 use bitmend_media::nand::Nand;
 
 use super::write::Out;
+use super::Ino;
 use super::{now, Fs, LOGICAL_PAGE};
 use crate::fs::node::{self, FileType, NodeKind};
 use crate::FsError;
@@ -98,7 +99,8 @@ impl Reservations {
 
 impl<N: Nand> Fs<N> {
     /// Allocates, punches or zeroes `len` bytes at `off` of regular file `ino`.
-    pub fn fallocate(&mut self, ino: u64, off: u64, len: u64, how: Falloc) -> Result<(), FsError> {
+    pub fn fallocate(&mut self, ino: Ino, off: u64, len: u64, how: Falloc) -> Result<(), FsError> {
+        let ino = ino.0;
         match self.inode(ino)?.attr.kind {
             FileType::File => {}
             FileType::Dir => return Err(FsError::IsDir),
@@ -181,11 +183,11 @@ impl<N: Nand> Fs<N> {
         // The edges first: a write, which may be refused for space before anything changed.
         if !off.is_multiple_of(page) {
             let to = end.min(whole.start * page);
-            self.write(ino, off, &vec![0u8; (to - off) as usize])?;
+            self.write(Ino(ino), off, &vec![0u8; (to - off) as usize])?;
         }
         if !end.is_multiple_of(page) && (off.is_multiple_of(page) || end / page != off / page) {
             let from = off.max(end / page * page);
-            self.write(ino, from, &vec![0u8; (end - from) as usize])?;
+            self.write(Ino(ino), from, &vec![0u8; (end - from) as usize])?;
         }
         if whole.start < whole.end {
             self.remove_range(ino, whole.clone(), None)?;

@@ -30,6 +30,7 @@ use bitmend_media::nand::Nand;
 
 pub use check::CheckReport;
 pub use falloc::Falloc;
+pub use namespace::Ino;
 pub(crate) use namespace::Inode;
 pub use replay::MountReport;
 pub use scrub::{QuickScrubReport, ScrubPass, ScrubReport};
@@ -40,7 +41,7 @@ use crate::store::PageStore;
 use crate::{FsConfig, FsError};
 
 /// The root directory's inode number.
-pub const ROOT: u64 = 1;
+pub const ROOT: Ino = Ino(1);
 /// Bytes per logical page of a file (the unit of compression, of the index and of the CRC
 /// the page cache reuses).
 pub const LOGICAL_PAGE: usize = 4096;
@@ -138,7 +139,7 @@ pub use index::{CHUNK_PAGES, DEFAULT_INDEX_CHUNKS};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirEntry {
     pub name: Vec<u8>,
-    pub ino: u64,
+    pub ino: Ino,
     pub kind: crate::FileType,
 }
 
@@ -371,9 +372,9 @@ impl<N: Nand> Fs<N> {
             ctime: t,
             rdev: 0,
         };
-        fs.ns.inodes.insert(ROOT, Inode::new(root, vec![], 0));
-        fs.ns.dirs.insert(ROOT, BTreeMap::new());
-        fs.commit(vec![fs.inode_node(ROOT)])?;
+        fs.ns.inodes.insert(ROOT.0, Inode::new(root, vec![], 0));
+        fs.ns.dirs.insert(ROOT.0, BTreeMap::new());
+        fs.commit(vec![fs.inode_node(ROOT.0)])?;
         fs.checkpoint()?;
         Ok(fs)
     }
@@ -427,7 +428,8 @@ impl<N: Nand> Fs<N> {
 
     /// The CRC-32C of logical page `index` of `ino` as the index records it (what a page
     /// cache checks its copy against); `None` for a hole or a page whose CRC is not recorded.
-    pub fn page_crc(&mut self, ino: u64, index: u64) -> Result<Option<u32>, FsError> {
+    pub fn page_crc(&mut self, ino: Ino, index: u64) -> Result<Option<u32>, FsError> {
+        let ino = ino.0;
         if self.wb.dirty.contains_key(&(ino, index)) {
             return Ok(self.wb.dirty.get(&(ino, index)).map(|p| bitmend_code::crc::crc32c(p)));
         }

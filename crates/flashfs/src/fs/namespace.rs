@@ -6,6 +6,18 @@ use std::collections::{BTreeMap, HashMap};
 use super::node::{Attr, Xattrs};
 use super::ROOT;
 
+/// An inode number, as the file system's operations take and return it: its own type, so
+/// that a page index, an offset or a file handle (all `u64` in a FUSE request) cannot be
+/// passed for one unseen. Inside, the namespace keys its tables by the bare number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Ino(pub u64);
+
+impl std::fmt::Display for Ino {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct Inode {
     pub attr: Attr,
@@ -38,7 +50,7 @@ impl Default for Namespace {
         Namespace {
             inodes: HashMap::new(),
             dirs: HashMap::new(),
-            next_ino: ROOT + 1,
+            next_ino: ROOT.0 + 1,
             open_handles: HashMap::new(),
         }
     }

@@ -11,7 +11,7 @@ use bitmend_code::byte_enum;
 use bitmend_code::crc::crc32c;
 use bitmend_code::le::{self, Put, Reader};
 
-use crate::fs::LOGICAL_PAGE;
+use crate::fs::{Ino, LOGICAL_PAGE};
 
 /// Fragment header bytes.
 pub(crate) const FRAG_HEADER: usize = 32;
@@ -156,7 +156,7 @@ pub enum FileType {
 /// An inode's attributes, as stored in an inode node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attr {
-    pub ino: u64,
+    pub ino: Ino,
     pub kind: FileType,
     /// Permission bits (and setuid/setgid/sticky), without the type.
     pub perm: u16,
@@ -188,7 +188,7 @@ pub(crate) fn encode_inode(a: &Attr, target: &[u8]) -> Vec<u8> {
     le::put_u32(&mut v, inode_at::RDEV, a.rdev);
     v.extend_from_slice(target);
     debug_assert_eq!(
-        decode_inode(a.ino, &v),
+        decode_inode(a.ino.0, &v),
         Some((a.clone(), target.to_vec())),
         "an inode reads back as written"
     );
@@ -205,7 +205,7 @@ pub(crate) fn decode_inode(ino: u64, b: &[u8]) -> Option<(Attr, Vec<u8>)> {
     };
     Some((
         Attr {
-            ino,
+            ino: Ino(ino),
             kind: FileType::from_u8(b[inode_at::TYPE])?,
             perm: le::get_u16(b, inode_at::PERM),
             uid: le::get_u32(b, inode_at::UID),
@@ -441,7 +441,7 @@ mod tests {
         assert!(Frag::decode(&b).is_err());
 
         let a = Attr {
-            ino: 5,
+            ino: Ino(5),
             kind: FileType::Symlink,
             perm: 0o755,
             uid: 1000,

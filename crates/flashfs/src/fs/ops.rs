@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use bitmend_media::nand::Nand;
 
+use super::Ino;
 use super::{
     now, DirEntry, Fs, Inode, SetAttr, INLINE_TARGET_MAX, LOGICAL_PAGE, NAME_MAX, PENDING, ROOT, SYMLINK_MAX,
 };
@@ -46,27 +47,30 @@ impl<N: Nand> Fs<N> {
     }
 
     /// The attributes of `ino`.
-    pub fn getattr(&self, ino: u64) -> Result<Attr, FsError> {
+    pub fn getattr(&self, ino: Ino) -> Result<Attr, FsError> {
+        let ino = ino.0;
         Ok(self.inode(ino)?.attr.clone())
     }
 
     /// The entry `name` in directory `parent`.
-    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr, FsError> {
+    pub fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Attr, FsError> {
+        let parent = parent.0;
         if name.len() > NAME_MAX {
             return Err(FsError::NameTooLong);
         }
         let child = *self.dir(parent)?.get(name).ok_or(FsError::NotFound)?;
-        self.getattr(child)
+        self.getattr(Ino(child))
     }
 
     /// The entries of directory `ino` (without "." and "..").
-    pub fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>, FsError> {
+    pub fn readdir(&self, ino: Ino) -> Result<Vec<DirEntry>, FsError> {
+        let ino = ino.0;
         Ok(self
             .dir(ino)?
             .iter()
             .map(|(name, &child)| DirEntry {
                 name: name.clone(),
-                ino: child,
+                ino: Ino(child),
                 kind: self.ns.inodes[&child].attr.kind,
             })
             .collect())
@@ -99,7 +103,7 @@ impl<N: Nand> Fs<N> {
         self.ns.next_ino += 1;
         let t = now();
         let attr = Attr {
-            ino,
+            ino: Ino(ino),
             kind,
             perm: perm & 0o7777,
             uid,
@@ -138,34 +142,37 @@ impl<N: Nand> Fs<N> {
     /// Creates an empty regular file.
     pub fn create(
         &mut self,
-        parent: u64,
+        parent: Ino,
         name: &[u8],
         perm: u16,
         uid: u32,
         gid: u32,
     ) -> Result<Attr, FsError> {
+        let parent = parent.0;
         self.make(parent, name, (FileType::File, perm, 0), (uid, gid), b"")
     }
 
     pub fn mkdir(
         &mut self,
-        parent: u64,
+        parent: Ino,
         name: &[u8],
         perm: u16,
         uid: u32,
         gid: u32,
     ) -> Result<Attr, FsError> {
+        let parent = parent.0;
         self.make(parent, name, (FileType::Dir, perm, 0), (uid, gid), b"")
     }
 
     pub fn symlink(
         &mut self,
-        parent: u64,
+        parent: Ino,
         name: &[u8],
         target: &[u8],
         uid: u32,
         gid: u32,
     ) -> Result<Attr, FsError> {
+        let parent = parent.0;
         if target.is_empty() || target.len() > SYMLINK_MAX {
             return Err(FsError::Invalid { why: format!("symlink targets are 1 to {SYMLINK_MAX} bytes") });
         }
@@ -175,15 +182,16 @@ impl<N: Nand> Fs<N> {
     /// A FIFO, socket or device node (no data of its own).
     pub fn mknod(
         &mut self,
-        parent: u64,
+        parent: Ino,
         name: &[u8],
         kind: FileType,
         perm: u16,
         rdev: u32,
         (uid, gid): (u32, u32),
     ) -> Result<Attr, FsError> {
+        let parent = parent.0;
         match kind {
-            FileType::File => self.create(parent, name, perm, uid, gid),
+            FileType::File => self.create(Ino(parent), name, perm, uid, gid),
             FileType::Dir | FileType::Symlink => {
                 Err(FsError::Invalid { why: "mknod makes files and special files".into() })
             }
@@ -191,7 +199,8 @@ impl<N: Nand> Fs<N> {
         }
     }
 
-    pub fn readlink(&mut self, ino: u64) -> Result<Vec<u8>, FsError> {
+    pub fn readlink(&mut self, ino: Ino) -> Result<Vec<u8>, FsError> {
+        let ino = ino.0;
         let i = self.inode(ino)?;
         if i.attr.kind != FileType::Symlink {
             return Err(FsError::Invalid { why: "not a symlink".into() });
@@ -211,7 +220,9 @@ impl<N: Nand> Fs<N> {
     }
 
     /// A new name `name` in `parent` for the file `ino`.
-    pub fn link(&mut self, ino: u64, parent: u64, name: &[u8]) -> Result<Attr, FsError> {
+    pub fn link(&mut self, ino: Ino, parent: Ino, name: &[u8]) -> Result<Attr, FsError> {
+        let ino = ino.0;
+        let parent = parent.0;
         check_name(name)?;
         if self.inode(ino)?.attr.kind == FileType::Dir {
             return Err(FsError::IsDir);
@@ -228,7 +239,7 @@ impl<N: Nand> Fs<N> {
         let nodes =
             vec![self.inode_node(ino), Fs::<N>::dirent_node(parent, name, ino), self.inode_node(parent)];
         self.commit(nodes)?;
-        self.getattr(ino)
+        self.getattr(Ino(ino))
     }
 
     /// Drops one link to `ino`; the inode and its data go with the last.
@@ -240,14 +251,16 @@ impl<N: Nand> Fs<N> {
     }
 
     /// Notes an open handle on `ino` (it keeps an unlinked file alive).
-    pub fn open_file(&mut self, ino: u64) -> Result<(), FsError> {
+    pub fn open_file(&mut self, ino: Ino) -> Result<(), FsError> {
+        let ino = ino.0;
         self.inode(ino)?;
         *self.ns.open_handles.entry(ino).or_insert(0) += 1;
         Ok(())
     }
 
     /// Drops an open handle; the last one on an unlinked file lets it go.
-    pub fn release_file(&mut self, ino: u64) {
+    pub fn release_file(&mut self, ino: Ino) {
+        let ino = ino.0;
         if let Some(n) = self.ns.open_handles.get_mut(&ino) {
             *n -= 1;
             if *n == 0 {
@@ -272,7 +285,8 @@ impl<N: Nand> Fs<N> {
         }
     }
 
-    pub fn unlink(&mut self, parent: u64, name: &[u8]) -> Result<(), FsError> {
+    pub fn unlink(&mut self, parent: Ino, name: &[u8]) -> Result<(), FsError> {
+        let parent = parent.0;
         let ino = *self.dir(parent)?.get(name).ok_or(FsError::NotFound)?;
         if self.ns.inodes[&ino].attr.kind == FileType::Dir {
             return Err(FsError::IsDir);
@@ -287,7 +301,8 @@ impl<N: Nand> Fs<N> {
         Ok(())
     }
 
-    pub fn rmdir(&mut self, parent: u64, name: &[u8]) -> Result<(), FsError> {
+    pub fn rmdir(&mut self, parent: Ino, name: &[u8]) -> Result<(), FsError> {
+        let parent = parent.0;
         let ino = *self.dir(parent)?.get(name).ok_or(FsError::NotFound)?;
         if !self.dir(ino)?.is_empty() {
             return Err(FsError::NotEmpty);
@@ -310,7 +325,7 @@ impl<N: Nand> Fs<N> {
             if d == ino {
                 return true;
             }
-            if d == ROOT {
+            if d == ROOT.0 {
                 return false;
             }
             // The parent of a directory: the directory listing it (one, for directories).
@@ -325,11 +340,13 @@ impl<N: Nand> Fs<N> {
     /// by a directory), as rename(2) does.
     pub fn rename(
         &mut self,
-        parent: u64,
+        parent: Ino,
         name: &[u8],
-        newparent: u64,
+        newparent: Ino,
         newname: &[u8],
     ) -> Result<(), FsError> {
+        let parent = parent.0;
+        let newparent = newparent.0;
         check_name(newname)?;
         let ino = *self.dir(parent)?.get(name).ok_or(FsError::NotFound)?;
         self.dir(newparent)?;
@@ -382,7 +399,8 @@ impl<N: Nand> Fs<N> {
     }
 
     /// Changes attributes; a size change truncates or extends with zeros.
-    pub fn setattr(&mut self, ino: u64, set: SetAttr) -> Result<Attr, FsError> {
+    pub fn setattr(&mut self, ino: Ino, set: SetAttr) -> Result<Attr, FsError> {
+        let ino = ino.0;
         let kind = self.inode(ino)?.attr.kind;
         if let Some(size) = set.size {
             if kind != FileType::File {
@@ -413,7 +431,7 @@ impl<N: Nand> Fs<N> {
         i.attr.ctime = now();
         let n = self.inode_node(ino);
         self.commit(vec![n])?;
-        self.getattr(ino)
+        self.getattr(Ino(ino))
     }
 
     fn truncate(&mut self, ino: u64, size: u64) -> Result<(), FsError> {
@@ -543,7 +561,8 @@ impl<N: Nand> Fs<N> {
     }
 
     /// Reads up to `len` bytes at `off` (fewer at the end of the file).
-    pub fn read(&mut self, ino: u64, off: u64, len: usize) -> Result<Vec<u8>, FsError> {
+    pub fn read(&mut self, ino: Ino, off: u64, len: usize) -> Result<Vec<u8>, FsError> {
+        let ino = ino.0;
         let i = self.inode(ino)?;
         match i.attr.kind {
             FileType::File => {}
@@ -569,7 +588,8 @@ impl<N: Nand> Fs<N> {
     }
 
     /// Writes `data` at `off`, extending the file (with a hole if `off` is past its end).
-    pub fn write(&mut self, ino: u64, off: u64, data: &[u8]) -> Result<usize, FsError> {
+    pub fn write(&mut self, ino: Ino, off: u64, data: &[u8]) -> Result<usize, FsError> {
+        let ino = ino.0;
         match self.inode(ino)?.attr.kind {
             FileType::File => {}
             FileType::Dir => return Err(FsError::IsDir),

@@ -117,11 +117,11 @@ impl<N: Nand> Fs<N> {
             let table = fs.cp.replayed_table.take();
             fs.store.adopt_table(table.as_deref(), &mut report.store)?;
         }
-        if !fs.ns.inodes.contains_key(&ROOT) {
+        if !fs.ns.inodes.contains_key(&ROOT.0) {
             return Err(FsError::NotAFs { why: "no root directory in the log".into() });
         }
         fs.rebuild_dirs()?;
-        fs.ns.next_ino = fs.ns.next_ino.max(fs.ns.inodes.keys().max().copied().unwrap_or(ROOT) + 1);
+        fs.ns.next_ino = fs.ns.next_ino.max(fs.ns.inodes.keys().max().copied().unwrap_or(ROOT.0) + 1);
         // The next mount should follow the chain from the checkpoint this one ended with: a
         // scan, or a replay from no checkpoint, writes a new one; a checkpoint newer than the
         // anchored one (an unmount cut before its anchor) is anchored now.
@@ -261,10 +261,10 @@ impl<N: Nand> Fs<N> {
         let Some((attr, target)) = node::decode_inode(n.head.key, &n.payload) else {
             return Ok(false);
         };
-        if self.ns.inodes.get(&attr.ino).is_some_and(|i| i.version > v) {
+        if self.ns.inodes.get(&attr.ino.0).is_some_and(|i| i.version > v) {
             return Ok(true);
         }
-        let ino = attr.ino;
+        let ino = attr.ino.0;
         let shrink_to =
             self.ns.inodes.get(&ino).map(|i| i.attr.size).filter(|&old| attr.size < old).map(|_| attr.size);
         if attr.nlink == 0 {

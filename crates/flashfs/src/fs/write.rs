@@ -3,6 +3,7 @@
 
 use bitmend_media::nand::Nand;
 
+use super::Ino;
 use super::{Fs, Loc, LOGICAL_PAGE, PENDING, SKIP_AFTER_INCOMPRESSIBLE};
 use crate::fs::node::{self, Frag, NodeKind, FLAG_LAST, FRAG_HEADER, MAX_NODE_PAGES};
 use crate::store::PageAddr;
@@ -373,7 +374,8 @@ impl<N: Nand> Fs<N> {
     }
 
     /// `fsync`: as `sync` (one log, so one file's durability is everyone's).
-    pub fn fsync(&mut self, ino: u64) -> Result<(), FsError> {
+    pub fn fsync(&mut self, ino: Ino) -> Result<(), FsError> {
+        let ino = ino.0;
         if !self.ns.inodes.contains_key(&ino) {
             return Err(FsError::NotFound);
         }

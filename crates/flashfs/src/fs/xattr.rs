@@ -9,6 +9,7 @@
 use bitmend_media::nand::Nand;
 
 use super::write::Out;
+use super::Ino;
 use super::{now, Fs};
 use crate::fs::node::{self, NodeKind};
 use crate::FsError;
@@ -50,18 +51,21 @@ impl<N: Nand> Fs<N> {
     }
 
     /// The value of attribute `name` of `ino`.
-    pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>, FsError> {
+    pub fn getxattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>, FsError> {
+        let ino = ino.0;
         check_xattr_name(name)?;
         self.inode(ino)?.xattrs.get(name).cloned().ok_or(FsError::NoXattr)
     }
 
     /// The names of the attributes of `ino`, in order.
-    pub fn listxattr(&self, ino: u64) -> Result<Vec<Vec<u8>>, FsError> {
+    pub fn listxattr(&self, ino: Ino) -> Result<Vec<Vec<u8>>, FsError> {
+        let ino = ino.0;
         Ok(self.inode(ino)?.xattrs.keys().cloned().collect())
     }
 
     /// Sets attribute `name` of `ino` to `value`.
-    pub fn setxattr(&mut self, ino: u64, name: &[u8], value: &[u8], mode: XattrMode) -> Result<(), FsError> {
+    pub fn setxattr(&mut self, ino: Ino, name: &[u8], value: &[u8], mode: XattrMode) -> Result<(), FsError> {
+        let ino = ino.0;
         check_xattr_name(name)?;
         let mut set = self.inode(ino)?.xattrs.clone();
         match (mode, set.contains_key(name)) {
@@ -78,7 +82,8 @@ impl<N: Nand> Fs<N> {
     }
 
     /// Removes attribute `name` of `ino`.
-    pub fn removexattr(&mut self, ino: u64, name: &[u8]) -> Result<(), FsError> {
+    pub fn removexattr(&mut self, ino: Ino, name: &[u8]) -> Result<(), FsError> {
+        let ino = ino.0;
         check_xattr_name(name)?;
         let mut set = self.inode(ino)?.xattrs.clone();
         if set.remove(name).is_none() {
