@@ -427,42 +427,36 @@ fn stat_mounted(a: &StatArgs) -> Result<(), CliError> {
     let control = a.image.join(std::str::from_utf8(crate::scrubber::CONTROL_NAME).expect("ASCII"));
     let status = std::fs::read_to_string(&control)
         .map_err(|e| format!("{}: not a mounted bitmend file system ({e})", a.image.display()))?;
-    let n = |key: &str| crate::json::number(&status, key);
     if a.json {
         let fields = status.trim().trim_start_matches('{').trim_end_matches('}');
         println!("{{\"mountpoint\": {}, {fields}}}", json_str(&a.image.display().to_string()));
         return Ok(());
     }
-    let (logical, stored) = (n("file_data_bytes")?, n("stored_bytes")?);
+    let space = crate::report::space_from_json(&status)?;
+    let h = crate::report::health_from_json(&status)?;
+    let (logical, stored) = (space.file_data_bytes, space.stored_bytes);
     let ratio = if stored > 0 { logical as f64 / stored as f64 } else { 1.0 };
     println!("{}: mounted bitmend flash file system", a.image.display());
     println!(
         "  space          {} MiB free of {} MiB (segments: {} of {} in use)",
-        n("bytes_free")? >> 20,
-        n("bytes_total")? >> 20,
-        n("segments_used")?,
-        n("segments")?
+        space.bytes_free >> 20,
+        space.bytes_total >> 20,
+        space.segments_used,
+        space.segments
     );
     println!(
         "  files          {} inodes; {} KiB of file data stored in {} KiB ({ratio:.2}x)",
-        n("inodes")?,
+        space.inodes,
         logical >> 10,
         stored >> 10
     );
-    println!("  index          {} chunks", n("index_chunks")?);
+    println!("  index          {} chunks", space.index_chunks);
     println!(
         "  repairs so far {} pages from group parity, {} from segment parity, {} logical pages relocated, \
          {} beyond repair",
-        n("lifetime_repaired_by_group")?,
-        n("lifetime_repaired_by_segment")?,
-        n("lifetime_relocated")?,
-        n("lifetime_unrecoverable")?
+        h.repaired_by_group, h.repaired_by_segment, h.relocated, h.unrecoverable
     );
-    println!(
-        "  scrubs so far  {} passes, {} pages checked",
-        n("lifetime_scrub_passes")?,
-        n("lifetime_pages_scrubbed")?
-    );
+    println!("  scrubs so far  {} passes, {} pages checked", h.scrub_passes, h.pages_scrubbed);
     Ok(())
 }
 
@@ -499,7 +493,7 @@ pub fn stat(a: &StatArgs) -> Result<(), CliError> {
              \"bad_blocks\": {}, \"repaired_at_mount\": {}, \"mounted_by\": \"{}\", \"chain_segments\": {}, \"pages_replayed\": {}, \
              {}, \"erase_histogram\": [{}]}}",
             json_str(&a.image.display().to_string()),
-            crate::scrubber::space_json(&fs),
+            crate::report::space_json(&crate::report::Space::of(&fs)),
             s.bad.len(),
             rep.pages_repaired,
             if rep.store.scanned { "scan" } else { "anchor" },

@@ -37,6 +37,75 @@ const QUICK_FIELDS: [Counter<Quick>; 9] = [
     ("segments_healed", |q| &mut q.segments_healed),
 ];
 
+/// The lifetime counters, written `lifetime_…`.
+const HEALTH_FIELDS: [Counter<Health>; 8] = [
+    ("repaired_by_group", |h| &mut h.repaired_by_group),
+    ("repaired_by_segment", |h| &mut h.repaired_by_segment),
+    ("relocated", |h| &mut h.relocated),
+    ("unrecoverable", |h| &mut h.unrecoverable),
+    ("scrub_passes", |h| &mut h.scrub_passes),
+    ("pages_scrubbed", |h| &mut h.pages_scrubbed),
+    ("program_failures", |h| &mut h.program_failures),
+    ("erase_failures", |h| &mut h.erase_failures),
+];
+
+/// Space, files and the index, as `bitmend stat` shows them for an image and, through the
+/// control file, for a mounted file system.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Space {
+    pub bytes_total: u64,
+    pub bytes_free: u64,
+    pub inodes: u64,
+    pub file_data_bytes: u64,
+    pub stored_bytes: u64,
+    pub segments: u64,
+    pub segments_used: u64,
+    pub index_chunks: u64,
+}
+
+impl Space {
+    pub fn of<N: bitmend_media::nand::Nand>(fs: &bitmend_flashfs::Fs<N>) -> Space {
+        let (bytes_total, bytes_free) = fs.statfs();
+        let (file_data_bytes, stored_bytes) = fs.data_space();
+        Space {
+            bytes_total,
+            bytes_free,
+            inodes: fs.inode_count() as u64,
+            file_data_bytes,
+            stored_bytes,
+            segments: fs.store().segments() as u64,
+            segments_used: fs.store().used_segments().len() as u64,
+            index_chunks: fs.index_chunk_count() as u64,
+        }
+    }
+}
+
+const SPACE_FIELDS: [Counter<Space>; 8] = [
+    ("bytes_total", |s| &mut s.bytes_total),
+    ("bytes_free", |s| &mut s.bytes_free),
+    ("inodes", |s| &mut s.inodes),
+    ("file_data_bytes", |s| &mut s.file_data_bytes),
+    ("stored_bytes", |s| &mut s.stored_bytes),
+    ("segments", |s| &mut s.segments),
+    ("segments_used", |s| &mut s.segments_used),
+    ("index_chunks", |s| &mut s.index_chunks),
+];
+
+/// Space as JSON fields (no braces).
+pub fn space_json(s: &Space) -> String {
+    encode(s, &SPACE_FIELDS, "").join(", ")
+}
+
+/// What [`space_json`] wrote, read back.
+pub fn space_from_json(status: &str) -> Result<Space, String> {
+    decode(status, &SPACE_FIELDS, "")
+}
+
+/// What [`health_json`] wrote, read back.
+pub fn health_from_json(status: &str) -> Result<Health, String> {
+    decode(status, &HEALTH_FIELDS, "lifetime_")
+}
+
 /// A quick pass as the control file carries it: [`QuickScrubReport`] with the mismatched
 /// segments counted, not listed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -135,19 +204,7 @@ pub fn quick_text(q: &Quick) -> String {
 
 /// The lifetime counters as JSON fields (no braces).
 pub fn health_json(h: &Health) -> String {
-    format!(
-        "\"lifetime_repaired_by_group\": {}, \"lifetime_repaired_by_segment\": {}, \"lifetime_relocated\": {}, \
-         \"lifetime_unrecoverable\": {}, \"lifetime_scrub_passes\": {}, \"lifetime_pages_scrubbed\": {}, \
-         \"lifetime_program_failures\": {}, \"lifetime_erase_failures\": {}",
-        h.repaired_by_group,
-        h.repaired_by_segment,
-        h.relocated,
-        h.unrecoverable,
-        h.scrub_passes,
-        h.pages_scrubbed,
-        h.program_failures,
-        h.erase_failures
-    )
+    encode(h, &HEALTH_FIELDS, "lifetime_").join(", ")
 }
 
 #[cfg(test)]
@@ -180,10 +237,27 @@ mod tests {
     }
 
     #[test]
+    fn space_and_health_read_back_beside_each_other() {
+        let mut space = Space::default();
+        for (i, (_, f)) in SPACE_FIELDS.iter().enumerate() {
+            *f(&mut space) = 1 << (i + 20);
+        }
+        let mut health = Health::default();
+        for (i, (_, f)) in HEALTH_FIELDS.iter().enumerate() {
+            *f(&mut health) = 500 + i as u64;
+        }
+        let line = format!("{{\"state\": \"idle\", {}, {}}}", health_json(&health), space_json(&space));
+        assert_eq!(space_from_json(&line).unwrap(), space);
+        assert_eq!(health_from_json(&line).unwrap(), health);
+    }
+
+    #[test]
     fn every_field_of_the_reports_is_in_its_table() {
         // A field added to a report without a table entry would not be written: the tables
         // must cover the structs (ScrubReport: 11 counters and `done`; the quick pass: 9).
         assert_eq!(std::mem::size_of::<ScrubReport>(), (SCRUB_FIELDS.len() + 1) * 8);
         assert_eq!(std::mem::size_of::<Quick>(), QUICK_FIELDS.len() * 8);
+        assert_eq!(std::mem::size_of::<Space>(), SPACE_FIELDS.len() * 8);
+        assert_eq!(std::mem::size_of::<Health>(), HEALTH_FIELDS.len() * 8);
     }
 }

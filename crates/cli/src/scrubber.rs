@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use bitmend_flashfs::{Fs, QuickScrubReport, ScrubPass, ScrubReport};
 
-use crate::report::{health_json, quick_json, quick_text, report_json, report_text, Quick};
+use crate::report::{
+    health_json, quick_json, quick_text, report_json, report_text, space_json, Quick, Space,
+};
 use bitmend_media::nand::FileNand;
 
 /// The control file's name in the root directory, and its inode number (beyond any the file
@@ -89,7 +91,7 @@ impl Mounted {
         let state = if self.pass.is_some() || self.requested { "running" } else { "idle" };
         // Quoted as a JSON string: the message is ours, but a path in it could hold anything.
         let error = self.error.as_ref().map_or("null".to_string(), |e| format!("{e:?}"));
-        let space = self.fs.as_ref().map_or(String::new(), |fs| format!(", {}", space_json(fs)));
+        let space = self.fs.as_ref().map_or(String::new(), |fs| format!(", {}", space_json(&Space::of(fs))));
         format!(
             "{{\"state\": \"{state}\", \"pass\": {}, \"error\": {error}, {}, \"quick_passes\": {}, {}, {}{space}}}\n",
             self.passes_started,
@@ -133,21 +135,6 @@ impl Mounted {
         }
         !finished
     }
-}
-
-/// Space, files and the index as JSON fields (no braces), for `bitmend stat` of an image and
-/// of a mounted file system (through the control file).
-pub fn space_json<N: bitmend_media::nand::Nand>(fs: &bitmend_flashfs::Fs<N>) -> String {
-    let (total, free) = fs.statfs();
-    let (logical, stored) = fs.data_space();
-    format!(
-        "\"bytes_total\": {total}, \"bytes_free\": {free}, \"inodes\": {}, \"file_data_bytes\": {logical}, \
-         \"stored_bytes\": {stored}, \"segments\": {}, \"segments_used\": {}, \"index_chunks\": {}",
-        fs.inode_count(),
-        fs.store().segments(),
-        fs.store().used_segments().len(),
-        fs.index_chunk_count()
-    )
 }
 
 /// The scrubber thread: runs until the file system is unmounted.

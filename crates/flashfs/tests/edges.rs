@@ -15,7 +15,7 @@ use bitmend_media::rng::Rng;
 use common::{cfg, chip};
 
 fn opts() -> FsOptions {
-    FsOptions { compression: Compression::Lz4, dirty_limit: 64 << 10, ..FsOptions::default() }
+    common::opts(Compression::Lz4)
 }
 
 fn noise(seed: u64, len: usize) -> Vec<u8> {

@@ -14,7 +14,7 @@ use common::{cfg, chip};
 fn opts(c: Compression) -> FsOptions {
     // A small index window: chunks are evicted and read back from their map nodes all the
     // time, under every test here.
-    FsOptions { compression: c, dirty_limit: 64 << 10, index_chunks: 2, ..FsOptions::default() }
+    FsOptions { index_chunks: 2, ..common::opts(c) }
 }
 
 fn content(seed: u64, len: usize) -> Vec<u8> {

@@ -13,7 +13,7 @@ use bitmend_media::rng::Rng;
 use common::{cfg, chip};
 
 fn opts(c: Compression, node_pages: usize) -> FsOptions {
-    FsOptions { compression: c, dirty_limit: 64 << 10, index_chunks: 2, node_pages, ..FsOptions::default() }
+    FsOptions { index_chunks: 2, node_pages, ..common::opts(c) }
 }
 
 /// Text from a vocabulary: compresses, and better over 16 KiB than over 4.

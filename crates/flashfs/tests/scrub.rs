@@ -15,7 +15,7 @@ fn chip() -> FaultyNand<RamNand> {
 }
 
 fn opts() -> FsOptions {
-    FsOptions { compression: Compression::Lz4, dirty_limit: 64 << 10, ..FsOptions::default() }
+    common::opts(Compression::Lz4)
 }
 
 fn content(seed: u64, len: usize) -> Vec<u8> {

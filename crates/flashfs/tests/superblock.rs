@@ -19,7 +19,7 @@ fn chip() -> RamNand {
 }
 
 fn opts() -> FsOptions {
-    FsOptions { compression: Compression::Lz4, dirty_limit: 64 << 10, ..FsOptions::default() }
+    common::opts(Compression::Lz4)
 }
 
 type Files = Vec<(Ino, Vec<u8>)>;

@@ -2,7 +2,7 @@
 
 #![allow(dead_code)] // each test file uses its own part
 
-use bitmend_flashfs::{Fs, FsConfig};
+use bitmend_flashfs::{Compression, Fs, FsConfig, FsOptions};
 use bitmend_media::nand::{FaultyNand, Geometry, RamNand, Timing};
 
 /// A chip of `blocks` erase blocks of 16 pages of 2 KiB (64-byte spares), without timing.
@@ -13,6 +13,12 @@ pub fn chip(blocks: u32) -> RamNand {
 /// The same chip behind fault injection, its random choices drawn from `seed`.
 pub fn faulty_chip(blocks: u32, seed: u64) -> FaultyNand<RamNand> {
     FaultyNand::new(chip(blocks), seed)
+}
+
+/// The options most tests use: `compression`, and write-back of every 64 KiB of dirty data
+/// (a test's writes reach the flash, and its power cuts, without a sync).
+pub fn opts(compression: Compression) -> FsOptions {
+    FsOptions { compression, dirty_limit: 64 << 10, ..FsOptions::default() }
 }
 
 /// One parity page per group, one parity block per segment of 4 blocks.
