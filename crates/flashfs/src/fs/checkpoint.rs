@@ -15,7 +15,7 @@ use super::index::{ChunkKey, MapAt, Totals};
 use super::rebuild::MapSummary;
 use super::{Fs, Health, Inode, Loc, PENDING};
 use crate::fs::node::{self, Frag, NodeKind, FLAG_LAST, FLAG_ZSTD, FRAG_HEADER};
-use crate::store::PageAddr;
+use crate::store::{PageAddr, Segment};
 use crate::FsError;
 
 const MAGIC: u32 = 0x434B_5054; // "CKPT"
@@ -62,7 +62,7 @@ pub(crate) struct CkptState {
     /// the next is written once the log since is some multiple of it (see `maybe_checkpoint`).
     pub mark: (u64, u64),
     /// The segment table of the checkpoint the mount replayed (handed to the store).
-    pub replayed_table: Option<Vec<(u64, u32)>>,
+    pub replayed_table: Option<Vec<Segment>>,
     /// Physical segments holding map nodes that the newest checkpoint, and the one a mount
     /// would start from, refer to: the cleaner erases none of them before a newer checkpoint
     /// no longer does.
@@ -79,8 +79,8 @@ pub(crate) struct State {
     pub data: HashMap<(u64, u64), Loc>,
     pub next_ino: u64,
     pub health: Health,
-    /// The segments in use when the checkpoint was taken, as (logical, physical).
-    pub segments: Option<Vec<(u64, u32)>>,
+    /// The segments in use when the checkpoint was taken.
+    pub segments: Option<Vec<Segment>>,
     /// Version 4: the index by chunk (the data section is then empty), the usage table and
     /// the totals.
     pub maps: Option<BTreeMap<ChunkKey, MapAt>>,
@@ -167,7 +167,7 @@ fn decode(b: &[u8]) -> Option<State> {
         let n = r.u32()?;
         let mut t = Vec::with_capacity(n.min(1 << 20) as usize);
         for _ in 0..n {
-            t.push((r.u64()?, r.u32()?));
+            t.push(Segment { logical: r.u64()?, physical: r.u32()? });
         }
         segments = Some(t);
     }

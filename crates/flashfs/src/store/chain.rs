@@ -14,7 +14,7 @@ use bitmend_media::nand::{Nand, NandError};
 
 use super::mount::erased;
 use crate::store::layout::{Anchor, AnchorCkpt, Kind, Spare, Superblock, RESERVED_BLOCKS};
-use crate::store::{PageAddr, PageStore};
+use crate::store::{PageAddr, PageStore, Segment};
 use crate::{FsError, StoreMountReport};
 
 impl<N: Nand> PageStore<N> {
@@ -31,7 +31,8 @@ impl<N: Nand> PageStore<N> {
         let anchor = store.find_anchor(&mut report)?;
         if let Some(c) = anchor.and_then(|a| a.ckpt) {
             if let Some(chain) = store.walk_chain(c, &mut report)? {
-                let &(live, live_phys) = chain.last().expect("the chain starts at the checkpoint");
+                let Segment { logical: live, physical: live_phys } =
+                    *chain.last().expect("the chain starts at the checkpoint");
                 report.chain_length = chain.len() as u32;
                 report.live_segment = Some(live);
                 store.w.used = chain;
@@ -56,13 +57,13 @@ impl<N: Nand> PageStore<N> {
         Ok((store, report, None))
     }
 
-    /// Completes an anchored mount with the checkpoint's table of segments in use, as
-    /// (logical, physical): those older than the chain are in use unless the chain reused
+    /// Completes an anchored mount with the checkpoint's table of segments in use: those
+    /// older than the chain are in use unless the chain reused
     /// them; every other segment with a good data block is free. `None` (the checkpoint had
     /// no table) rebuilds both by scanning.
     pub(crate) fn adopt_table(
         &mut self,
-        table: Option<&[(u64, u32)]>,
+        table: Option<&[Segment]>,
         report: &mut StoreMountReport,
     ) -> Result<(), FsError> {
         let Some(table) = table else {
@@ -74,17 +75,19 @@ impl<N: Nand> PageStore<N> {
             self.w.seg = live;
             return Ok(());
         };
-        let chain_from = self.w.used.iter().map(|u| u.0).min().unwrap_or(0);
-        let mut used: Vec<(u64, u32)> = table
+        let chain_from = self.w.used.iter().map(|u| u.logical).min().unwrap_or(0);
+        let mut used: Vec<Segment> = table
             .iter()
             .filter(|t| {
-                t.0 < chain_from && t.1 < self.layout.segments && !self.w.used.iter().any(|u| u.1 == t.1)
+                t.logical < chain_from
+                    && t.physical < self.layout.segments
+                    && !self.w.used.iter().any(|u| u.physical == t.physical)
             })
             .copied()
             .collect();
         used.extend_from_slice(&self.w.used);
         used.sort_unstable();
-        used.dedup_by_key(|u| u.1);
+        used.dedup_by_key(|u| u.physical);
         self.w.used = used;
         report.segments_in_use = self.w.used.len() as u32;
         self.rebuild_free()
@@ -95,7 +98,7 @@ impl<N: Nand> PageStore<N> {
     fn rebuild_free(&mut self) -> Result<(), FsError> {
         let mut free: std::collections::VecDeque<u32> = Default::default();
         for phys in 0..self.layout.segments {
-            if self.w.used.iter().any(|u| u.1 == phys) {
+            if self.w.used.iter().any(|u| u.physical == phys) {
                 continue;
             }
             let mut good = false;
@@ -121,7 +124,7 @@ impl<N: Nand> PageStore<N> {
             }
         }
         found.sort_unstable();
-        self.w.used = found;
+        self.w.used = found.into_iter().map(|(logical, physical)| Segment { logical, physical }).collect();
         self.rebuild_free()
     }
 
@@ -154,13 +157,13 @@ impl<N: Nand> PageStore<N> {
         Ok(None)
     }
 
-    /// The segments from the anchored checkpoint's to the newest, as (logical, physical);
+    /// The segments from the anchored checkpoint's to the newest;
     /// `None` if the checkpoint's segment no longer holds it.
     fn walk_chain(
         &mut self,
         c: AnchorCkpt,
         report: &mut StoreMountReport,
-    ) -> Result<Option<Vec<(u64, u32)>>, FsError> {
+    ) -> Result<Option<Vec<Segment>>, FsError> {
         if c.phys >= self.layout.segments {
             return Ok(None);
         }
@@ -168,19 +171,19 @@ impl<N: Nand> PageStore<N> {
         if first.segment != c.segment {
             return Ok(None);
         }
-        let mut chain = vec![(c.segment, c.phys)];
+        let mut chain = vec![Segment { logical: c.segment, physical: c.phys }];
         let mut queue: Vec<u32> = first.queue.iter().flatten().copied().collect();
         // Each step moves to a segment not yet in the chain: the walk ends.
         'walk: while chain.len() <= self.layout.segments as usize {
             // Numbers come from the flash: a damaged one must end the walk, not overflow.
-            let Some(next) = chain.last().expect("not empty").0.checked_add(1) else { break };
+            let Some(next) = chain.last().expect("not empty").logical.checked_add(1) else { break };
             for q in queue {
-                if q >= self.layout.segments || chain.iter().any(|c| c.1 == q) {
+                if q >= self.layout.segments || chain.iter().any(|c| c.physical == q) {
                     continue;
                 }
                 if let Some(s) = self.first_spare(q, report)? {
                     if s.segment == next {
-                        chain.push((next, q));
+                        chain.push(Segment { logical: next, physical: q });
                         queue = s.queue.iter().flatten().copied().collect();
                         continue 'walk;
                     }
@@ -268,7 +271,7 @@ impl<N: Nand> PageStore<N> {
         let Some((phys, _, _)) = self.layout.locate(page.0) else {
             return Err(FsError::Invalid { why: format!("page {} is not in a segment", page.0) });
         };
-        let Some(&(segment, _)) = self.w.used.iter().find(|u| u.1 == phys) else {
+        let Some(&Segment { logical: segment, .. }) = self.w.used.iter().find(|u| u.physical == phys) else {
             return Err(FsError::Invalid { why: format!("page {} is in no segment in use", page.0) });
         };
         self.write_anchor(Some(AnchorCkpt { page: page.0, segment, phys }))

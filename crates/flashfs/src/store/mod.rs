@@ -27,7 +27,7 @@ use layout::{FsConfig, Kind, Layout, Spare, Superblock, RESERVED_BLOCKS};
 /// A segment in use: its logical number (how many segments were opened before it: the log's
 /// order) and the physical segment it occupies on the chip. Named fields, not a tuple: the two
 /// numbers are easy to swap and both look like a segment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Segment {
     pub logical: u64,
     pub physical: u32,
@@ -68,8 +68,8 @@ pub struct StoreStats {
 
 /// Where the next page goes, and the parity being accumulated for it.
 pub(crate) struct Writer {
-    /// Physical and logical number of the segment being written; `None` before the first.
-    pub(crate) seg: Option<(u32, u64)>,
+    /// The segment being written; `None` before the first.
+    pub(crate) seg: Option<Segment>,
     /// Block within the segment (data blocks only).
     pub(crate) block: u32,
     /// Next page index within the block.
@@ -87,8 +87,8 @@ pub(crate) struct Writer {
     pub(crate) free: std::collections::VecDeque<u32>,
     /// The segment's parity blocks are written: the next page opens a new segment.
     pub(crate) sealed: bool,
-    /// Segments holding pages, as (logical, physical), oldest first.
-    pub(crate) used: Vec<(u64, u32)>,
+    /// Segments holding pages, oldest first.
+    pub(crate) used: Vec<Segment>,
     /// Pages programmed in the current segment.
     pub(crate) seg_pages: u32,
     /// The newest marked data page in the live segment.
@@ -280,7 +280,7 @@ impl<N: Nand> PageStore<N> {
         data: &[u8],
         at: u32,
     ) -> Vec<u8> {
-        let segment = self.w.seg.map_or(0, |s| s.1);
+        let segment = self.w.seg.map_or(0, |s| s.logical);
         let spare = Spare {
             kind,
             index,
@@ -300,7 +300,7 @@ impl<N: Nand> PageStore<N> {
 
     /// The chip page the next `program_here` programs.
     fn here(&self) -> u32 {
-        let (phys, _) = self.w.seg.expect("segment open");
+        let phys = self.w.seg.expect("segment open").physical;
         self.layout.page(phys, self.w.block, self.w.next)
     }
 
@@ -311,11 +311,11 @@ impl<N: Nand> PageStore<N> {
         let (logical, choices) = match self.w.seg {
             // Not a page went into it (every data block bad): it is dropped, not freed, and
             // its number goes to the next, chosen from the same queue.
-            Some((phys, logical)) if self.w.seg_pages == 0 => {
-                self.w.used.retain(|u| u.1 != phys);
+            Some(Segment { logical, physical: phys }) if self.w.seg_pages == 0 => {
+                self.w.used.retain(|u| u.physical != phys);
                 (logical, self.w.prev_queue.clone())
             }
-            Some((_, logical)) => {
+            Some(Segment { logical, .. }) => {
                 self.w.prev_queue = self.w.queue.clone();
                 (logical.saturating_add(1), self.w.queue.clone())
             }
@@ -335,8 +335,8 @@ impl<N: Nand> PageStore<N> {
         // Wear leveling: the successors are the least worn of the free segments.
         let k = layout::queue_len(self.layout.g.spare_size as usize);
         self.w.queue = self.least_worn_free(k)?.into_iter().map(|q| q.1).collect();
-        self.w.seg = Some((phys, logical));
-        self.w.used.push((logical, phys));
+        self.w.seg = Some(Segment { logical, physical: phys });
+        self.w.used.push(Segment { logical, physical: phys });
         self.w.block = 0;
         self.w.next = 0;
         self.w.group_first = 0;
@@ -374,7 +374,7 @@ impl<N: Nand> PageStore<N> {
     /// Erases the current block before its first page; skips blocks that are or turn bad.
     pub(crate) fn start_block(&mut self) -> Result<(), FsError> {
         loop {
-            let (phys, _) = self.w.seg.expect("segment open");
+            let phys = self.w.seg.expect("segment open").physical;
             if self.w.block == self.layout.data_blocks() {
                 if !self.w.sealed && self.w.seg_pages > 0 {
                     self.reseal()?;
@@ -541,7 +541,7 @@ impl<N: Nand> PageStore<N> {
 
     /// Writes the full segment's parity blocks.
     pub(crate) fn reseal(&mut self) -> Result<(), FsError> {
-        let (phys, _) = self.w.seg.expect("segment open");
+        let phys = self.w.seg.expect("segment open").physical;
         let s = self.layout.cfg.parity_blocks;
         if s > 0 {
             if !self.w.seg_parity_valid {
@@ -610,14 +610,14 @@ impl<N: Nand> PageStore<N> {
         self.layout.segments
     }
 
-    /// Segments holding pages, as (logical, physical), oldest first.
+    /// Segments holding pages, oldest first.
     pub fn used_segments(&self) -> Vec<Segment> {
-        self.w.used.iter().map(|&(logical, physical)| Segment { logical, physical }).collect()
+        self.w.used.clone()
     }
 
-    /// The segment being written, as (physical, logical).
+    /// The segment being written.
     pub fn live_segment(&self) -> Option<Segment> {
-        self.w.seg.map(|(physical, logical)| Segment { logical, physical })
+        self.w.seg
     }
 
     /// The most erases any block of physical segment `phys` has had.
@@ -650,9 +650,9 @@ impl<N: Nand> PageStore<N> {
     /// Closes the open group, pads the current segment out and seals it: the next page
     /// opens a new segment.
     pub fn finish_segment(&mut self) -> Result<(), FsError> {
-        let Some((phys, _)) = self.w.seg else { return Ok(()) };
+        let Some(Segment { physical: phys, .. }) = self.w.seg else { return Ok(()) };
         self.close_group()?;
-        while self.w.seg.is_some_and(|s| s.0 == phys) && self.w.block < self.layout.data_blocks() {
+        while self.w.seg.is_some_and(|s| s.physical == phys) && self.w.block < self.layout.data_blocks() {
             self.finish_block_without_advancing()?;
         }
         if !self.w.sealed {
@@ -674,7 +674,7 @@ impl<N: Nand> PageStore<N> {
 
     fn finish_block_without_advancing(&mut self) -> Result<(), FsError> {
         if self.w.next > 0
-            || !self.nand.is_bad(self.layout.block(self.w.seg.expect("open").0, self.w.block))?
+            || !self.nand.is_bad(self.layout.block(self.w.seg.expect("open").physical, self.w.block))?
         {
             self.pad_rest_of_block()?;
         }
@@ -682,7 +682,7 @@ impl<N: Nand> PageStore<N> {
         self.w.next = 0;
         if self.w.block < self.layout.data_blocks() {
             // Erase the next block before padding it (skipping bad ones).
-            let (phys, _) = self.w.seg.expect("open");
+            let phys = self.w.seg.expect("open").physical;
             loop {
                 if self.w.block >= self.layout.data_blocks() {
                     break;
@@ -733,7 +733,7 @@ impl<N: Nand> PageStore<N> {
 
     /// Erases a segment the file system no longer needs and makes it free.
     pub fn release_segment(&mut self, phys: u32) -> Result<(), FsError> {
-        if self.w.seg.is_some_and(|s| s.0 == phys) {
+        if self.w.seg.is_some_and(|s| s.physical == phys) {
             return Err(FsError::Invalid { why: "the segment being written cannot be released".into() });
         }
         for b in 0..self.layout.cfg.blocks_per_segment {
@@ -748,7 +748,7 @@ impl<N: Nand> PageStore<N> {
                 self.erase_block(block)?;
             }
         }
-        self.w.used.retain(|u| u.1 != phys);
+        self.w.used.retain(|u| u.physical != phys);
         if !self.w.free.contains(&phys) {
             self.w.free.push_back(phys);
         }

@@ -11,7 +11,7 @@
 use bitmend_media::nand::Nand;
 
 use crate::store::layout::{Kind, Layout, Spare, Superblock, RESERVED_BLOCKS};
-use crate::store::{PageAddr, PageStore};
+use crate::store::{PageAddr, PageStore, Segment};
 use crate::FsError;
 
 /// What mounting found.
@@ -142,7 +142,9 @@ impl<N: Nand> PageStore<N> {
         report.scanned = true;
         self.scan_used(report)?;
         report.segments_in_use = self.w.used.len() as u32;
-        let Some(&(live, live_phys)) = self.w.used.iter().max() else { return Ok(()) };
+        let Some(&Segment { logical: live, physical: live_phys }) = self.w.used.iter().max() else {
+            return Ok(());
+        };
         report.live_segment = Some(live);
         self.resume_at(live_phys, live, false, report)
     }
@@ -157,7 +159,7 @@ impl<N: Nand> PageStore<N> {
         skip_full: bool,
         report: &mut StoreMountReport,
     ) -> Result<(), FsError> {
-        self.w.seg = Some((phys, logical));
+        self.w.seg = Some(Segment { logical, physical: phys });
         self.w.seg_parity_valid = false;
         self.w.seg_pages = 1;
         self.find_position(phys, skip_full, report)
@@ -222,7 +224,7 @@ impl<N: Nand> PageStore<N> {
                 }
                 if let Some(s) = s {
                     max_seq = max_seq.max(s.seq);
-                    if self.w.queue.is_empty() && s.segment == self.w.seg.map_or(0, |w| w.1) {
+                    if self.w.queue.is_empty() && s.segment == self.w.seg.map_or(0, |w| w.logical) {
                         self.w.queue = s.queue.iter().flatten().copied().collect();
                     }
                     if s.kind == Kind::Data && s.index == 1 {
@@ -388,7 +390,7 @@ impl<N: Nand> PageStore<N> {
     pub fn log_pages(&mut self, from: u64, first: Option<PageAddr>) -> Result<Vec<PageAddr>, FsError> {
         let layout = self.layout;
         let mut out = Vec::new();
-        for &(logical, phys) in &self.w.used.clone() {
+        for &Segment { logical, physical: phys } in &self.w.used.clone() {
             if logical < from {
                 continue;
             }
@@ -437,7 +439,9 @@ impl<N: Nand> PageStore<N> {
         &mut self,
         logical: u64,
     ) -> Result<Vec<(crate::PageAddr, PageHealth)>, FsError> {
-        let Some(&(_, phys)) = self.w.used.iter().find(|u| u.0 == logical) else { return Ok(Vec::new()) };
+        let Some(&Segment { physical: phys, .. }) = self.w.used.iter().find(|u| u.logical == logical) else {
+            return Ok(Vec::new());
+        };
         let layout = self.layout;
         let mut data = vec![0u8; layout.g.page_size as usize];
         let mut out = Vec::new();
