@@ -150,6 +150,13 @@ impl<R: Region> NvLog<R> {
         self.layout.cfg
     }
 
+    /// Bytes of the region the log occupies, from offset 0: what follows is free for another
+    /// structure in the same region (the heap keeps its pool there, so that one fence orders
+    /// the journal and the data it protects).
+    pub fn footprint(&self) -> usize {
+        self.layout.needed()
+    }
+
     /// The first live record position.
     pub fn head(&self) -> RecordId {
         RecordId(self.head)

@@ -1,0 +1,742 @@
+//! NVMalloc: the allocator's working state lives in DRAM only (a state per block, free lists
+//! per size class, the runs not yet given a class), rebuilt at open from the persistent block
+//! headers, every checksum checked. Persistent memory holds one 16-byte header per block: an
+//! allocation or a free rewrites that header, one cache line. A freed block cools on the
+//! don't-allocate list for at least `reuse_after` before it is handed out again, so that no
+//! block is allocated more often than once per period and hot reuse cannot wear one place out.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use bitmend_media::pmem::Region;
+
+use crate::layout::{
+    class_for, class_size, BlockHeader, BlockState, HeaderFault, RunHeader, RunKind, Superblock,
+    BLOCK_HEADER, CLASSES, RUN, RUN_HEADER,
+};
+use crate::HeapError;
+
+/// A block's payload: where an object lives in the region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Ptr(pub u64);
+
+impl Ptr {
+    /// No object.
+    pub const NULL: Ptr = Ptr(0);
+
+    /// The block's header.
+    pub(crate) fn header(self) -> u64 {
+        self.0 - BLOCK_HEADER
+    }
+}
+
+/// Where an allocation goes (see [`Allocator::plan`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Plan {
+    /// A free block of the class.
+    Block(Ptr),
+    /// A run to give the class first (its first block).
+    Run { run: u32, class: u8 },
+    /// Runs to make one span.
+    Span { head: u32, runs: u32 },
+}
+
+/// A header that failed its check at open: the block (or run) is quarantined, never handed
+/// out and never freed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BadHeader {
+    /// Offset of the header in the region.
+    pub at: u64,
+    /// A run header (the whole run is quarantined) or a block header.
+    pub run: bool,
+    pub fault: HeaderFault,
+}
+
+/// What the allocator knows about one block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    Free,
+    Allocated,
+    /// Freed, waiting out the don't-allocate period.
+    Cooling,
+    Quarantined,
+}
+
+#[derive(Clone, Debug)]
+enum RunUse {
+    Unassigned,
+    Blocks {
+        class: u8,
+        slots: Vec<Slot>,
+    },
+    Span {
+        runs: u32,
+        slot: Slot,
+    },
+    /// A later run of the span that starts at run `head`.
+    Tail {
+        head: u32,
+    },
+    Quarantined,
+}
+
+/// How time passes for the don't-allocate list (a test moves it by hand).
+#[derive(Clone, Debug, Default)]
+pub enum Clock {
+    #[default]
+    System,
+    /// Time as set with [`Clock::advance`], from an arbitrary start.
+    Manual(std::sync::Arc<std::sync::Mutex<Instant>>),
+}
+
+impl Clock {
+    pub fn manual() -> Clock {
+        Clock::Manual(std::sync::Arc::new(std::sync::Mutex::new(Instant::now())))
+    }
+
+    pub fn now(&self) -> Instant {
+        match self {
+            Clock::System => Instant::now(),
+            Clock::Manual(t) => *t.lock().unwrap_or_else(|e| e.into_inner()),
+        }
+    }
+
+    /// Moves a manual clock forward (a system clock moves by itself).
+    pub fn advance(&self, by: Duration) {
+        if let Clock::Manual(t) = self {
+            *t.lock().unwrap_or_else(|e| e.into_inner()) += by;
+        }
+    }
+}
+
+/// Counts the allocator keeps (for `stat` and the tests).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AllocStats {
+    pub allocated_blocks: u64,
+    pub free_blocks: u64,
+    pub cooling_blocks: u64,
+    pub quarantined_blocks: u64,
+    pub unassigned_runs: u64,
+    /// Header lines written by allocations and frees (each one line).
+    pub header_writes: u64,
+    /// Run header and block header lines written to give runs a class.
+    pub run_formats: u64,
+}
+
+pub(crate) struct Allocator {
+    sb: Superblock,
+    runs: Vec<RunUse>,
+    /// Free block payloads per class (index class - 1), oldest freed first.
+    free: Vec<VecDeque<Ptr>>,
+    /// Freed blocks and when they may be handed out again.
+    cooling: VecDeque<(Instant, Ptr)>,
+    unassigned: BTreeSet<u32>,
+    pub faults: Vec<BadHeader>,
+    pub stats: AllocStats,
+    reuse_after: Duration,
+    pub clock: Clock,
+}
+
+impl Allocator {
+    fn run_base(&self, run: u32) -> u64 {
+        self.sb.first_run + run as u64 * RUN
+    }
+
+    /// The run and block index of payload `p`, if it is the start of a block's payload.
+    fn locate(&self, p: Ptr) -> Option<(u32, usize)> {
+        let off = p.0.checked_sub(self.sb.first_run + RUN_HEADER + BLOCK_HEADER)?;
+        let run = (off / RUN) as u32;
+        let within = off % RUN;
+        match self.runs.get(run as usize)? {
+            RunUse::Blocks { class, slots } => {
+                let size = class_size(*class);
+                (within.is_multiple_of(size) && ((within / size) as usize) < slots.len())
+                    .then_some((run, (within / size) as usize))
+            }
+            RunUse::Span { .. } => (within == 0).then_some((run, 0)),
+            _ => None,
+        }
+    }
+
+    fn slot_mut(&mut self, run: u32, i: usize) -> &mut Slot {
+        match &mut self.runs[run as usize] {
+            RunUse::Blocks { slots, .. } => &mut slots[i],
+            RunUse::Span { slot, .. } => slot,
+            _ => unreachable!("locate returns block runs only"),
+        }
+    }
+
+    /// Payload bytes of the block at `p` (allocated or not).
+    pub fn capacity(&self, p: Ptr) -> Option<u64> {
+        let (run, _) = self.locate(p)?;
+        Some(match &self.runs[run as usize] {
+            RunUse::Blocks { class, .. } => class_size(*class) - BLOCK_HEADER,
+            RunUse::Span { runs, .. } => *runs as u64 * RUN - RUN_HEADER - BLOCK_HEADER,
+            _ => 0,
+        })
+    }
+
+    /// Whether `p` is the payload of an allocated block.
+    pub fn is_allocated(&self, p: Ptr) -> bool {
+        self.locate(p).is_some_and(|(run, i)| match &self.runs[run as usize] {
+            RunUse::Blocks { slots, .. } => slots[i] == Slot::Allocated,
+            RunUse::Span { slot, .. } => *slot == Slot::Allocated,
+            _ => false,
+        })
+    }
+
+    /// The largest object the pool could ever hold: a span over every run.
+    pub fn max_len(&self) -> u64 {
+        (self.runs.len() as u64 * RUN).saturating_sub(RUN_HEADER + BLOCK_HEADER)
+    }
+
+    /// Rebuilds the working state from the headers of a pool whose runs start at
+    /// `sb.first_run`, checking every checksum.
+    pub fn rebuild<R: Region>(region: &R, sb: Superblock, reuse_after: Duration, clock: Clock) -> Allocator {
+        let mut a = Allocator {
+            sb,
+            runs: vec![RunUse::Unassigned; sb.runs as usize],
+            free: vec![VecDeque::new(); CLASSES as usize],
+            cooling: VecDeque::new(),
+            unassigned: BTreeSet::new(),
+            faults: Vec::new(),
+            stats: AllocStats::default(),
+            reuse_after,
+            clock,
+        };
+        let bytes = region.bytes();
+        let mut run = 0u32;
+        while run < sb.runs {
+            let base = a.run_base(run) as usize;
+            match RunHeader::decode(&bytes[base..base + RUN_HEADER as usize], run, sb.pool_id) {
+                Ok(None) => {
+                    a.unassigned.insert(run);
+                }
+                Ok(Some(h)) => run = a.adopt_run(bytes, run, h),
+                Err(fault) => a.quarantine_run(run, fault),
+            }
+            run += 1;
+        }
+        a.recount();
+        a
+    }
+
+    fn quarantine_run(&mut self, run: u32, fault: HeaderFault) {
+        self.faults.push(BadHeader { at: self.run_base(run), run: true, fault });
+        self.runs[run as usize] = RunUse::Quarantined;
+    }
+
+    /// Takes run `run` with header `h`; returns the last run it covers.
+    fn adopt_run(&mut self, bytes: &[u8], run: u32, h: RunHeader) -> u32 {
+        match h.kind {
+            RunKind::Blocks => {
+                let size = class_size(h.class);
+                let n = ((RUN - RUN_HEADER) / size) as usize;
+                let base = self.run_base(run) + RUN_HEADER;
+                let slots = (0..n)
+                    .map(|i| {
+                        let at = base + i as u64 * size;
+                        self.read_block(bytes, at, h.class)
+                    })
+                    .collect();
+                self.runs[run as usize] = RunUse::Blocks { class: h.class, slots };
+                run
+            }
+            RunKind::SpanHead => {
+                let runs = h.arg;
+                if runs == 0 || run as u64 + runs as u64 > self.sb.runs as u64 {
+                    self.quarantine_run(run, HeaderFault::Contents);
+                    return run;
+                }
+                let at = self.run_base(run) + RUN_HEADER;
+                let slot = self.read_block(bytes, at, 0);
+                self.runs[run as usize] = RunUse::Span { runs, slot };
+                for t in run + 1..run + runs {
+                    let base = self.run_base(t) as usize;
+                    let tail =
+                        RunHeader::decode(&bytes[base..base + RUN_HEADER as usize], t, self.sb.pool_id);
+                    match tail {
+                        Ok(Some(RunHeader { kind: RunKind::SpanTail, arg, .. })) if arg == run => {
+                            self.runs[t as usize] = RunUse::Tail { head: run }
+                        }
+                        Ok(_) => self.quarantine_run(t, HeaderFault::Contents),
+                        Err(fault) => self.quarantine_run(t, fault),
+                    }
+                }
+                run + runs - 1
+            }
+            // A tail without its head (the head's header was lost, or a crash left it): the
+            // run is not handed out until a check decides.
+            RunKind::SpanTail => {
+                self.quarantine_run(run, HeaderFault::Contents);
+                run
+            }
+        }
+    }
+
+    /// The state of the block whose header is at `at`, its fault recorded.
+    fn read_block(&mut self, bytes: &[u8], at: u64, class: u8) -> Slot {
+        let h = BlockHeader::decode(&bytes[at as usize..(at + BLOCK_HEADER) as usize], at, self.sb.pool_id);
+        match h {
+            Ok(h) if h.class != class => {
+                self.faults.push(BadHeader { at, run: false, fault: HeaderFault::Contents });
+                Slot::Quarantined
+            }
+            Ok(h) if h.state == BlockState::Allocated => Slot::Allocated,
+            Ok(_) => {
+                let p = Ptr(at + BLOCK_HEADER);
+                if let Some(c) = class.checked_sub(1) {
+                    self.free[c as usize].push_back(p);
+                }
+                Slot::Free
+            }
+            Err(fault) => {
+                self.faults.push(BadHeader { at, run: false, fault });
+                Slot::Quarantined
+            }
+        }
+    }
+
+    /// Recounts the block states (after a rebuild or a change of many).
+    fn recount(&mut self) {
+        let mut s = AllocStats {
+            header_writes: self.stats.header_writes,
+            run_formats: self.stats.run_formats,
+            ..Default::default()
+        };
+        for r in &self.runs {
+            let slots: &[Slot] = match r {
+                RunUse::Blocks { slots, .. } => slots,
+                RunUse::Span { slot, .. } => std::slice::from_ref(slot),
+                RunUse::Unassigned => {
+                    s.unassigned_runs += 1;
+                    &[]
+                }
+                _ => &[],
+            };
+            for slot in slots {
+                match slot {
+                    Slot::Free => s.free_blocks += 1,
+                    Slot::Allocated => s.allocated_blocks += 1,
+                    Slot::Cooling => s.cooling_blocks += 1,
+                    Slot::Quarantined => s.quarantined_blocks += 1,
+                }
+            }
+        }
+        self.stats = s;
+    }
+
+    /// Moves the blocks that have cooled long enough to their free lists.
+    fn warm_up(&mut self) {
+        let now = self.clock.now();
+        while let Some(&(since, p)) = self.cooling.front() {
+            if now.duration_since(since) < self.reuse_after {
+                break;
+            }
+            self.cooling.pop_front();
+            if let Some((run, i)) = self.locate(p) {
+                *self.slot_mut(run, i) = Slot::Free;
+                self.stats.cooling_blocks -= 1;
+                self.stats.free_blocks += 1;
+                match &self.runs[run as usize] {
+                    RunUse::Blocks { class, .. } => self.free[*class as usize - 1].push_back(p),
+                    // A cooled span goes back to unassigned runs when it is next needed.
+                    _ => self.unassigned_span_later(run),
+                }
+            }
+        }
+    }
+
+    /// A freed span that has cooled: its runs are handed back (their headers rewritten to
+    /// zero the next time a run is taken, see [`take_runs`](Self::take_runs)).
+    fn unassigned_span_later(&mut self, head: u32) {
+        if let RunUse::Span { runs, .. } = self.runs[head as usize] {
+            for r in head..head + runs {
+                debug_assert!(
+                    r == head || matches!(self.runs[r as usize], RunUse::Tail { head: h } if h == head),
+                    "run {r} is a tail of the span at {head}"
+                );
+                self.runs[r as usize] = RunUse::Unassigned;
+                self.unassigned.insert(r);
+            }
+            self.stats.free_blocks -= 1;
+            self.stats.unassigned_runs += runs as u64;
+        }
+    }
+
+    /// Allocates a block for `len` payload bytes: its header is written allocated and
+    /// persisted (one line), a new run formatted first if its class has no free block.
+    #[cfg(test)]
+    pub fn alloc<R: Region>(&mut self, region: &mut R, len: u64) -> Result<Ptr, HeapError> {
+        let p = self.pick(region, len)?;
+        self.mark_allocated(region, p, len)?;
+        Ok(p)
+    }
+
+    /// Chooses the block an allocation of `len` bytes gets, without writing anything.
+    #[cfg(test)]
+    pub fn pick<R: Region>(&mut self, region: &mut R, len: u64) -> Result<Ptr, HeapError> {
+        let plan = self.plan(len)?;
+        self.realize(region, plan)
+    }
+
+    /// Decides where an allocation of `len` bytes goes, in DRAM only: a free block of its
+    /// class, or runs to format (the journal records a format before it is written, so that
+    /// recovery can finish one a crash tore). Until [`realize`](Self::realize) or
+    /// [`unplan`](Self::unplan), what it names is out of the free lists.
+    pub fn plan(&mut self, len: u64) -> Result<Plan, HeapError> {
+        self.warm_up();
+        match class_for(len) {
+            Some(class) => match self.free[class as usize - 1].pop_front() {
+                Some(p) => Ok(Plan::Block(p)),
+                None => {
+                    let run = self.take_runs(1).ok_or(HeapError::Full { len: class_size(class) })?;
+                    Ok(Plan::Run { run, class })
+                }
+            },
+            None => {
+                if len > self.max_len() {
+                    return Err(HeapError::TooLarge { len, max: self.max_len() });
+                }
+                let runs = (len + RUN_HEADER + BLOCK_HEADER).div_ceil(RUN) as u32;
+                let head = self.take_runs(runs).ok_or(HeapError::Full { len })?;
+                Ok(Plan::Span { head, runs })
+            }
+        }
+    }
+
+    /// Formats what `plan` needs and takes its block (allocated in DRAM; its header is
+    /// written by [`mark_allocated`](Self::mark_allocated)).
+    pub fn realize<R: Region>(&mut self, region: &mut R, plan: Plan) -> Result<Ptr, HeapError> {
+        let p = match plan {
+            Plan::Block(p) => p,
+            Plan::Run { run, class } => {
+                self.format_run(region, run, class)?;
+                self.free[class as usize - 1].pop_front().expect("a run just formatted")
+            }
+            Plan::Span { head, runs } => self.format_span(region, head, runs)?,
+        };
+        let (run, i) = self.locate(p).expect("a block just found");
+        *self.slot_mut(run, i) = Slot::Allocated;
+        self.stats.free_blocks -= 1;
+        self.stats.allocated_blocks += 1;
+        Ok(p)
+    }
+
+    /// Gives back what [`plan`](Self::plan) took, unwritten.
+    pub fn unplan(&mut self, plan: Plan) {
+        match plan {
+            Plan::Block(p) => {
+                let class = self.locate(p).and_then(|(run, _)| match &self.runs[run as usize] {
+                    RunUse::Blocks { class, .. } => Some(*class),
+                    _ => None,
+                });
+                if let Some(c) = class {
+                    self.free[c as usize - 1].push_front(p);
+                }
+            }
+            Plan::Run { run, .. } => self.give_back(run, 1),
+            Plan::Span { head, runs } => self.give_back(head, runs),
+        }
+    }
+
+    fn give_back(&mut self, first: u32, n: u32) {
+        for r in first..first + n {
+            self.unassigned.insert(r);
+        }
+        self.stats.unassigned_runs += n as u64;
+    }
+
+    /// Gives back a block [`realize`](Self::realize) took but that was never written
+    /// allocated.
+    pub fn unpick(&mut self, p: Ptr) {
+        let Some((run, i)) = self.locate(p) else { return };
+        *self.slot_mut(run, i) = Slot::Free;
+        self.stats.free_blocks += 1;
+        self.stats.allocated_blocks -= 1;
+        if let RunUse::Blocks { class, .. } = &self.runs[run as usize] {
+            self.free[*class as usize - 1].push_front(p);
+        } else {
+            // A span: cooled at once, its runs handed back.
+            self.unassigned_span_later(run);
+        }
+    }
+
+    /// Writes the header of picked block `p` allocated (one line, persisted).
+    pub fn mark_allocated<R: Region>(&mut self, region: &mut R, p: Ptr, len: u64) -> Result<(), HeapError> {
+        self.write_header(region, p, BlockState::Allocated, len)
+    }
+
+    /// Makes runs `head..head + runs` one span: the head's and the tails' run headers, and
+    /// the block's header free.
+    fn format_span<R: Region>(&mut self, region: &mut R, head: u32, runs: u32) -> Result<Ptr, HeapError> {
+        let pool_id = self.sb.pool_id;
+        for (k, r) in (head..head + runs).enumerate() {
+            let h = if k == 0 {
+                RunHeader { kind: RunKind::SpanHead, class: 0, arg: runs }
+            } else {
+                RunHeader { kind: RunKind::SpanTail, class: 0, arg: head }
+            };
+            let at = self.run_base(r) as usize;
+            region.write(at, &h.encode(r, pool_id))?;
+            region.flush(at, RUN_HEADER as usize)?;
+        }
+        self.runs[head as usize] = RunUse::Span { runs, slot: Slot::Free };
+        for t in head + 1..head + runs {
+            self.runs[t as usize] = RunUse::Tail { head };
+        }
+        let p = Ptr(self.run_base(head) + RUN_HEADER + BLOCK_HEADER);
+        self.write_header(region, p, BlockState::Free, 0)?;
+        self.stats.run_formats += runs as u64 + 1;
+        self.stats.free_blocks += 1;
+        Ok(p)
+    }
+
+    /// `n` consecutive unassigned runs (the lowest that fit), taken out of the unassigned
+    /// set; `None` if there are none.
+    fn take_runs(&mut self, n: u32) -> Option<u32> {
+        let mut start = None;
+        let mut len = 0;
+        for &r in &self.unassigned {
+            match start {
+                Some(s) if s + len == r => len += 1,
+                _ => {
+                    start = Some(r);
+                    len = 1;
+                }
+            }
+            if len == n {
+                break;
+            }
+        }
+        let s = start.filter(|_| len == n)?;
+        for r in s..s + n {
+            self.unassigned.remove(&r);
+        }
+        self.stats.unassigned_runs -= n as u64;
+        Some(s)
+    }
+
+    /// Gives run `run` class `class`: every block header written free, then the run header,
+    /// all persisted (so that a header of all zeros is never a block's, only damage).
+    fn format_run<R: Region>(&mut self, region: &mut R, run: u32, class: u8) -> Result<(), HeapError> {
+        let size = class_size(class);
+        let n = ((RUN - RUN_HEADER) / size) as usize;
+        let base = self.run_base(run) + RUN_HEADER;
+        let pool_id = self.sb.pool_id;
+        for i in 0..n {
+            let at = base + i as u64 * size;
+            let h = BlockHeader { state: BlockState::Free, class, allocations: 0, len: 0 };
+            region.write(at as usize, &h.encode(at, pool_id))?;
+            region.flush(at as usize, BLOCK_HEADER as usize)?;
+        }
+        region.fence()?;
+        let at = self.run_base(run) as usize;
+        region.write(at, &RunHeader { kind: RunKind::Blocks, class, arg: 0 }.encode(run, pool_id))?;
+        region.persist(at, RUN_HEADER as usize)?;
+        self.stats.run_formats += n as u64 + 1;
+        self.runs[run as usize] = RunUse::Blocks { class, slots: vec![Slot::Free; n] };
+        self.free[class as usize - 1].extend((0..n).map(|i| Ptr(base + i as u64 * size + BLOCK_HEADER)));
+        self.stats.free_blocks += n as u64;
+        Ok(())
+    }
+
+    /// Recovery: makes block `p` allocated (`len` bytes) or free, in its header and in the
+    /// working state, if it is not already; returns whether anything changed. A block that
+    /// recovery frees cools like any freed block.
+    pub fn settle<R: Region>(
+        &mut self,
+        region: &mut R,
+        p: Ptr,
+        allocated: bool,
+        len: u64,
+    ) -> Result<bool, HeapError> {
+        let Some((run, i)) = self.locate(p) else { return Ok(false) };
+        let now = match &self.runs[run as usize] {
+            RunUse::Blocks { slots, .. } => slots[i],
+            RunUse::Span { slot, .. } => *slot,
+            _ => return Ok(false),
+        };
+        match (now, allocated) {
+            (Slot::Quarantined, _) | (Slot::Allocated, true) => Ok(false),
+            (Slot::Free | Slot::Cooling, false) => Ok(false),
+            (Slot::Allocated, false) => {
+                self.free(region, p)?;
+                Ok(true)
+            }
+            (Slot::Free | Slot::Cooling, true) => {
+                if now == Slot::Free {
+                    for list in &mut self.free {
+                        list.retain(|&q| q != p);
+                    }
+                    self.stats.free_blocks -= 1;
+                } else {
+                    self.cooling.retain(|c| c.1 != p);
+                    self.stats.cooling_blocks -= 1;
+                }
+                *self.slot_mut(run, i) = Slot::Allocated;
+                self.stats.allocated_blocks += 1;
+                self.write_header(region, p, BlockState::Allocated, len)?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// Frees the block at `p`: its header is written free and persisted (one line), and it
+    /// cools on the don't-allocate list before it can be handed out again.
+    pub fn free<R: Region>(&mut self, region: &mut R, p: Ptr) -> Result<(), HeapError> {
+        if !self.is_allocated(p) {
+            return Err(HeapError::NotAllocated { at: p.0 });
+        }
+        let (run, i) = self.locate(p).expect("allocated");
+        self.write_header(region, p, BlockState::Free, 0)?;
+        *self.slot_mut(run, i) = Slot::Cooling;
+        self.stats.allocated_blocks -= 1;
+        self.stats.cooling_blocks += 1;
+        self.cooling.push_back((self.clock.now(), p));
+        Ok(())
+    }
+
+    /// Rewrites the header of the block at `p` (its allocation count kept, and counted up
+    /// when it is allocated) and persists it.
+    fn write_header<R: Region>(
+        &mut self,
+        region: &mut R,
+        p: Ptr,
+        state: BlockState,
+        len: u64,
+    ) -> Result<(), HeapError> {
+        let at = p.header();
+        let (run, _) = self.locate(p).expect("a block");
+        let class = match self.runs[run as usize] {
+            RunUse::Blocks { class, .. } => class,
+            _ => 0,
+        };
+        let old = BlockHeader::decode(
+            &region.bytes()[at as usize..(at + BLOCK_HEADER) as usize],
+            at,
+            self.sb.pool_id,
+        );
+        let allocations = old.map_or(0, |h| h.allocations);
+        let allocations =
+            if state == BlockState::Allocated { allocations.saturating_add(1) } else { allocations };
+        let h = BlockHeader { state, class, allocations, len: len as u32 };
+        region.write(at as usize, &h.encode(at, self.sb.pool_id))?;
+        region.persist(at as usize, BLOCK_HEADER as usize)?;
+        self.stats.header_writes += 1;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bitmend_media::pmem::CrashRegion;
+
+    const POOL_ID: u64 = 0xB17;
+
+    fn fresh(runs: u32, reuse_after: Duration, clock: Clock) -> (CrashRegion, Allocator) {
+        let first_run = 4096;
+        let region = CrashRegion::new((first_run + runs as u64 * RUN) as usize);
+        let sb = Superblock { first_run, runs, journal: 0, pool_id: POOL_ID };
+        let a = Allocator::rebuild(&region, sb, reuse_after, clock);
+        (region, a)
+    }
+
+    #[test]
+    fn blocks_come_back_after_a_reopen_as_the_headers_say() {
+        let (mut r, mut a) = fresh(12, Duration::ZERO, Clock::System);
+        let mut live = Vec::new();
+        for len in [1u64, 48, 49, 300, 4000, 60_000, 70_000, 600_000] {
+            live.push((a.alloc(&mut r, len).unwrap(), len));
+        }
+        let freed = live.remove(2).0;
+        a.free(&mut r, freed).unwrap();
+        let again = Allocator::rebuild(&r, a.sb, Duration::ZERO, Clock::System);
+        assert!(again.faults.is_empty(), "{:?}", again.faults);
+        for &(p, len) in &live {
+            assert!(again.is_allocated(p), "{p:?}");
+            assert!(again.capacity(p).unwrap() >= len);
+        }
+        assert!(!again.is_allocated(freed));
+        assert_eq!(again.stats.allocated_blocks, live.len() as u64);
+    }
+
+    #[test]
+    fn an_allocation_and_a_free_each_write_one_header_line() {
+        let (mut r, mut a) = fresh(4, Duration::ZERO, Clock::System);
+        let p = a.alloc(&mut r, 100).unwrap();
+        let lines_before: u64 = r.line_writes().iter().map(|&c| c as u64).sum();
+        let q = a.alloc(&mut r, 100).unwrap();
+        a.free(&mut r, p).unwrap();
+        let lines_after: u64 = r.line_writes().iter().map(|&c| c as u64).sum();
+        assert_eq!(lines_after - lines_before, 2, "one line for the allocation, one for the free");
+        assert_ne!(p, q);
+    }
+
+    #[test]
+    fn a_freed_block_waits_out_the_period_before_reuse() {
+        let clock = Clock::manual();
+        let (mut r, mut a) = fresh(4, Duration::from_millis(200), clock.clone());
+        // One run of the 4 KiB class holds 63 blocks: use them all, free one.
+        let blocks: Vec<Ptr> = (0..63).map(|_| a.alloc(&mut r, 4000).unwrap()).collect();
+        a.free(&mut r, blocks[10]).unwrap();
+        // Before the period ends, the freed block is not handed out: a new run is.
+        clock.advance(Duration::from_millis(199));
+        let next = a.alloc(&mut r, 4000).unwrap();
+        assert_ne!(next, blocks[10]);
+        a.free(&mut r, next).unwrap();
+        clock.advance(Duration::from_millis(1));
+        // Cooled, blocks[10] joins the free list behind the new run's unused blocks (which
+        // spreads wear further); `next`, freed later, is still cooling and never comes.
+        let mut handed = Vec::new();
+        while !handed.contains(&blocks[10]) {
+            handed.push(a.alloc(&mut r, 4000).unwrap());
+            assert!(handed.len() <= 63, "the cooled block never came back");
+        }
+        assert!(!handed.contains(&next), "a block came back before its period was out");
+    }
+
+    #[test]
+    fn damaged_headers_are_quarantined_with_the_check_that_failed() {
+        let (mut r, mut a) = fresh(4, Duration::ZERO, Clock::System);
+        let p: Vec<Ptr> = (0..4).map(|_| a.alloc(&mut r, 200).unwrap()).collect();
+        // Three faults: a flipped bit, a header copied onto another block, a zeroed header.
+        let h0 = p[0].header() as usize;
+        r.corrupt(h0 + 4, &[r.bytes()[h0 + 4] ^ 1]).unwrap();
+        let copy = r.bytes()[p[1].header() as usize..p[1].header() as usize + 16].to_vec();
+        r.corrupt(p[2].header() as usize, &copy).unwrap();
+        r.corrupt(p[3].header() as usize, &[0u8; 16]).unwrap();
+        let again = Allocator::rebuild(&r, a.sb, Duration::ZERO, Clock::System);
+        let got: Vec<(u64, HeaderFault)> = again.faults.iter().map(|f| (f.at, f.fault)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (p[0].header(), HeaderFault::Checksum),
+                (p[2].header(), HeaderFault::Misplaced),
+                (p[3].header(), HeaderFault::Checksum),
+            ]
+        );
+        // Quarantined blocks are neither allocated nor handed out again.
+        let mut again = again;
+        assert!(!again.is_allocated(p[0]) && again.is_allocated(p[1]));
+        for _ in 0..2000 {
+            let q = again.alloc(&mut r, 200).unwrap();
+            assert!(![p[0], p[2], p[3]].contains(&q), "a quarantined block was handed out");
+        }
+        assert_eq!(again.stats.quarantined_blocks, 3);
+    }
+
+    #[test]
+    fn a_full_pool_says_so_and_changes_nothing() {
+        let (mut r, mut a) = fresh(2, Duration::ZERO, Clock::System);
+        assert!(matches!(a.alloc(&mut r, 1 << 30), Err(HeapError::TooLarge { .. })));
+        let big = a.alloc(&mut r, RUN + 1000).unwrap();
+        let before = r.bytes().to_vec();
+        assert!(matches!(a.alloc(&mut r, 10), Err(HeapError::Full { .. })));
+        assert_eq!(r.bytes(), &before[..], "a refused allocation writes nothing");
+        a.free(&mut r, big).unwrap();
+        // The span's runs come back once it has cooled (no wait here).
+        assert!(a.alloc(&mut r, 10).is_ok());
+    }
+}

@@ -1,0 +1,33 @@
+//! The heap's errors: one enum, the journal's and the region's converted at the boundary.
+
+use bitmend_media::pmem::RegionError;
+use bitmend_nvlog::LogError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HeapError {
+    #[error("{0}")]
+    Region(#[from] RegionError),
+    #[error("journal: {0}")]
+    Log(#[from] LogError),
+    /// The region holds no pool (or not one this build reads).
+    #[error("not a bitmend pool: {why}")]
+    NotAPool { why: String },
+    #[error("pool format version {found}; this build reads up to {supported}")]
+    Version { found: u32, supported: u32 },
+    /// The region is too small for the journal, the pool header and one run.
+    #[error("a region of {len} bytes is too small for a pool (at least {needed})")]
+    RegionTooSmall { len: usize, needed: usize },
+    /// No free block (or run) is left for an allocation of `len` bytes: nothing of the
+    /// operation that asked was applied.
+    #[error("the pool is full: no room for {len} more bytes")]
+    Full { len: u64 },
+    /// An object larger than the pool could ever hold.
+    #[error("an object of {len} bytes is over the limit of {max}")]
+    TooLarge { len: u64, max: u64 },
+    /// A pointer that is not the payload of an allocated block.
+    #[error("{at:#x} is not an allocated block")]
+    NotAllocated { at: u64 },
+    /// A read or write past the end of its block.
+    #[error("{len} bytes at {off} are past the {cap}-byte block at {at:#x}")]
+    OutOfBounds { at: u64, off: u64, len: u64, cap: u64 },
+}

@@ -1,0 +1,328 @@
+//! The pool's persistent bytes (docs/FORMAT.md section 9): after the journal (an nvlog at
+//! offset 0), a pool header page with two superblock copies and the root slot, then runs of
+//! [`RUN`] bytes. A run starts with a 64-byte run header naming its size class; its blocks
+//! follow, each starting with a 16-byte block header (NVMalloc's: state, size, and a checksum
+//! over state, size and location).
+
+use bitmend_code::byte_enum;
+use bitmend_code::crc::crc32c;
+use bitmend_code::le;
+
+use crate::HeapError;
+
+/// Bytes per run.
+pub const RUN: u64 = 256 << 10;
+/// Bytes of a run header (one cache line).
+pub const RUN_HEADER: u64 = 64;
+/// Bytes of a block header.
+pub const BLOCK_HEADER: u64 = 16;
+/// Bytes of the pool header page that precedes the first run.
+pub const POOL_HEADER: u64 = 4096;
+/// Size classes: class `c` (1 to [`CLASSES`]) has blocks of `64 << (c - 1)` bytes.
+pub const CLASSES: u8 = 11;
+/// The pool format this build writes.
+pub const HEAP_VERSION: u32 = 1;
+
+const MAGIC: [u8; 8] = *b"BMHEAP\0\0";
+const RUN_MAGIC: [u8; 4] = *b"BMRN";
+
+/// Block bytes of class `c`, header included.
+pub fn class_size(c: u8) -> u64 {
+    debug_assert!((1..=CLASSES).contains(&c));
+    64 << (c - 1)
+}
+
+/// The smallest class whose blocks hold `len` payload bytes; `None` past the largest (a span).
+pub fn class_for(len: u64) -> Option<u8> {
+    (1..=CLASSES).find(|&c| class_size(c) - BLOCK_HEADER >= len)
+}
+
+/// Where the pool superblock's fields are (FORMAT.md section 9, "Pool superblock").
+mod superblock_at {
+    pub const MAGIC: usize = 0;
+    pub const VERSION: usize = 8;
+    pub const RUN: usize = 12;
+    pub const FIRST_RUN: usize = 16;
+    pub const RUNS: usize = 24;
+    pub const JOURNAL: usize = 28;
+    pub const POOL_ID: usize = 32;
+    /// CRC-32C of the bytes before it.
+    pub const CRC: usize = 60;
+    pub const LEN: usize = 64;
+}
+
+/// The pool's shape and identity, in two copies at the start of the pool header page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    /// Where the first run starts, and how many there are.
+    pub first_run: u64,
+    pub runs: u32,
+    /// Bytes the journal occupies from offset 0 (its footprint).
+    pub journal: u32,
+    pub pool_id: u64,
+}
+
+impl Superblock {
+    pub fn encode(&self) -> [u8; 64] {
+        use superblock_at as at;
+        let mut b = [0u8; at::LEN];
+        b[at::MAGIC..at::MAGIC + 8].copy_from_slice(&MAGIC);
+        le::put_u32(&mut b, at::VERSION, HEAP_VERSION);
+        le::put_u32(&mut b, at::RUN, RUN as u32);
+        le::put_u64(&mut b, at::FIRST_RUN, self.first_run);
+        le::put_u32(&mut b, at::RUNS, self.runs);
+        le::put_u32(&mut b, at::JOURNAL, self.journal);
+        le::put_u64(&mut b, at::POOL_ID, self.pool_id);
+        let crc = crc32c(&b[..at::CRC]);
+        le::put_u32(&mut b, at::CRC, crc);
+        debug_assert_eq!(Superblock::decode(&b).ok(), Some(*self), "a superblock reads back as written");
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Superblock, HeapError> {
+        use superblock_at as at;
+        let not = |why: &str| HeapError::NotAPool { why: why.into() };
+        if b.len() < at::LEN || b[at::MAGIC..at::MAGIC + 8] != MAGIC {
+            return Err(not("no pool magic after the journal"));
+        }
+        if le::get_u32(b, at::CRC) != crc32c(&b[..at::CRC]) {
+            return Err(not("pool superblock checksum mismatch"));
+        }
+        let version = le::get_u32(b, at::VERSION);
+        if version != HEAP_VERSION {
+            return Err(HeapError::Version { found: version, supported: HEAP_VERSION });
+        }
+        if le::get_u32(b, at::RUN) as u64 != RUN {
+            return Err(not("a run size this build does not know"));
+        }
+        Ok(Superblock {
+            first_run: le::get_u64(b, at::FIRST_RUN),
+            runs: le::get_u32(b, at::RUNS),
+            journal: le::get_u32(b, at::JOURNAL),
+            pool_id: le::get_u64(b, at::POOL_ID),
+        })
+    }
+}
+
+byte_enum! {
+    /// What a run holds (a run header's byte 4).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum RunKind {
+        /// Blocks of one size class (the class is byte 5).
+        Blocks = 1,
+        /// The first run of a span: one block over `span` runs, for objects past the largest
+        /// class.
+        SpanHead = 2,
+        /// A later run of a span (byte 8 on: the head's run index).
+        SpanTail = 3,
+    }
+}
+
+/// Where a run header's fields are (FORMAT.md section 9, "Run header").
+mod run_at {
+    pub const MAGIC: usize = 0;
+    pub const KIND: usize = 4;
+    pub const CLASS: usize = 5;
+    /// Blocks: 0. Span head: the runs in the span. Span tail: the head's run index.
+    pub const ARG: usize = 8;
+    pub const INDEX: usize = 12;
+    pub const POOL_ID: usize = 16;
+    pub const CRC: usize = 60;
+}
+
+/// A run header: what run `index` holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunHeader {
+    pub kind: RunKind,
+    /// The size class (blocks) or 0 (spans).
+    pub class: u8,
+    pub arg: u32,
+}
+
+impl RunHeader {
+    pub fn encode(&self, index: u32, pool_id: u64) -> [u8; RUN_HEADER as usize] {
+        let mut b = [0u8; RUN_HEADER as usize];
+        b[run_at::MAGIC..run_at::MAGIC + 4].copy_from_slice(&RUN_MAGIC);
+        b[run_at::KIND] = self.kind as u8;
+        b[run_at::CLASS] = self.class;
+        le::put_u32(&mut b, run_at::ARG, self.arg);
+        le::put_u32(&mut b, run_at::INDEX, index);
+        le::put_u64(&mut b, run_at::POOL_ID, pool_id);
+        let crc = crc32c(&b[..run_at::CRC]);
+        le::put_u32(&mut b, run_at::CRC, crc);
+        debug_assert_eq!(RunHeader::decode(&b, index, pool_id), Ok(Some(*self)), "a run header reads back");
+        b
+    }
+
+    /// `Ok(None)` for an unassigned run (all zeros); `Err` says which check failed.
+    pub fn decode(b: &[u8], index: u32, pool_id: u64) -> Result<Option<RunHeader>, HeaderFault> {
+        if b.iter().all(|&x| x == 0) {
+            return Ok(None);
+        }
+        if le::get_u32(b, run_at::CRC) != crc32c(&b[..run_at::CRC]) || b[..4] != RUN_MAGIC {
+            return Err(HeaderFault::Checksum);
+        }
+        if le::get_u32(b, run_at::INDEX) != index || le::get_u64(b, run_at::POOL_ID) != pool_id {
+            return Err(HeaderFault::Misplaced);
+        }
+        let kind = RunKind::from_u8(b[run_at::KIND]).ok_or(HeaderFault::Contents)?;
+        let class = b[run_at::CLASS];
+        let fits = match kind {
+            RunKind::Blocks => (1..=CLASSES).contains(&class),
+            RunKind::SpanHead | RunKind::SpanTail => class == 0,
+        };
+        if !fits {
+            return Err(HeaderFault::Contents);
+        }
+        Ok(Some(RunHeader { kind, class, arg: le::get_u32(b, run_at::ARG) }))
+    }
+}
+
+byte_enum! {
+    /// A block's state (a block header's byte 0).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum BlockState {
+        Allocated = 1,
+        Free = 2,
+    }
+}
+
+/// Where a block header's fields are (FORMAT.md section 9, "Block header").
+mod block_at {
+    pub const STATE: usize = 0;
+    pub const CLASS: usize = 1;
+    pub const ALLOCATIONS: usize = 2;
+    pub const LEN: usize = 4;
+    pub const LOCATION: usize = 8;
+    pub const CRC: usize = 12;
+}
+
+/// A block header: NVMalloc's state, size and checksum, with the block's location (so a
+/// header copied to another block is told from a damaged one) and how often it was allocated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockHeader {
+    pub state: BlockState,
+    /// The run's class, or 0 for a span's block.
+    pub class: u8,
+    /// Times the block was allocated (saturating): its wear.
+    pub allocations: u16,
+    /// Payload bytes asked for (allocated), else 0.
+    pub len: u32,
+}
+
+/// Which check a header failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeaderFault {
+    /// Its checksum does not match its bytes (a wild write, worn cells).
+    Checksum,
+    /// Whole, but made for another place (a header or block copied where it does not belong).
+    Misplaced,
+    /// Whole and in place, but saying something impossible (a state, class or size no
+    /// writer makes).
+    Contents,
+}
+
+impl std::fmt::Display for HeaderFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HeaderFault::Checksum => "checksum mismatch",
+            HeaderFault::Misplaced => "a header made for another place",
+            HeaderFault::Contents => "impossible contents",
+        })
+    }
+}
+
+/// The location field of the block at `offset`: its offset in 16-byte units (low 32 bits).
+fn location(offset: u64) -> u32 {
+    (offset / 16) as u32
+}
+
+fn block_crc(b: &[u8], pool_id: u64) -> u32 {
+    bitmend_code::crc::crc32c_append(crc32c(&b[..block_at::CRC]), &pool_id.to_le_bytes())
+}
+
+impl BlockHeader {
+    /// The header of the block at `offset` of pool `pool_id`.
+    pub fn encode(&self, offset: u64, pool_id: u64) -> [u8; BLOCK_HEADER as usize] {
+        let mut b = [0u8; BLOCK_HEADER as usize];
+        b[block_at::STATE] = self.state as u8;
+        b[block_at::CLASS] = self.class;
+        le::put_u16(&mut b, block_at::ALLOCATIONS, self.allocations);
+        le::put_u32(&mut b, block_at::LEN, self.len);
+        le::put_u32(&mut b, block_at::LOCATION, location(offset));
+        let crc = block_crc(&b, pool_id);
+        le::put_u32(&mut b, block_at::CRC, crc);
+        debug_assert_eq!(BlockHeader::decode(&b, offset, pool_id), Ok(*self), "a block header reads back");
+        b
+    }
+
+    pub fn decode(b: &[u8], offset: u64, pool_id: u64) -> Result<BlockHeader, HeaderFault> {
+        if le::get_u32(b, block_at::CRC) != block_crc(b, pool_id) {
+            return Err(HeaderFault::Checksum);
+        }
+        if le::get_u32(b, block_at::LOCATION) != location(offset) {
+            return Err(HeaderFault::Misplaced);
+        }
+        let state = BlockState::from_u8(b[block_at::STATE]).ok_or(HeaderFault::Contents)?;
+        Ok(BlockHeader {
+            state,
+            class: b[block_at::CLASS],
+            allocations: le::get_u16(b, block_at::ALLOCATIONS),
+            len: le::get_u32(b, block_at::LEN),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_cover_64_bytes_to_64_kib() {
+        assert_eq!((class_size(1), class_size(CLASSES)), (64, 64 << 10));
+        assert_eq!(class_for(0), Some(1));
+        assert_eq!(class_for(48), Some(1));
+        assert_eq!(class_for(49), Some(2));
+        assert_eq!(class_for((64 << 10) - 16), Some(CLASSES));
+        assert_eq!(class_for((64 << 10) - 15), None);
+        // A run holds whole blocks after its header.
+        assert_eq!((RUN - RUN_HEADER) / class_size(CLASSES), 3);
+    }
+
+    #[test]
+    fn a_block_header_tells_damage_from_a_misplaced_copy() {
+        let h = BlockHeader { state: BlockState::Allocated, class: 3, allocations: 7, len: 200 };
+        let b = h.encode(4096 + 64, 99);
+        assert_eq!(BlockHeader::decode(&b, 4096 + 64, 99), Ok(h));
+        // The same bytes at another block: whole, but not this block's.
+        assert_eq!(BlockHeader::decode(&b, 4096 + 64 + 256, 99), Err(HeaderFault::Misplaced));
+        // Another pool's header: its checksum (seeded with the pool id) fails.
+        assert_eq!(BlockHeader::decode(&b, 4096 + 64, 98), Err(HeaderFault::Checksum));
+        for bit in 0..128 {
+            let mut bad = b;
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert!(BlockHeader::decode(&bad, 4096 + 64, 99).is_err(), "bit {bit}");
+        }
+        assert_eq!(BlockHeader::decode(&[0u8; 16], 4096 + 64, 99), Err(HeaderFault::Checksum));
+    }
+
+    #[test]
+    fn run_headers_and_superblocks_read_back_and_refuse_damage() {
+        let r = RunHeader { kind: RunKind::SpanHead, class: 0, arg: 5 };
+        let b = r.encode(17, 3);
+        assert_eq!(RunHeader::decode(&b, 17, 3), Ok(Some(r)));
+        assert_eq!(RunHeader::decode(&b, 18, 3), Err(HeaderFault::Misplaced));
+        assert_eq!(RunHeader::decode(&[0u8; 64], 17, 3), Ok(None));
+        let mut bad = b;
+        bad[5] = 1;
+        assert_eq!(RunHeader::decode(&bad, 17, 3), Err(HeaderFault::Checksum));
+        let sb = Superblock { first_run: 1 << 20, runs: 40, journal: 300_000, pool_id: 12 };
+        let e = sb.encode();
+        assert_eq!(Superblock::decode(&e).unwrap(), sb);
+        let mut newer = e;
+        newer[8] = 2;
+        let crc = crc32c(&newer[..60]);
+        newer[60..].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(Superblock::decode(&newer), Err(HeapError::Version { found: 2, .. })));
+    }
+}

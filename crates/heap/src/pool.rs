@@ -1,0 +1,347 @@
+//! The pool: one region holding the journal (an nvlog from offset 0), the pool header page
+//! (two superblock copies and the root slot) and the runs of blocks.
+
+use std::time::Duration;
+
+use bitmend_media::pmem::Region;
+use bitmend_nvlog::{LogConfig, NvLog, RecoveryReport};
+
+use crate::alloc::{AllocStats, Allocator, BadHeader, Clock, Ptr};
+use crate::layout::{Superblock, POOL_HEADER, RUN};
+use crate::tx::{self, LogBytes, Tx, TxState, Undo};
+use crate::HeapError;
+
+/// Choices that are not on the medium.
+#[derive(Clone, Debug)]
+pub struct PoolOptions {
+    /// How long a freed block waits before it can be allocated again (NVMalloc's
+    /// don't-allocate list).
+    pub reuse_after: Duration,
+    /// The clock that period is measured on.
+    pub clock: Clock,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        PoolOptions { reuse_after: Duration::from_millis(200), clock: Clock::System }
+    }
+}
+
+/// What opening a pool found.
+#[derive(Clone, Debug, Default)]
+pub struct OpenReport {
+    /// The journal's recovery.
+    pub journal: RecoveryReport,
+    /// Headers that failed their checks; their blocks (or runs) are quarantined.
+    pub bad_headers: Vec<BadHeader>,
+    /// Superblock copies found damaged, and rewritten from the other.
+    pub superblocks_rewritten: u32,
+    /// Transactions found in the journal: committed (their frees settled), and caught
+    /// before their commit record (rolled back).
+    pub committed: u64,
+    pub rolled_back: u64,
+    /// Old bytes written back, and block headers set to what the journal says.
+    pub bytes_restored: u64,
+    pub blocks_settled: u64,
+}
+
+/// Where the pool header page starts: after the journal, on a 4 KiB boundary.
+fn header_page(journal: usize) -> u64 {
+    (journal as u64).div_ceil(4096) * 4096
+}
+
+/// Offsets within the pool header page.
+const SUPERBLOCK_A: u64 = 0;
+const SUPERBLOCK_B: u64 = 64;
+/// The root slot: the payload offset of the pool's root object (0: none).
+const ROOT_SLOT: u64 = 128;
+
+/// A pool on a region.
+pub struct Pool<R: Region> {
+    pub(crate) log: NvLog<R>,
+    pub(crate) sb: Superblock,
+    pub(crate) alloc: Allocator,
+    header: u64,
+    pub(crate) next_tx: u64,
+    /// Old blocks of committed pointer-logged writes, released at the next checkout.
+    replaced: Vec<Ptr>,
+    last_checkout: std::time::Instant,
+    /// Journal bytes of every transaction since the pool was opened.
+    log_bytes: LogBytes,
+    pub(crate) checkouts: u64,
+}
+
+impl<R: Region> std::fmt::Debug for Pool<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("superblock", &self.sb)
+            .field("stats", &self.alloc.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The journal's shape for a region of `len` bytes: a sixteenth of it, between 256 KiB and
+/// 64 MiB, in segments of four 4 KiB data chunks and one parity chunk.
+fn journal_config(len: usize) -> Result<LogConfig, HeapError> {
+    let bytes = (len / 16).clamp(256 << 10, 64 << 20);
+    Ok(LogConfig { k: 4, m: 1, chunk_size: 4096, block_size: 64, segments: 0 }.fit(bytes)?)
+}
+
+impl<R: Region> Pool<R> {
+    /// Makes a pool of `region`: the journal, the pool header and every run unassigned.
+    pub fn create(region: R, opts: PoolOptions) -> Result<Pool<R>, HeapError> {
+        let len = region.len();
+        let cfg = journal_config(len)?;
+        let mut log = NvLog::format(region, cfg)?;
+        let header = header_page(log.footprint());
+        let first_run = header + POOL_HEADER;
+        let runs = len.saturating_sub(first_run as usize) as u64 / RUN;
+        if runs == 0 {
+            return Err(HeapError::RegionTooSmall { len, needed: (first_run + RUN) as usize });
+        }
+        let pool_id = random_id();
+        let sb = Superblock { first_run, runs: runs as u32, journal: log.footprint() as u32, pool_id };
+        let region = log.region_mut();
+        // Every run unassigned (a region reused from an earlier pool holds old headers).
+        for r in 0..runs {
+            let at = (first_run + r * RUN) as usize;
+            region.write(at, &[0u8; 64])?;
+            region.flush(at, 64)?;
+        }
+        region.write((header + ROOT_SLOT) as usize, &[0u8; 64])?;
+        region.flush((header + ROOT_SLOT) as usize, 64)?;
+        region.fence()?;
+        // The superblocks last: a crash before them leaves no pool, never half of one.
+        for copy in [SUPERBLOCK_A, SUPERBLOCK_B] {
+            region.write((header + copy) as usize, &sb.encode())?;
+            region.persist((header + copy) as usize, 64)?;
+        }
+        let alloc = Allocator::rebuild(log.region(), sb, opts.reuse_after, opts.clock);
+        Ok(Pool::assemble(log, sb, alloc, header))
+    }
+
+    fn assemble(log: NvLog<R>, sb: Superblock, alloc: Allocator, header: u64) -> Pool<R> {
+        Pool {
+            log,
+            sb,
+            alloc,
+            header,
+            next_tx: 1,
+            replaced: Vec::new(),
+            last_checkout: std::time::Instant::now(),
+            log_bytes: LogBytes::default(),
+            checkouts: 0,
+        }
+    }
+
+    /// Opens the pool in `region`: recovers the journal, reads the superblock (rewriting a
+    /// damaged copy from the other) and rebuilds the allocator from the block headers.
+    pub fn open(region: R, opts: PoolOptions) -> Result<(Pool<R>, OpenReport), HeapError> {
+        let (mut log, journal) = NvLog::open(region).map_err(|e| match e {
+            bitmend_nvlog::LogError::NotALog { why } => {
+                HeapError::NotAPool { why: format!("journal: {why}") }
+            }
+            e => e.into(),
+        })?;
+        let header = header_page(log.footprint());
+        let read = |log: &NvLog<R>, copy: u64| {
+            let at = (header + copy) as usize;
+            let bytes = log.region().bytes();
+            if at + 64 > bytes.len() {
+                return Err(HeapError::NotAPool { why: "the region ends inside the journal".into() });
+            }
+            Superblock::decode(&bytes[at..at + 64])
+        };
+        let (a, b) = (read(&log, SUPERBLOCK_A), read(&log, SUPERBLOCK_B));
+        let (sb, damaged) = match (a, b) {
+            (Ok(a), Ok(b)) if a == b => (a, vec![]),
+            (Ok(a), _) => (a, vec![SUPERBLOCK_B]),
+            (_, Ok(b)) => (b, vec![SUPERBLOCK_A]),
+            (Err(e), _) => return Err(e),
+        };
+        if sb.journal as usize != log.footprint()
+            || (sb.first_run + sb.runs as u64 * RUN) as usize > log.region().len()
+        {
+            return Err(HeapError::NotAPool { why: "the superblock disagrees with the region".into() });
+        }
+        for copy in &damaged {
+            let at = (header + copy) as usize;
+            log.region_mut().write(at, &sb.encode())?;
+            log.region_mut().persist(at, 64)?;
+        }
+        let recs = crate::recover::heap_records(&mut log)?;
+        crate::recover::finish_formats(log.region_mut(), sb, &recs)?;
+        let alloc = Allocator::rebuild(log.region(), sb, opts.reuse_after, opts.clock);
+        let mut report = OpenReport {
+            journal,
+            bad_headers: alloc.faults.clone(),
+            superblocks_rewritten: damaged.len() as u32,
+            ..OpenReport::default()
+        };
+        let mut pool = Pool::assemble(log, sb, alloc, header);
+        pool.recover(recs, &mut report)?;
+        Ok((pool, report))
+    }
+
+    /// Runs `f` as one transaction: all of its writes, allocations and frees, or none. An
+    /// error from `f`, or a failure before the commit record is durable, rolls it back.
+    pub fn tx<T>(&mut self, f: impl FnOnce(&mut Tx<R>) -> Result<T, HeapError>) -> Result<T, HeapError> {
+        let id = self.next_tx;
+        self.next_tx += 1;
+        let mut tx = Tx::new(self, id);
+        match f(&mut tx) {
+            Ok(v) => match tx.commit() {
+                Ok(_) => Ok(v),
+                Err(e) if tx.state == TxState::Commit => Err(e),
+                Err(e) => {
+                    tx.abort()?;
+                    Err(e)
+                }
+            },
+            Err(e) => {
+                tx.abort()?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Journal bytes of every transaction since open, beside redo logging's.
+    pub fn log_bytes(&self) -> LogBytes {
+        self.log_bytes
+    }
+
+    /// Appends a heap record to the journal (durable on return). A full journal is checked
+    /// out (it holds finished transactions only) and tried once more.
+    pub(crate) fn log_append(&mut self, rec: &[u8]) -> Result<(), HeapError> {
+        match self.log.append(tx::TAG, rec) {
+            Err(bitmend_nvlog::LogError::Full { .. }) => Err(HeapError::Full { len: rec.len() as u64 }),
+            r => r.map(|_| ()).map_err(Into::into),
+        }
+    }
+
+    /// A transaction committed: its pointer-logged old blocks wait for the checkout, which
+    /// runs when less than a quarter of the journal is free, and every 5 s.
+    pub(crate) fn note_finished(&mut self, replaced: Vec<Ptr>, bytes: LogBytes) -> Result<(), HeapError> {
+        self.replaced.extend(replaced);
+        let b = &mut self.log_bytes;
+        b.undo += bytes.undo;
+        b.pointer += bytes.pointer;
+        b.other += bytes.other;
+        b.redo_equivalent += bytes.redo_equivalent;
+        let cfg = self.log.config();
+        let capacity = cfg.segment_data() * (cfg.segments as u64 - 1);
+        let used = self.log.tail().0 - self.log.head().0;
+        if used * 4 > capacity * 3 || self.last_checkout.elapsed() >= std::time::Duration::from_secs(5) {
+            self.checkout()?;
+        }
+        Ok(())
+    }
+
+    /// Checkout (MinL2R's CHECKOUT): releases the old blocks of committed pointer-logged
+    /// writes, then trims the journal of every finished transaction. Between the two a crash
+    /// leaves the records, and recovery settles the same blocks free again.
+    pub fn checkout(&mut self) -> Result<(), HeapError> {
+        for p in std::mem::take(&mut self.replaced) {
+            self.alloc.free(self.log.region_mut(), p)?;
+        }
+        let tail = self.log.tail();
+        self.log.trim(tail)?;
+        self.last_checkout = std::time::Instant::now();
+        self.checkouts += 1;
+        Ok(())
+    }
+
+    /// Undoes `undo` (a transaction's, in order of logging) from the last back, durably.
+    pub(crate) fn roll_back(&mut self, undo: &[Undo]) -> Result<(), HeapError> {
+        for u in undo.iter().rev() {
+            match u {
+                Undo::Bytes { at, old } => {
+                    let region = self.log.region_mut();
+                    region.write(*at as usize, old)?;
+                    region.flush(*at as usize, old.len())?;
+                }
+                Undo::Alloc(p) => {
+                    self.alloc.free(self.log.region_mut(), *p)?;
+                }
+                Undo::Pointer { slot, old, new } => {
+                    let region = self.log.region_mut();
+                    region.write(*slot as usize, &old.0.to_le_bytes())?;
+                    region.flush(*slot as usize, 8)?;
+                    self.alloc.free(region, *new)?;
+                }
+            }
+        }
+        self.log.region_mut().fence()?;
+        Ok(())
+    }
+
+    /// The allocator's counts.
+    pub fn stats(&self) -> AllocStats {
+        self.alloc.stats
+    }
+
+    /// The pool's identity (random at create).
+    pub fn pool_id(&self) -> u64 {
+        self.sb.pool_id
+    }
+
+    /// Bytes of the blocks' payload area (every run).
+    pub fn capacity(&self) -> u64 {
+        self.sb.runs as u64 * RUN
+    }
+
+    /// The region underneath (for statistics and fault injection in tests).
+    pub fn region(&self) -> &R {
+        self.log.region()
+    }
+
+    pub fn region_mut(&mut self) -> &mut R {
+        self.log.region_mut()
+    }
+
+    /// Gives the region back (what a crash or a close does; nothing is pending outside a
+    /// transaction).
+    pub fn into_region(self) -> R {
+        self.log.into_region()
+    }
+
+    /// The root object (none: [`Ptr::NULL`]).
+    pub fn root(&self) -> Ptr {
+        let at = (self.header + ROOT_SLOT) as usize;
+        Ptr(bitmend_code::le::get_u64(self.log.region().bytes(), at))
+    }
+
+    /// Where the root slot is (a persistent pointer slot, written through a transaction).
+    pub(crate) fn root_slot(&self) -> u64 {
+        self.header + ROOT_SLOT
+    }
+
+    /// `len` bytes at `off` of the object at `p`.
+    pub fn read(&self, p: Ptr, off: u64, len: u64) -> Result<&[u8], HeapError> {
+        self.check(p, off, len)?;
+        let at = (p.0 + off) as usize;
+        Ok(&self.log.region().bytes()[at..at + len as usize])
+    }
+
+    /// Payload bytes the object at `p` can hold.
+    pub fn size_of(&self, p: Ptr) -> Result<u64, HeapError> {
+        if !self.alloc.is_allocated(p) {
+            return Err(HeapError::NotAllocated { at: p.0 });
+        }
+        Ok(self.alloc.capacity(p).unwrap_or(0))
+    }
+
+    pub(crate) fn check(&self, p: Ptr, off: u64, len: u64) -> Result<(), HeapError> {
+        let cap = self.size_of(p)?;
+        if off.checked_add(len).is_none_or(|end| end > cap) {
+            return Err(HeapError::OutOfBounds { at: p.0, off, len, cap });
+        }
+        Ok(())
+    }
+}
+
+/// A pool identity: random enough that leftovers of another pool are never taken for ours.
+fn random_id() -> u64 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    bitmend_media::rng::Rng::new(t.as_nanos() as u64 ^ (std::process::id() as u64) << 40).next_u64() | 1
+}

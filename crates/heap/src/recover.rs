@@ -1,0 +1,180 @@
+//! Recovery at open (MinL2R section 3.3): the journal's heap records, grouped by
+//! transaction. A transaction without its commit record was caught in LOGGING or WRITING: its
+//! old bytes are written back, its pointer slots restored, its new blocks freed. A committed
+//! one needs nothing written back; its frees, and the release of the old blocks of its
+//! pointer-logged writes, may not have been applied: every block the journal names is
+//! settled to the state the records, in order, leave it in. Then the journal is trimmed.
+//! Idempotent: a crash during recovery leaves the records, and the next open does the same.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bitmend_media::pmem::Region;
+use bitmend_nvlog::NvLog;
+
+use crate::alloc::Ptr;
+use crate::layout::{
+    class_size, BlockHeader, BlockState, RunHeader, RunKind, Superblock, BLOCK_HEADER, CLASSES, RUN,
+    RUN_HEADER,
+};
+use crate::pool::{OpenReport, Pool};
+use crate::tx::{self, Rec};
+use crate::HeapError;
+
+/// The heap's records in the journal, in order: (transaction, record).
+pub(crate) fn heap_records<R: Region>(log: &mut NvLog<R>) -> Result<Vec<(u64, Rec)>, HeapError> {
+    let mut recs = Vec::new();
+    log.replay(bitmend_nvlog::RecordId(0), |_, tag, data| {
+        if tag == tx::TAG {
+            if let Some(r) = tx::decode(data) {
+                recs.push(r);
+            }
+        }
+    })?;
+    Ok(recs)
+}
+
+/// Before the allocator reads the headers: finishes every run format the journal records
+/// (a crash may have torn its headers), and rewrites, free, the header of any block the
+/// journal names that does not decode (torn while being written; settled to its state
+/// after). Writes only headers the journal vouches for: damage elsewhere stays for the
+/// allocator to quarantine.
+pub(crate) fn finish_formats<R: Region>(
+    region: &mut R,
+    sb: Superblock,
+    recs: &[(u64, Rec)],
+) -> Result<(), HeapError> {
+    let run_base = |run: u32| sb.first_run + run as u64 * RUN;
+    let mut touched = false;
+    for (_, r) in recs {
+        if let Rec::Format { run, class, runs } = *r {
+            if run as u64 + runs as u64 > sb.runs as u64 || runs == 0 || class > CLASSES {
+                continue;
+            }
+            touched = true;
+            if class > 0 {
+                let size = class_size(class);
+                for i in 0..(RUN - RUN_HEADER) / size {
+                    mend_block(region, sb, run_base(run) + RUN_HEADER + i * size, class)?;
+                }
+                let h = RunHeader { kind: RunKind::Blocks, class, arg: 0 };
+                write_line(region, run_base(run), &h.encode(run, sb.pool_id))?;
+            } else {
+                for (k, t) in (run..run + runs).enumerate() {
+                    let h = match k {
+                        0 => RunHeader { kind: RunKind::SpanHead, class: 0, arg: runs },
+                        _ => RunHeader { kind: RunKind::SpanTail, class: 0, arg: run },
+                    };
+                    write_line(region, run_base(t), &h.encode(t, sb.pool_id))?;
+                }
+                mend_block(region, sb, run_base(run) + RUN_HEADER, 0)?;
+            }
+        }
+    }
+    for (_, r) in recs {
+        let named: &[Ptr] = match r {
+            Rec::Alloc { p, .. } | Rec::Free(p) => std::slice::from_ref(p),
+            Rec::Pointer { old, new, .. } => &[*old, *new],
+            _ => &[],
+        };
+        for p in named.iter().filter(|p| p.0 >= sb.first_run + RUN_HEADER + BLOCK_HEADER) {
+            let run = ((p.0 - sb.first_run) / RUN) as u32;
+            if run >= sb.runs {
+                continue;
+            }
+            let at = run_base(run) as usize;
+            let class =
+                match RunHeader::decode(&region.bytes()[at..at + RUN_HEADER as usize], run, sb.pool_id) {
+                    Ok(Some(RunHeader { kind: RunKind::Blocks, class, .. })) => class,
+                    Ok(Some(RunHeader { kind: RunKind::SpanHead, .. })) => 0,
+                    _ => continue,
+                };
+            touched |= mend_block(region, sb, p.0 - BLOCK_HEADER, class)?;
+        }
+    }
+    if touched {
+        region.fence()?;
+    }
+    Ok(())
+}
+
+/// Writes a free header for the block at `at` if its header does not decode as one of
+/// class `class`; returns whether it wrote.
+fn mend_block<R: Region>(region: &mut R, sb: Superblock, at: u64, class: u8) -> Result<bool, HeapError> {
+    let bytes = &region.bytes()[at as usize..(at + BLOCK_HEADER) as usize];
+    if BlockHeader::decode(bytes, at, sb.pool_id).is_ok_and(|h| h.class == class) {
+        return Ok(false);
+    }
+    let h = BlockHeader { state: BlockState::Free, class, allocations: 0, len: 0 };
+    region.write(at as usize, &h.encode(at, sb.pool_id))?;
+    region.flush(at as usize, BLOCK_HEADER as usize)?;
+    Ok(true)
+}
+
+fn write_line<R: Region>(region: &mut R, at: u64, bytes: &[u8]) -> Result<(), HeapError> {
+    region.write(at as usize, bytes)?;
+    region.flush(at as usize, bytes.len())?;
+    Ok(())
+}
+
+impl<R: Region> Pool<R> {
+    pub(crate) fn recover(
+        &mut self,
+        recs: Vec<(u64, Rec)>,
+        report: &mut OpenReport,
+    ) -> Result<(), HeapError> {
+        if recs.is_empty() {
+            return Ok(());
+        }
+        let committed: BTreeSet<u64> =
+            recs.iter().filter(|(_, r)| *r == Rec::Commit).map(|(id, _)| *id).collect();
+        let all: BTreeSet<u64> = recs.iter().map(|(id, _)| *id).collect();
+        report.committed = committed.len() as u64;
+        report.rolled_back = all.difference(&committed).count() as u64;
+        // Write back what uncommitted transactions overwrote, last record first.
+        for (_, r) in recs.iter().rev().filter(|(id, _)| !committed.contains(id)) {
+            let (at, bytes) = match r {
+                Rec::Undo { at, old } => (*at, old.clone()),
+                Rec::Pointer { slot, old, .. } => (*slot, old.0.to_le_bytes().to_vec()),
+                _ => continue,
+            };
+            let region = self.log.region_mut();
+            if at as usize + bytes.len() <= region.len() {
+                region.write(at as usize, &bytes)?;
+                region.flush(at as usize, bytes.len())?;
+                report.bytes_restored += bytes.len() as u64;
+            }
+        }
+        self.log.region_mut().fence()?;
+        // Every block the journal names, settled to where the records leave it.
+        let mut state: BTreeMap<Ptr, Option<u64>> = BTreeMap::new();
+        for (id, r) in &recs {
+            let done = committed.contains(id);
+            match r {
+                Rec::Alloc { p, len } => {
+                    state.insert(*p, done.then_some(*len));
+                }
+                Rec::Free(p) if done => {
+                    state.insert(*p, None);
+                }
+                Rec::Pointer { old, new, .. } => {
+                    let cap = self.alloc.capacity(*new).unwrap_or(0);
+                    state.insert(*new, done.then_some(cap));
+                    if done {
+                        state.insert(*old, None);
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (p, s) in state {
+            let region = self.log.region_mut();
+            if self.alloc.settle(region, p, s.is_some(), s.unwrap_or(0))? {
+                report.blocks_settled += 1;
+            }
+        }
+        let tail = self.log.tail();
+        self.log.trim(tail)?;
+        self.next_tx = all.iter().max().map_or(1, |m| m + 1);
+        Ok(())
+    }
+}
