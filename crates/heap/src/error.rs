@@ -27,6 +27,12 @@ pub enum HeapError {
     /// A pointer that is not the payload of an allocated block.
     #[error("{at:#x} is not an allocated block")]
     NotAllocated { at: u64 },
+    /// A structure in the pool that does not read as what it should be.
+    #[error("{what} at {at:#x} is damaged")]
+    Corrupt { at: u64, what: &'static str },
+    /// A pointer slot must be 8-byte aligned (an aligned 8-byte store is never torn).
+    #[error("a pointer slot at {at:#x} is not 8-byte aligned")]
+    Misaligned { at: u64 },
     /// A read or write past the end of its block.
     #[error("{len} bytes at {off} are past the {cap}-byte block at {at:#x}")]
     OutOfBounds { at: u64, off: u64, len: u64, cap: u64 },

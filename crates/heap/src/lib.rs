@@ -13,6 +13,7 @@
 
 mod alloc;
 mod error;
+pub mod kv;
 mod layout;
 mod pool;
 mod recover;
@@ -22,4 +23,4 @@ pub use alloc::{AllocStats, BadHeader, Clock, Ptr};
 pub use error::HeapError;
 pub use layout::{HeaderFault, HEAP_VERSION, RUN};
 pub use pool::{OpenReport, Pool, PoolOptions};
-pub use tx::{LogBytes, Slot, Tx, TxState};
+pub use tx::{LogBytes, Slot, Tx, TxState, REDO_OVERHEAD};

@@ -59,7 +59,8 @@ pub struct LogBytes {
     pub pointer: u64,
     /// Allocation, free, begin and commit records.
     pub other: u64,
-    /// What redo logging of the same writes would have logged: every new byte.
+    /// What redo logging of the same writes would have logged: a record of every new byte,
+    /// with the same record overhead as an undo record.
     pub redo_equivalent: u64,
 }
 
@@ -87,6 +88,8 @@ pub(crate) enum Undo {
 
 /// Bytes of a record's fixed part: kind and transaction id.
 const HEAD: usize = 9;
+/// A redo record's bytes besides its data: the fixed part and the offset.
+pub const REDO_OVERHEAD: usize = HEAD + 8;
 
 impl<'p, R: Region> Tx<'p, R> {
     pub(crate) fn new(pool: &'p mut Pool<R>, id: u64) -> Tx<'p, R> {
@@ -184,7 +187,7 @@ impl<'p, R: Region> Tx<'p, R> {
     /// to the journal first; none for a block this transaction allocated).
     pub fn write(&mut self, p: Ptr, off: u64, data: &[u8]) -> Result<(), HeapError> {
         self.pool.check(p, off, data.len() as u64)?;
-        self.bytes.redo_equivalent += data.len() as u64;
+        self.bytes.redo_equivalent += (REDO_OVERHEAD + data.len()) as u64;
         let at = p.0 + off;
         if !self.fresh.contains(&p) {
             self.log_undo(at, data.len())?;
@@ -222,7 +225,7 @@ impl<'p, R: Region> Tx<'p, R> {
     pub fn slot(&self, obj: Ptr, off: u64) -> Result<Slot, HeapError> {
         self.pool.check(obj, off, 8)?;
         if !(obj.0 + off).is_multiple_of(8) {
-            return Err(HeapError::OutOfBounds { at: obj.0, off, len: 8, cap: 0 });
+            return Err(HeapError::Misaligned { at: obj.0 + off });
         }
         Ok(Slot { at: obj.0 + off })
     }
@@ -239,7 +242,7 @@ impl<'p, R: Region> Tx<'p, R> {
 
     /// Points `slot` at `p` (the slot's old value data-logged).
     pub fn set(&mut self, slot: Slot, p: Ptr) -> Result<(), HeapError> {
-        self.bytes.redo_equivalent += 8;
+        self.bytes.redo_equivalent += (REDO_OVERHEAD + 8) as u64;
         self.log_undo(slot.at, 8)?;
         self.write_in_place(slot.at, &p.0.to_le_bytes())
     }
@@ -256,7 +259,7 @@ impl<'p, R: Region> Tx<'p, R> {
             self.write(old, off, data)?;
             return Ok(old);
         }
-        self.bytes.redo_equivalent += data.len() as u64;
+        self.bytes.redo_equivalent += (REDO_OVERHEAD + data.len()) as u64;
         let new = self.take_block(cap)?;
         let mut body = Vec::with_capacity(24);
         body.put_u64(slot.at);

@@ -1,0 +1,198 @@
+//! The key-value store against a `BTreeMap`: random puts (small, inline and out-of-line
+//! values), overwrites and deletes, scans and prefix scans, across reopenings and crashes.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bitmend_heap::kv::{Kv, INLINE_MAX};
+use bitmend_heap::{HeapError, Pool, PoolOptions};
+use bitmend_media::campaign::{self, Schedule};
+use bitmend_media::pmem::{CrashGranularity, CrashRegion};
+use bitmend_media::rng::Rng;
+
+fn opts() -> PoolOptions {
+    PoolOptions { reuse_after: Duration::ZERO, ..PoolOptions::default() }
+}
+
+fn key(rng: &mut Rng, space: u64) -> Vec<u8> {
+    format!("k{:05}", rng.below(space)).into_bytes()
+}
+
+fn value(rng: &mut Rng) -> Vec<u8> {
+    let len = match rng.below(10) {
+        0 => INLINE_MAX + 1 + rng.below(9000) as usize,
+        1 => 0,
+        _ => 1 + rng.below(200) as usize,
+    };
+    let mut v = vec![0u8; len];
+    rng.fill(&mut v);
+    v
+}
+
+fn assert_same(kv: &Kv, pool: &Pool<CrashRegion>, model: &BTreeMap<Vec<u8>, Vec<u8>>, when: &str) {
+    let mut got = Vec::new();
+    kv.scan(pool, None, None, &mut |k, v| {
+        got.push((k.to_vec(), v));
+        true
+    })
+    .unwrap();
+    let want: Vec<(Vec<u8>, Vec<u8>)> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    assert!(got == want, "{when}: the store holds {} entries, the model {}", got.len(), want.len());
+    let st = kv.check(pool).unwrap_or_else(|e| panic!("{when}: {e}"));
+    assert_eq!(st.entries, model.len() as u64, "{when}");
+}
+
+#[test]
+fn random_operations_match_a_btreemap_across_reopenings() {
+    let mut pool = Pool::create(CrashRegion::new(24 << 20), opts()).unwrap();
+    let kv = Kv::create(&mut pool).unwrap();
+    let mut model = BTreeMap::new();
+    let mut rng = Rng::new(11);
+    for round in 0..6 {
+        for _ in 0..1500 {
+            let k = key(&mut rng, 2500);
+            match rng.below(4) {
+                0 => {
+                    let had = kv.delete(&mut pool, &k).unwrap();
+                    assert_eq!(had, model.remove(&k).is_some());
+                }
+                _ => {
+                    let v = value(&mut rng);
+                    kv.put(&mut pool, &k, &v).unwrap();
+                    model.insert(k, v);
+                }
+            }
+        }
+        let probe = key(&mut rng, 2500);
+        assert_eq!(kv.get(&pool, &probe).unwrap(), model.get(&probe).cloned());
+        // A range and a prefix scan.
+        let (a, b) = (b"k00100".to_vec(), b"k00900".to_vec());
+        let mut range = Vec::new();
+        kv.scan(&pool, Some(&a), Some(&b), &mut |k, _| {
+            range.push(k.to_vec());
+            true
+        })
+        .unwrap();
+        let want: Vec<Vec<u8>> = model.range(a.clone()..b.clone()).map(|(k, _)| k.clone()).collect();
+        assert_eq!(range, want, "round {round}: range scan");
+        let mut pre = Vec::new();
+        kv.scan_prefix(&pool, b"k012", &mut |k, _| {
+            pre.push(k.to_vec());
+            true
+        })
+        .unwrap();
+        assert_eq!(pre, model.keys().filter(|k| k.starts_with(b"k012")).cloned().collect::<Vec<_>>());
+        // Minimal logging: less than redo logging of the same writes would log.
+        let b = pool.log_bytes();
+        assert!(b.undo + b.pointer < b.redo_equivalent, "round {round}: {b:?}");
+        eprintln!(
+            "round {round}: journal {} undo + {} pointer bytes against {} for redo logging",
+            b.undo, b.pointer, b.redo_equivalent
+        );
+        // Reopen (as after a clean stop: nothing pending).
+        let region = pool.into_region();
+        let (p, report) = Pool::open(region, opts()).unwrap();
+        assert!(report.bad_headers.is_empty());
+        pool = p;
+        let kv2 = Kv::open(&pool).unwrap();
+        assert_same(&kv2, &pool, &model, &format!("round {round}"));
+    }
+    let st = kv.check(&pool).unwrap();
+    assert!(st.depth >= 2, "the tree grew: {st:?}");
+}
+
+#[test]
+fn over_the_limits_is_an_error_and_changes_nothing() {
+    let mut pool = Pool::create(CrashRegion::new(8 << 20), opts()).unwrap();
+    let kv = Kv::create(&mut pool).unwrap();
+    kv.put(&mut pool, b"a", b"1").unwrap();
+    assert!(matches!(kv.put(&mut pool, &[7; 1025], b"x"), Err(HeapError::TooLarge { .. })));
+    assert!(matches!(kv.put(&mut pool, b"b", &vec![0; (1 << 20) + 1]), Err(HeapError::TooLarge { .. })));
+    // A full pool: the transaction fails whole.
+    let mut n = 0;
+    let err = loop {
+        match kv.put(&mut pool, format!("big{n}").as_bytes(), &vec![9; 200_000]) {
+            Ok(()) => n += 1,
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, HeapError::Full { .. }), "{err}");
+    assert_eq!(kv.len(&pool).unwrap(), n + 1);
+    assert_eq!(kv.get(&pool, format!("big{n}").as_bytes()).unwrap(), None);
+    kv.check(&pool).unwrap();
+    // Deleting gives the room back.
+    assert!(kv.delete(&mut pool, b"big0").unwrap());
+    pool.checkout().unwrap();
+    kv.put(&mut pool, b"again", &vec![1; 200_000]).unwrap();
+}
+
+#[test]
+fn a_crash_at_every_fence_of_a_batch_keeps_the_store_whole() {
+    let mut cuts = 0;
+    for g in [CrashGranularity::Line, CrashGranularity::Word] {
+        let mut pool = Pool::create(CrashRegion::new(4 << 20).with_crash_model(g, 0.5), opts()).unwrap();
+        let kv = Kv::create(&mut pool).unwrap();
+        // Enough entries that a put splits leaves and the root.
+        for i in 0..60u32 {
+            kv.put(&mut pool, format!("k{i:03}").as_bytes(), &[i as u8; 90]).unwrap();
+        }
+        let base = pool.into_region();
+        let states = RefCell::new(Vec::<BTreeMap<Vec<u8>, Vec<u8>>>::new());
+        let c = campaign::run_rebooting(
+            &base,
+            Schedule::Every,
+            2,
+            |r| {
+                let mut st = states.borrow_mut();
+                st.clear();
+                let mut model: BTreeMap<Vec<u8>, Vec<u8>> =
+                    (0..60u32).map(|i| (format!("k{i:03}").into_bytes(), vec![i as u8; 90])).collect();
+                st.push(model.clone());
+                let Ok((mut pool, _)) = Pool::open(&mut *r, opts()) else { return false };
+                let Ok(kv) = Kv::open(&pool) else { return false };
+                for step in 0..12u32 {
+                    let k = format!("k{:03}", (step * 37) % 90).into_bytes();
+                    let v = vec![step as u8 + 100; if step % 3 == 0 { 700 } else { 120 }];
+                    let mut next = model.clone();
+                    if step % 4 == 3 {
+                        next.remove(&k);
+                    } else {
+                        next.insert(k.clone(), v.clone());
+                    }
+                    st.push(next.clone());
+                    let r = if step % 4 == 3 {
+                        kv.delete(&mut pool, &k).map(|_| ())
+                    } else {
+                        kv.put(&mut pool, &k, &v)
+                    };
+                    if r.is_err() {
+                        return false;
+                    }
+                    model = next;
+                    st.push(model.clone());
+                }
+                true
+            },
+            |r, fence| {
+                let st = states.borrow();
+                let (pool, _) = Pool::open(r, opts()).unwrap_or_else(|e| panic!("{g:?} fence {fence}: {e}"));
+                let kv = Kv::open(&pool).unwrap();
+                kv.check(&pool).unwrap_or_else(|e| panic!("{g:?} fence {fence}: {e}"));
+                let mut got = BTreeMap::new();
+                kv.scan(&pool, None, None, &mut |k, v| {
+                    got.insert(k.to_vec(), v);
+                    true
+                })
+                .unwrap();
+                // The last committed state, or the one in flight (its commit record made it).
+                let n = st.len();
+                let ok = st[n.saturating_sub(2)..].contains(&got);
+                assert!(ok, "{g:?} fence {fence}: {} entries match no committed state", got.len());
+            },
+        );
+        cuts += c.cuts;
+    }
+    eprintln!("kv crash campaign: {cuts} crashes at every fence of 12 puts and deletes on a 3-level tree, line and word loss; every one a committed state");
+    assert!(cuts > 200);
+}
