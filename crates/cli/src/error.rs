@@ -11,6 +11,7 @@
 //! | 5 | data beyond repair stopped the command |
 
 use bitmend_flashfs::FsError;
+use bitmend_heap::HeapError;
 use bitmend_media::nand::NandError;
 
 /// fsck or scrub found problems (a report, not an error: the command ran to its end).
@@ -28,6 +29,8 @@ pub enum CliError {
     Fs(#[from] FsError),
     #[error(transparent)]
     Nand(#[from] NandError),
+    #[error(transparent)]
+    Heap(#[from] HeapError),
     /// Anything else that stopped the work.
     #[error("{0}")]
     Failed(String),
@@ -40,6 +43,7 @@ impl CliError {
             CliError::Target(_) => 3,
             CliError::Fs(e) => fs_code(e),
             CliError::Nand(e) => nand_code(e),
+            CliError::Heap(e) => heap_code(e),
             CliError::Failed(_) => 1,
         }
     }
@@ -50,6 +54,15 @@ fn fs_code(e: &FsError) -> u8 {
         FsError::Nand(n) => nand_code(n),
         FsError::NotAFs { .. } | FsError::Version { .. } => 3,
         FsError::Unrecoverable { .. } => 5,
+        _ => 1,
+    }
+}
+
+fn heap_code(e: &HeapError) -> u8 {
+    match e {
+        HeapError::NotAPool { .. } | HeapError::Version { .. } | HeapError::RegionTooSmall { .. } => 3,
+        HeapError::TooLarge { .. } => 2,
+        HeapError::Corrupt { .. } => 5,
         _ => 1,
     }
 }

@@ -9,6 +9,7 @@ mod fscmd;
 mod fuse;
 mod inject;
 mod json;
+mod kv;
 mod media;
 mod mounted;
 mod report;
@@ -80,6 +81,9 @@ enum Command {
     ///
     /// Prints every fault it injected (page, block, bit positions) and the seed that repeats it.
     Inject(inject::InjectArgs),
+    /// An ordered key-value store in persistent memory (a pool file): transactions that
+    /// survive crashes, checksummed allocator headers, a journal that heals itself.
+    Kv(kv::KvArgs),
 }
 
 fn main() -> ExitCode {
@@ -103,6 +107,7 @@ fn main() -> ExitCode {
         )),
         Command::Media(args) => media::run(args).map(|()| 0),
         Command::Inject(args) => inject::run(args).map(|()| 0),
+        Command::Kv(args) => kv::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

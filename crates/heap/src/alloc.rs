@@ -73,10 +73,8 @@ enum RunUse {
         runs: u32,
         slot: Slot,
     },
-    /// A later run of the span that starts at run `head`.
-    Tail {
-        head: u32,
-    },
+    /// A later run of a span (part of its block's payload).
+    Tail,
     Quarantined,
 }
 
@@ -130,6 +128,9 @@ pub(crate) struct Allocator {
     free: Vec<VecDeque<Ptr>>,
     /// Freed blocks and when they may be handed out again.
     cooling: VecDeque<(Instant, Ptr)>,
+    /// Free spans. A span keeps its runs: its later runs have no header of their own (they
+    /// are its payload), so they never return to the classes.
+    free_spans: Vec<Ptr>,
     unassigned: BTreeSet<u32>,
     pub faults: Vec<BadHeader>,
     pub stats: AllocStats,
@@ -198,6 +199,7 @@ impl Allocator {
             runs: vec![RunUse::Unassigned; sb.runs as usize],
             free: vec![VecDeque::new(); CLASSES as usize],
             cooling: VecDeque::new(),
+            free_spans: Vec::new(),
             unassigned: BTreeSet::new(),
             faults: Vec::new(),
             stats: AllocStats::default(),
@@ -251,25 +253,14 @@ impl Allocator {
                 let at = self.run_base(run) + RUN_HEADER;
                 let slot = self.read_block(bytes, at, 0);
                 self.runs[run as usize] = RunUse::Span { runs, slot };
+                if slot == Slot::Free {
+                    self.free_spans.push(Ptr(at + BLOCK_HEADER));
+                }
+                // The later runs are the block's payload: no header of their own.
                 for t in run + 1..run + runs {
-                    let base = self.run_base(t) as usize;
-                    let tail =
-                        RunHeader::decode(&bytes[base..base + RUN_HEADER as usize], t, self.sb.pool_id);
-                    match tail {
-                        Ok(Some(RunHeader { kind: RunKind::SpanTail, arg, .. })) if arg == run => {
-                            self.runs[t as usize] = RunUse::Tail { head: run }
-                        }
-                        Ok(_) => self.quarantine_run(t, HeaderFault::Contents),
-                        Err(fault) => self.quarantine_run(t, fault),
-                    }
+                    self.runs[t as usize] = RunUse::Tail;
                 }
                 run + runs - 1
-            }
-            // A tail without its head (the head's header was lost, or a crash left it): the
-            // run is not handed out until a check decides.
-            RunKind::SpanTail => {
-                self.quarantine_run(run, HeaderFault::Contents);
-                run
             }
         }
     }
@@ -340,27 +331,9 @@ impl Allocator {
                 self.stats.free_blocks += 1;
                 match &self.runs[run as usize] {
                     RunUse::Blocks { class, .. } => self.free[*class as usize - 1].push_back(p),
-                    // A cooled span goes back to unassigned runs when it is next needed.
-                    _ => self.unassigned_span_later(run),
+                    _ => self.free_spans.push(p),
                 }
             }
-        }
-    }
-
-    /// A freed span that has cooled: its runs are handed back (their headers rewritten to
-    /// zero the next time a run is taken, see [`take_runs`](Self::take_runs)).
-    fn unassigned_span_later(&mut self, head: u32) {
-        if let RunUse::Span { runs, .. } = self.runs[head as usize] {
-            for r in head..head + runs {
-                debug_assert!(
-                    r == head || matches!(self.runs[r as usize], RunUse::Tail { head: h } if h == head),
-                    "run {r} is a tail of the span at {head}"
-                );
-                self.runs[r as usize] = RunUse::Unassigned;
-                self.unassigned.insert(r);
-            }
-            self.stats.free_blocks -= 1;
-            self.stats.unassigned_runs += runs as u64;
         }
     }
 
@@ -399,6 +372,13 @@ impl Allocator {
                     return Err(HeapError::TooLarge { len, max: self.max_len() });
                 }
                 let runs = (len + RUN_HEADER + BLOCK_HEADER).div_ceil(RUN) as u32;
+                // The smallest free span that holds it, else new runs.
+                let fit = (0..self.free_spans.len())
+                    .filter(|&i| self.span_runs_of(self.free_spans[i]) >= runs)
+                    .min_by_key(|&i| self.span_runs_of(self.free_spans[i]));
+                if let Some(i) = fit {
+                    return Ok(Plan::Block(self.free_spans.swap_remove(i)));
+                }
                 let head = self.take_runs(runs).ok_or(HeapError::Full { len })?;
                 Ok(Plan::Span { head, runs })
             }
@@ -431,8 +411,9 @@ impl Allocator {
                     RunUse::Blocks { class, .. } => Some(*class),
                     _ => None,
                 });
-                if let Some(c) = class {
-                    self.free[c as usize - 1].push_front(p);
+                match class {
+                    Some(c) => self.free[c as usize - 1].push_front(p),
+                    None => self.free_spans.push(p),
                 }
             }
             Plan::Run { run, .. } => self.give_back(run, 1),
@@ -457,8 +438,15 @@ impl Allocator {
         if let RunUse::Blocks { class, .. } = &self.runs[run as usize] {
             self.free[*class as usize - 1].push_front(p);
         } else {
-            // A span: cooled at once, its runs handed back.
-            self.unassigned_span_later(run);
+            self.free_spans.push(p);
+        }
+    }
+
+    /// The runs of the span whose block is `p`.
+    fn span_runs_of(&self, p: Ptr) -> u32 {
+        match self.locate(p).map(|(run, _)| &self.runs[run as usize]) {
+            Some(RunUse::Span { runs, .. }) => *runs,
+            _ => 0,
         }
     }
 
@@ -471,23 +459,17 @@ impl Allocator {
     /// the block's header free.
     fn format_span<R: Region>(&mut self, region: &mut R, head: u32, runs: u32) -> Result<Ptr, HeapError> {
         let pool_id = self.sb.pool_id;
-        for (k, r) in (head..head + runs).enumerate() {
-            let h = if k == 0 {
-                RunHeader { kind: RunKind::SpanHead, class: 0, arg: runs }
-            } else {
-                RunHeader { kind: RunKind::SpanTail, class: 0, arg: head }
-            };
-            let at = self.run_base(r) as usize;
-            region.write(at, &h.encode(r, pool_id))?;
-            region.flush(at, RUN_HEADER as usize)?;
-        }
+        let h = RunHeader { kind: RunKind::SpanHead, class: 0, arg: runs };
+        let at = self.run_base(head) as usize;
+        region.write(at, &h.encode(head, pool_id))?;
+        region.flush(at, RUN_HEADER as usize)?;
         self.runs[head as usize] = RunUse::Span { runs, slot: Slot::Free };
         for t in head + 1..head + runs {
-            self.runs[t as usize] = RunUse::Tail { head };
+            self.runs[t as usize] = RunUse::Tail;
         }
         let p = Ptr(self.run_base(head) + RUN_HEADER + BLOCK_HEADER);
         self.write_header(region, p, BlockState::Free, 0)?;
-        self.stats.run_formats += runs as u64 + 1;
+        self.stats.run_formats += 2;
         self.stats.free_blocks += 1;
         Ok(p)
     }
@@ -736,7 +718,8 @@ mod tests {
         assert!(matches!(a.alloc(&mut r, 10), Err(HeapError::Full { .. })));
         assert_eq!(r.bytes(), &before[..], "a refused allocation writes nothing");
         a.free(&mut r, big).unwrap();
-        // The span's runs come back once it has cooled (no wait here).
-        assert!(a.alloc(&mut r, 10).is_ok());
+        // A freed span keeps its runs: another large object takes it, a small one does not.
+        assert_eq!(a.alloc(&mut r, RUN + 500).unwrap(), big);
+        assert!(matches!(a.alloc(&mut r, 10), Err(HeapError::Full { .. })));
     }
 }

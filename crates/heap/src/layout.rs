@@ -111,10 +111,8 @@ byte_enum! {
         /// Blocks of one size class (the class is byte 5).
         Blocks = 1,
         /// The first run of a span: one block over `span` runs, for objects past the largest
-        /// class.
+        /// class (the later runs are its payload, without headers).
         SpanHead = 2,
-        /// A later run of a span (byte 8 on: the head's run index).
-        SpanTail = 3,
     }
 }
 
@@ -123,7 +121,7 @@ mod run_at {
     pub const MAGIC: usize = 0;
     pub const KIND: usize = 4;
     pub const CLASS: usize = 5;
-    /// Blocks: 0. Span head: the runs in the span. Span tail: the head's run index.
+    /// Blocks: 0. Span head: the runs in the span.
     pub const ARG: usize = 8;
     pub const INDEX: usize = 12;
     pub const POOL_ID: usize = 16;
@@ -169,7 +167,7 @@ impl RunHeader {
         let class = b[run_at::CLASS];
         let fits = match kind {
             RunKind::Blocks => (1..=CLASSES).contains(&class),
-            RunKind::SpanHead | RunKind::SpanTail => class == 0,
+            RunKind::SpanHead => class == 0,
         };
         if !fits {
             return Err(HeaderFault::Contents);

@@ -59,13 +59,8 @@ pub(crate) fn finish_formats<R: Region>(
                 let h = RunHeader { kind: RunKind::Blocks, class, arg: 0 };
                 write_line(region, run_base(run), &h.encode(run, sb.pool_id))?;
             } else {
-                for (k, t) in (run..run + runs).enumerate() {
-                    let h = match k {
-                        0 => RunHeader { kind: RunKind::SpanHead, class: 0, arg: runs },
-                        _ => RunHeader { kind: RunKind::SpanTail, class: 0, arg: run },
-                    };
-                    write_line(region, run_base(t), &h.encode(t, sb.pool_id))?;
-                }
+                let h = RunHeader { kind: RunKind::SpanHead, class: 0, arg: runs };
+                write_line(region, run_base(run), &h.encode(run, sb.pool_id))?;
                 mend_block(region, sb, run_base(run) + RUN_HEADER, 0)?;
             }
         }

@@ -1,0 +1,277 @@
+//! `bitmend kv`: the key-value store in a pool file (a persistent-memory region: an mmap'd
+//! file, or a file on a DAX file system or /dev/shm), each command one or more transactions.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+use bitmend_heap::kv::Kv;
+use bitmend_heap::{Pool, PoolOptions};
+use bitmend_media::pmem::MmapRegion;
+use clap::{Args, Subcommand};
+
+use crate::error::{CliError, EXIT_PROBLEMS};
+use crate::json::json_str;
+
+#[derive(Args, Debug)]
+pub struct KvArgs {
+    #[command(subcommand)]
+    pub command: KvCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum KvCommand {
+    /// Make a pool file holding an empty store.
+    Create {
+        file: PathBuf,
+        /// The pool's size (the journal takes a sixteenth, 256 KiB to 64 MiB).
+        #[arg(long, default_value = "64MiB", value_parser = crate::units::parse_size)]
+        size: u64,
+    },
+    /// Set KEY to VALUE (or to the contents of --value-file), one transaction.
+    Put {
+        file: PathBuf,
+        key: String,
+        value: Option<String>,
+        #[arg(long, conflicts_with = "value")]
+        value_file: Option<PathBuf>,
+    },
+    /// Print the value of KEY (exit 1 if there is none).
+    Get {
+        file: PathBuf,
+        key: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove KEY.
+    Del { file: PathBuf, key: String },
+    /// Entries in key order: all, those with --prefix, or those from --from up to --to.
+    Scan {
+        file: PathBuf,
+        #[arg(long)]
+        prefix: Option<String>,
+        #[arg(long)]
+        from: Option<String>,
+        #[arg(long)]
+        to: Option<String>,
+        /// Stop after this many.
+        #[arg(long)]
+        limit: Option<usize>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Put every line `KEY<TAB>VALUE` of INPUT, a transaction per 1,000 lines.
+    Load { file: PathBuf, input: PathBuf },
+    /// Check every block header, every tree invariant and the journal.
+    Check {
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Space, objects and the journal.
+    Stat {
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn open(file: &Path) -> Result<(Pool<MmapRegion>, bitmend_heap::OpenReport, Kv), CliError> {
+    let region = MmapRegion::open(file).map_err(|e| CliError::Target(format!("{}: {e}", file.display())))?;
+    let (pool, report) = Pool::open(region, PoolOptions::default())?;
+    let kv = Kv::open(&pool)?;
+    Ok((pool, report, kv))
+}
+
+pub fn run(a: KvArgs) -> Result<u8, CliError> {
+    match a.command {
+        KvCommand::Create { file, size } => {
+            let region = MmapRegion::create(&file, size as usize)
+                .map_err(|e| CliError::Target(format!("{}: {e}", file.display())))?;
+            let mut pool = Pool::create(region, PoolOptions::default())?;
+            Kv::create(&mut pool)?;
+            println!("{}: a key-value store in a pool of {}", file.display(), crate::units::show_size(size));
+        }
+        KvCommand::Put { file, key, value, value_file } => {
+            let value = match (value, value_file) {
+                (Some(v), None) => v.into_bytes(),
+                (None, Some(f)) => {
+                    std::fs::read(&f).map_err(|e| CliError::Usage(format!("{}: {e}", f.display())))?
+                }
+                _ => return Err(CliError::Usage("give a VALUE or --value-file".into())),
+            };
+            let (mut pool, _, kv) = open(&file)?;
+            kv.put(&mut pool, key.as_bytes(), &value)?;
+        }
+        KvCommand::Get { file, key, json } => {
+            let (pool, _, kv) = open(&file)?;
+            let Some(v) = kv.get(&pool, key.as_bytes())? else {
+                return Err(CliError::Failed(format!("no key {key:?}")));
+            };
+            if json {
+                println!(
+                    "{{\"key\": {}, \"value\": {}}}",
+                    json_str(&key),
+                    json_str(&String::from_utf8_lossy(&v))
+                );
+            } else {
+                std::io::stdout().write_all(&v).map_err(|e| CliError::Failed(e.to_string()))?;
+                println!();
+            }
+        }
+        KvCommand::Del { file, key } => {
+            let (mut pool, _, kv) = open(&file)?;
+            if !kv.delete(&mut pool, key.as_bytes())? {
+                return Err(CliError::Failed(format!("no key {key:?}")));
+            }
+        }
+        KvCommand::Scan { file, prefix, from, to, limit, json } => {
+            scan(&file, prefix, from, to, limit, json)?
+        }
+        KvCommand::Load { file, input } => load(&file, &input)?,
+        KvCommand::Check { file, json } => return check(&file, json),
+        KvCommand::Stat { file, json } => stat(&file, json)?,
+    }
+    Ok(0)
+}
+
+fn scan(
+    file: &Path,
+    prefix: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    limit: Option<usize>,
+    json: bool,
+) -> Result<(), CliError> {
+    let (pool, _, kv) = open(file)?;
+    let mut n = 0usize;
+    let limit = limit.unwrap_or(usize::MAX);
+    let mut out = std::io::stdout().lock();
+    let mut emit = |k: &[u8], v: Vec<u8>| {
+        n += 1;
+        let (k, v) = (String::from_utf8_lossy(k), String::from_utf8_lossy(&v));
+        let line = if json {
+            format!("{{\"key\": {}, \"value\": {}}}", json_str(&k), json_str(&v))
+        } else {
+            format!("{k}\t{v}")
+        };
+        writeln!(out, "{line}").is_ok() && n < limit
+    };
+    match prefix {
+        Some(p) => kv.scan_prefix(&pool, p.as_bytes(), &mut emit)?,
+        None => {
+            kv.scan(&pool, from.as_deref().map(str::as_bytes), to.as_deref().map(str::as_bytes), &mut emit)?
+        }
+    }
+    Ok(())
+}
+
+fn load(file: &Path, input: &Path) -> Result<(), CliError> {
+    let (mut pool, _, kv) = open(file)?;
+    let f = std::fs::File::open(input).map_err(|e| CliError::Usage(format!("{}: {e}", input.display())))?;
+    let total = f.metadata().map(|m| m.len()).unwrap_or(0).max(1);
+    let tty = std::io::stderr().is_terminal();
+    let mut lines = std::io::BufReader::new(f).lines();
+    let (mut done_bytes, mut entries) = (0u64, 0u64);
+    loop {
+        let mut batch = Vec::with_capacity(1000);
+        for line in lines.by_ref().take(1000) {
+            let line = line.map_err(|e| CliError::Failed(format!("{}: {e}", input.display())))?;
+            done_bytes += line.len() as u64 + 1;
+            let Some((k, v)) = line.split_once('\t') else {
+                return Err(CliError::Usage(format!("{}: a line without a tab: {line:?}", input.display())));
+            };
+            batch.push((k.to_string(), v.to_string()));
+        }
+        if batch.is_empty() {
+            break;
+        }
+        kv.batch(&mut pool, |kv, tx| {
+            for (k, v) in &batch {
+                kv.put_in(tx, k.as_bytes(), v.as_bytes())?;
+            }
+            Ok(())
+        })?;
+        entries += batch.len() as u64;
+        if tty {
+            let pct = (done_bytes * 100 / total).min(100);
+            eprint!("\rload: [{:<25}] {pct}%, {entries} entries", "#".repeat(pct as usize / 4));
+        }
+    }
+    if tty {
+        eprintln!();
+    }
+    println!("{}: {entries} entries loaded; the store holds {}", file.display(), kv.len(&pool)?);
+    Ok(())
+}
+
+fn check(file: &Path, json: bool) -> Result<u8, CliError> {
+    let (pool, report, kv) = open(file)?;
+    let tree = kv.check(&pool);
+    let problems: Vec<String> = report
+        .bad_headers
+        .iter()
+        .map(|b| format!("{} header at {:#x}: {}", if b.run { "run" } else { "block" }, b.at, b.fault))
+        .chain(tree.as_ref().err().map(|e| e.to_string()))
+        .collect();
+    let st = tree.unwrap_or_default();
+    if json {
+        let list: Vec<String> = problems.iter().map(|p| json_str(p)).collect();
+        println!(
+            "{{\"file\": {}, \"clean\": {}, \"entries\": {}, \"nodes\": {}, \"depth\": {}, \"rolled_back\": {}, \"problems\": [{}]}}",
+            json_str(&file.display().to_string()),
+            problems.is_empty(),
+            st.entries,
+            st.nodes,
+            st.depth,
+            report.rolled_back,
+            list.join(", ")
+        );
+    } else {
+        println!("{}: {} entries in {} nodes, depth {}", file.display(), st.entries, st.nodes, st.depth);
+        for p in &problems {
+            println!("  problem: {p}");
+        }
+        println!("  {}", if problems.is_empty() { "clean" } else { "NOT clean" });
+    }
+    Ok(if problems.is_empty() { 0 } else { EXIT_PROBLEMS })
+}
+
+fn stat(file: &Path, json: bool) -> Result<(), CliError> {
+    let (pool, _, kv) = open(file)?;
+    let a = pool.stats();
+    let t = kv.check(&pool)?;
+    if json {
+        println!(
+            "{{\"file\": {}, \"capacity\": {}, \"entries\": {}, \"nodes\": {}, \"depth\": {}, \"value_blocks\": {}, \
+             \"allocated_blocks\": {}, \"free_blocks\": {}, \"quarantined_blocks\": {}, \"unassigned_runs\": {}}}",
+            json_str(&file.display().to_string()),
+            pool.capacity(),
+            t.entries,
+            t.nodes,
+            t.depth,
+            t.value_blocks,
+            a.allocated_blocks,
+            a.free_blocks + a.cooling_blocks,
+            a.quarantined_blocks,
+            a.unassigned_runs
+        );
+    } else {
+        println!("{}: bitmend key-value store", file.display());
+        println!(
+            "  pool           {} of runs, {} runs unassigned",
+            crate::units::show_size(pool.capacity()),
+            a.unassigned_runs
+        );
+        println!(
+            "  store          {} entries, {} nodes, depth {}, {} values out of line",
+            t.entries, t.nodes, t.depth, t.value_blocks
+        );
+        println!(
+            "  blocks         {} allocated, {} free, {} quarantined",
+            a.allocated_blocks,
+            a.free_blocks + a.cooling_blocks,
+            a.quarantined_blocks
+        );
+    }
+    Ok(())
+}

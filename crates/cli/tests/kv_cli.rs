@@ -1,0 +1,85 @@
+//! `bitmend kv` end to end: a store made, filled, read, scanned, checked; bad input and a
+//! full pool answered with clear errors and their exit codes, nothing applied.
+
+use std::process::{Command, Output};
+
+fn bitmend(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bitmend")).args(args).output().expect("runs")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = bitmend(args);
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn temp(name: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("bitmend-kv-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    let _ = std::fs::remove_file(&p);
+    p.to_str().unwrap().to_string()
+}
+
+#[test]
+fn a_store_is_made_filled_scanned_and_checked() {
+    let pool = temp("a.pool");
+    ok(&["kv", "create", &pool, "--size", "8MiB"]);
+    ok(&["kv", "put", &pool, "apple", "red"]);
+    assert_eq!(ok(&["kv", "get", &pool, "apple"]), "red\n");
+    let input = temp("in.tsv");
+    let lines: String = (0..2500).map(|i| format!("k{i:05}\tv{i}\n")).collect();
+    std::fs::write(&input, lines).unwrap();
+    assert!(ok(&["kv", "load", &pool, &input]).contains("2500 entries loaded; the store holds 2501"));
+    assert_eq!(
+        ok(&["kv", "scan", &pool, "--from", "k01000", "--to", "k01003"]),
+        "k01000\tv1000\nk01001\tv1001\nk01002\tv1002\n"
+    );
+    assert_eq!(ok(&["kv", "scan", &pool, "--prefix", "k0249"]).lines().count(), 10);
+    let big = temp("big.bin");
+    std::fs::write(&big, vec![b'x'; 300_000]).unwrap();
+    ok(&["kv", "put", &pool, "big", "--value-file", &big]);
+    assert_eq!(ok(&["kv", "get", &pool, "big"]).len(), 300_001);
+    ok(&["kv", "del", &pool, "apple"]);
+    assert_eq!(bitmend(&["kv", "get", &pool, "apple"]).status.code(), Some(1));
+    let check = ok(&["kv", "check", &pool, "--json"]);
+    assert!(check.contains("\"clean\": true") && check.contains("\"entries\": 2501"), "{check}");
+    let stat = ok(&["kv", "stat", &pool, "--json"]);
+    assert!(stat.contains("\"value_blocks\": 1"), "{stat}");
+}
+
+#[test]
+fn bad_input_and_a_full_pool_are_clear_errors_that_change_nothing() {
+    let zeros = temp("zeros.pool");
+    std::fs::write(&zeros, vec![0u8; 1 << 20]).unwrap();
+    let out = bitmend(&["kv", "get", &zeros, "k"]);
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a bitmend pool"));
+    let pool = temp("small.pool");
+    ok(&["kv", "create", &pool, "--size", "2MiB"]);
+    let long = "k".repeat(1025);
+    assert_eq!(bitmend(&["kv", "put", &pool, &long, "v"]).status.code(), Some(2));
+    let big = temp("half.bin");
+    std::fs::write(&big, vec![b'y'; 600_000]).unwrap();
+    let mut stored = 0;
+    let full = loop {
+        let out = bitmend(&["kv", "put", &pool, &format!("b{stored}"), "--value-file", &big]);
+        if !out.status.success() {
+            break out;
+        }
+        stored += 1;
+        assert!(stored < 10, "a 2 MiB pool took {stored} values of 600 KB");
+    };
+    assert_eq!(full.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&full.stderr).contains("full"),
+        "{}",
+        String::from_utf8_lossy(&full.stderr)
+    );
+    assert_eq!(
+        bitmend(&["kv", "get", &pool, &format!("b{stored}")]).status.code(),
+        Some(1),
+        "nothing of it applied"
+    );
+    assert!(ok(&["kv", "check", &pool]).contains("clean"));
+}
