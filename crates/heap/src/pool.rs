@@ -40,6 +40,9 @@ pub struct OpenReport {
     /// before their commit record (rolled back).
     pub committed: u64,
     pub rolled_back: u64,
+    /// Journal chunks rebuilt from their parity while the journal was read (a wild write or
+    /// worn cells in it).
+    pub journal_repairs: usize,
     /// Old bytes written back, and block headers set to what the journal says.
     pub bytes_restored: u64,
     pub blocks_settled: u64,
@@ -170,12 +173,14 @@ impl<R: Region> Pool<R> {
             log.region_mut().persist(at, 64)?;
         }
         let recs = crate::recover::heap_records(&mut log)?;
+        let journal_repairs = log.take_repairs().len();
         crate::recover::finish_formats(log.region_mut(), sb, &recs)?;
         let alloc = Allocator::rebuild(log.region(), sb, opts.reuse_after, opts.clock);
         let mut report = OpenReport {
             journal,
             bad_headers: alloc.faults.clone(),
             superblocks_rewritten: damaged.len() as u32,
+            journal_repairs,
             ..OpenReport::default()
         };
         let mut pool = Pool::assemble(log, sb, alloc, header);
@@ -288,6 +293,11 @@ impl<R: Region> Pool<R> {
     /// Bytes of the blocks' payload area (every run).
     pub fn capacity(&self) -> u64 {
         self.sb.runs as u64 * RUN
+    }
+
+    /// The journal (for inspection tools and fault injection: where its chunks lie).
+    pub fn journal(&self) -> &NvLog<R> {
+        &self.log
     }
 
     /// The region underneath (for statistics and fault injection in tests).
