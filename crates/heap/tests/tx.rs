@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bitmend_heap::{HeapError, Pool, PoolOptions, Ptr, TxState};
 use bitmend_media::campaign::{self, Schedule};
-use bitmend_media::pmem::{CrashGranularity, CrashRegion, Region};
+use bitmend_media::pmem::{CrashGranularity, CrashPoint, CrashRegion, Region};
 use bitmend_media::rng::Rng;
 
 fn opts() -> PoolOptions {
@@ -202,6 +202,29 @@ fn observed(pool: &Pool<CrashRegion>, like: &Model) -> Option<Model> {
     Some(m)
 }
 
+/// After a crash: the pool opens clean, holds exactly the last committed transaction's
+/// objects (or the one in flight's, when its commit record made it), and every allocated
+/// block is the root or an object it points to. Returns whether the in-flight one was kept.
+fn check_recovered(r: CrashRegion, p: &Progress, at: &str) -> bool {
+    let done = &p.done;
+    let (pool, report) = Pool::open(r, opts()).unwrap_or_else(|e| panic!("{at}: {e}"));
+    assert!(report.bad_headers.is_empty(), "{at}: {:?}", report.bad_headers);
+    // Before the root's transaction committed there is no root, or one with every slot empty.
+    let empty: Model = vec![None; SLOTS as usize];
+    let before = done.last().unwrap_or(&empty);
+    let after = p.next.as_ref().unwrap_or(before);
+    let (as_before, as_after) = (observed(&pool, before), observed(&pool, after));
+    let kept_in_flight = as_after.as_ref() == Some(after) && after != before;
+    let matches =
+        as_before.as_ref() == Some(before) || kept_in_flight || (as_before.is_none() && done.is_empty());
+    assert!(matches, "{at}: {} committed; found {}", done.len(), describe(&as_before));
+    let got = if kept_in_flight { as_after } else { as_before };
+    // Every allocated block is the root or a slot's object: no leak, none twice.
+    let live = got.as_ref().map_or(0, |m| 1 + m.iter().filter(|s| s.is_some()).count() as u64);
+    assert_eq!(pool.stats().allocated_blocks, live, "{at}: allocated blocks");
+    kept_in_flight
+}
+
 #[test]
 fn a_crash_at_every_fence_keeps_exactly_the_committed_transactions() {
     let (mut reboots, mut in_flight_kept) = (0, 0);
@@ -214,32 +237,8 @@ fn a_crash_at_every_fence_keeps_exactly_the_committed_transactions() {
             2,
             |r| workload(r, &mut progress.borrow_mut()),
             |r, fence| {
-                let p = progress.borrow();
-                let done = &p.done;
-                let (pool, report) =
-                    Pool::open(r, opts()).unwrap_or_else(|e| panic!("{g:?} fence {fence}: {e}"));
-                assert!(report.bad_headers.is_empty(), "{g:?} fence {fence}: {:?}", report.bad_headers);
-                // Before the root's transaction committed there is no root, or one with
-                // every slot empty.
-                let empty: Model = vec![None; SLOTS as usize];
-                let before = done.last().unwrap_or(&empty);
-                let after = p.next.as_ref().unwrap_or(before);
-                let (as_before, as_after) = (observed(&pool, before), observed(&pool, after));
-                let kept_in_flight = as_after.as_ref() == Some(after) && after != before;
-                let matches = as_before.as_ref() == Some(before)
-                    || kept_in_flight
-                    || (as_before.is_none() && done.is_empty());
-                assert!(
-                    matches,
-                    "{g:?} fence {fence}: {} committed; found {}",
-                    done.len(),
-                    describe(&as_before)
-                );
-                in_flight_kept += kept_in_flight as u64;
-                let got = if kept_in_flight { as_after } else { as_before };
-                // Every allocated block is the root or a slot's object: no leak, none twice.
-                let live = got.as_ref().map_or(0, |m| 1 + m.iter().filter(|s| s.is_some()).count() as u64);
-                assert_eq!(pool.stats().allocated_blocks, live, "{g:?} fence {fence}: allocated blocks");
+                in_flight_kept +=
+                    check_recovered(r, &progress.borrow(), &format!("{g:?} fence {fence}")) as u64;
             },
         );
         assert!(c.ops > TXS * 3, "{c:?}");
@@ -247,6 +246,44 @@ fn a_crash_at_every_fence_keeps_exactly_the_committed_transactions() {
     }
     eprintln!("heap crash campaign: {reboots} crashes, two at every fence, line and word loss, {TXS} transactions; {in_flight_kept} in-flight transactions found committed; 0 committed lost");
     assert!(reboots > 500);
+}
+
+#[test]
+fn crashes_at_random_stores_and_again_during_recovery() {
+    let mut rng = Rng::new(2026);
+    let (mut crashes, mut during_recovery) = (0, 0);
+    for g in [CrashGranularity::Line, CrashGranularity::Word] {
+        let base = Pool::create(region(g), opts()).unwrap().into_region();
+        let (s0, s1) = {
+            let mut r = base.clone();
+            let s0 = r.stores();
+            assert!(workload(&mut r, &mut Progress::default()));
+            (s0, r.stores())
+        };
+        for _ in 0..60 {
+            let mut r = base.clone();
+            r.arm_crash(CrashPoint::Store(s0 + rng.below(s1 - s0)));
+            let mut progress = Progress::default();
+            assert!(!workload(&mut r, &mut progress), "the crash struck");
+            r.crash(rng.next_u64());
+            crashes += 1;
+            // Recovery cut short, again and again, at a random fence of its own.
+            for _ in 0..rng.below(4) {
+                let f = r.fences();
+                r.arm_crash(CrashPoint::Fence(f + rng.below(6)));
+                let opened = Pool::open(&mut r, opts()).is_ok();
+                if r.powered() {
+                    assert!(opened, "a recovery with the power on failed");
+                    r.disarm();
+                    break;
+                }
+                r.crash(rng.next_u64());
+                during_recovery += 1;
+            }
+            check_recovered(r, &progress, &format!("{g:?} random store"));
+        }
+    }
+    eprintln!("heap: {crashes} crashes at random stores, {during_recovery} more during the recoveries after them; 0 committed lost");
 }
 
 #[test]

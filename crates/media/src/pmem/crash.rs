@@ -114,6 +114,12 @@ impl CrashRegion {
         self.armed = Some(at);
     }
 
+    /// Disarms a crash that has not struck (a campaign that armed one past where the work
+    /// ended).
+    pub fn disarm(&mut self) {
+        self.armed = None;
+    }
+
     /// Whether power has been lost (an armed crash has struck).
     pub fn powered(&self) -> bool {
         self.powered
