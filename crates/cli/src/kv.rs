@@ -240,10 +240,14 @@ fn stat(file: &Path, json: bool) -> Result<(), CliError> {
     let (pool, _, kv) = open(file)?;
     let a = pool.stats();
     let t = kv.check(&pool)?;
+    let wear = pool.wear_histogram();
+    let (log_used, log_cap) = pool.journal_use();
     if json {
+        let w: Vec<String> = wear.iter().map(|n| n.to_string()).collect();
         println!(
             "{{\"file\": {}, \"capacity\": {}, \"entries\": {}, \"nodes\": {}, \"depth\": {}, \"value_blocks\": {}, \
-             \"allocated_blocks\": {}, \"free_blocks\": {}, \"quarantined_blocks\": {}, \"unassigned_runs\": {}}}",
+             \"allocated_blocks\": {}, \"free_blocks\": {}, \"quarantined_blocks\": {}, \"unassigned_runs\": {}, \
+             \"journal_used\": {log_used}, \"journal_capacity\": {log_cap}, \"wear_histogram\": [{}]}}",
             json_str(&file.display().to_string()),
             pool.capacity(),
             t.entries,
@@ -253,7 +257,8 @@ fn stat(file: &Path, json: bool) -> Result<(), CliError> {
             a.allocated_blocks,
             a.free_blocks + a.cooling_blocks,
             a.quarantined_blocks,
-            a.unassigned_runs
+            a.unassigned_runs,
+            w.join(", ")
         );
     } else {
         println!("{}: bitmend key-value store", file.display());
@@ -272,6 +277,21 @@ fn stat(file: &Path, json: bool) -> Result<(), CliError> {
             a.free_blocks + a.cooling_blocks,
             a.quarantined_blocks
         );
+        println!(
+            "  journal        {} of {} in use",
+            crate::units::show_size(log_used),
+            crate::units::show_size(log_cap)
+        );
+        let buckets: Vec<String> = wear
+            .iter()
+            .enumerate()
+            .map(|(i, n)| match i {
+                0 => format!("never: {n}"),
+                1 => format!("1: {n}"),
+                _ => format!("{}-{}: {n}", 1u64 << (i - 1), (1u64 << i) - 1),
+            })
+            .collect();
+        println!("  wear           blocks by times allocated: {}", buckets.join(", "));
     }
     Ok(())
 }

@@ -45,7 +45,7 @@ fn a_store_is_made_filled_scanned_and_checked() {
     let check = ok(&["kv", "check", &pool, "--json"]);
     assert!(check.contains("\"clean\": true") && check.contains("\"entries\": 2501"), "{check}");
     let stat = ok(&["kv", "stat", &pool, "--json"]);
-    assert!(stat.contains("\"value_blocks\": 1"), "{stat}");
+    assert!(stat.contains("\"value_blocks\": 1") && stat.contains("\"wear_histogram\": ["), "{stat}");
 }
 
 #[test]

@@ -177,6 +177,30 @@ impl Allocator {
         })
     }
 
+    /// How often each block of the assigned runs has been allocated, from its header (its
+    /// wear; quarantined blocks left out).
+    pub fn allocation_counts<R: Region>(&self, region: &R) -> Vec<u16> {
+        let bytes = region.bytes();
+        let mut out = Vec::new();
+        for (run, r) in self.runs.iter().enumerate() {
+            let base = self.run_base(run as u32) + RUN_HEADER;
+            let headers: Vec<u64> = match r {
+                RunUse::Blocks { class, slots } => {
+                    (0..slots.len()).map(|i| base + i as u64 * class_size(*class)).collect()
+                }
+                RunUse::Span { .. } => vec![base],
+                _ => continue,
+            };
+            for at in headers {
+                let b = &bytes[at as usize..(at + BLOCK_HEADER) as usize];
+                if let Ok(h) = BlockHeader::decode(b, at, self.sb.pool_id) {
+                    out.push(h.allocations);
+                }
+            }
+        }
+        out
+    }
+
     /// Whether `p` is the payload of an allocated block.
     pub fn is_allocated(&self, p: Ptr) -> bool {
         self.locate(p).is_some_and(|(run, i)| match &self.runs[run as usize] {

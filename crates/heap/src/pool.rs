@@ -295,6 +295,26 @@ impl<R: Region> Pool<R> {
         self.sb.runs as u64 * RUN
     }
 
+    /// Wear: how many blocks have been allocated 0 times, 1, 2 to 3, 4 to 7 and so on (bucket
+    /// i holds counts from 2^(i-1) to 2^i - 1; bucket 0 the never allocated).
+    pub fn wear_histogram(&self) -> Vec<u64> {
+        let mut h = vec![0u64; 18];
+        for c in self.alloc.allocation_counts(self.log.region()) {
+            let b = if c == 0 { 0 } else { 1 + c.ilog2() as usize };
+            h[b] += 1;
+        }
+        while h.len() > 1 && h.last() == Some(&0) {
+            h.pop();
+        }
+        h
+    }
+
+    /// Journal bytes holding records not yet checked out, and the journal's capacity.
+    pub fn journal_use(&self) -> (u64, u64) {
+        let cfg = self.log.config();
+        (self.log.tail().0 - self.log.head().0, cfg.segment_data() * cfg.segments as u64)
+    }
+
     /// The journal (for inspection tools and fault injection: where its chunks lie).
     pub fn journal(&self) -> &NvLog<R> {
         &self.log
