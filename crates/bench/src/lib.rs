@@ -10,6 +10,7 @@ pub mod code;
 pub mod corpus;
 pub mod flashfs;
 pub mod harness;
+pub mod heap;
 pub mod littlefs;
 pub mod near_full;
 pub mod nvlog;

@@ -38,6 +38,9 @@ enum Suite {
     /// The PRIMS log's small writes beside mprotect, PMDK transactions and bare persists
     /// (the paper's Figure 2), ns per write.
     Nvlog,
+    /// The persistent heap's transactional overwrites (55 B to 16 KiB; data logging and
+    /// pointer logging) beside PMDK transactions and bare persists, ns per transaction.
+    Heap,
 }
 
 pub fn run(args: BenchArgs) -> Result<(), CliError> {
@@ -105,6 +108,18 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
                 );
             }
             bitmend_bench::nvlog::run(&opts, &mut emit);
+        }
+        Suite::Heap => {
+            if !json {
+                eprintln!(
+                    "bench heap: {} transactions per case, medians of {} runs; PMDK {}; persist by {}",
+                    if args.quick { "2,000" } else { "40,000" },
+                    if args.quick { 1 } else { 3 },
+                    if bitmend_anchors::pmdk::available() { "linked" } else { "NOT linked (no anchor)" },
+                    bitmend_media::pmem::flush_instruction()
+                );
+            }
+            bitmend_bench::heap::run(&opts, &mut emit);
         }
     }
     if !json {

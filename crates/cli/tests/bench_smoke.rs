@@ -84,6 +84,27 @@ fn bench_nvlog_quick_json_has_every_contender() {
 }
 
 #[test]
+fn bench_heap_quick_json_rows_beside_pmdk_and_the_floor() {
+    let out = Command::new(env!("CARGO_BIN_EXE_bitmend"))
+        .args(["bench", "heap", "--quick", "--json"])
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 5 * 3, "5 sizes x (data logging vs pmdk, pointer logging vs pmdk, vs floor)");
+    for l in &lines {
+        assert_eq!(field(l, "bench"), "\"heap\"");
+        let ours: f64 = field(l, "ours").parse().unwrap();
+        assert!(ours > 0.0, "{l}");
+    }
+    assert!(lines
+        .iter()
+        .any(|l| l.contains("tx overwrite 16384B, all of its object (pointer logging) vs pmdk")));
+    assert!(lines.iter().any(|l| l.contains("store+clwb+sfence")));
+}
+
+#[test]
 fn bench_flashfs_quick_json_rows() {
     let out = Command::new(env!("CARGO_BIN_EXE_bitmend"))
         .args(["bench", "flashfs", "--quick", "--json"])
