@@ -23,6 +23,7 @@ pub(crate) const TAG: u16 = 0x4854;
 
 /// A record's kind (its first byte), FORMAT.md section 9, "Journal records".
 pub(crate) mod kind {
+    /// Read, not written: a transaction's first record is its begin.
     pub const BEGIN: u8 = 1;
     pub const UNDO: u8 = 2;
     pub const ALLOC: u8 = 3;
@@ -110,11 +111,10 @@ impl<'p, R: Region> Tx<'p, R> {
         self.state
     }
 
-    /// Appends a journal record of `kind` with `body`; durable when it returns.
+    /// Appends a journal record of `kind` with `body`; durable when it returns. No record
+    /// marks BEGIN: a transaction's first record carries its id, and recovery groups records
+    /// by id (a begin record would cost a durable append, a fence, per transaction).
     fn log(&mut self, kind: u8, body: &[u8]) -> Result<(), HeapError> {
-        if self.state == TxState::Begin && kind != kind::BEGIN {
-            self.log(kind::BEGIN, &[])?;
-        }
         let mut rec = Vec::with_capacity(HEAD + body.len());
         rec.put_u8(kind);
         rec.put_u64(self.id);
@@ -125,7 +125,7 @@ impl<'p, R: Region> Tx<'p, R> {
             kind::POINTER => self.bytes.pointer += rec.len() as u64,
             _ => self.bytes.other += rec.len() as u64,
         }
-        if kind != kind::BEGIN && self.state == TxState::Begin {
+        if self.state == TxState::Begin {
             self.state = TxState::Logging;
         }
         Ok(())
