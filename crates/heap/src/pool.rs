@@ -215,8 +215,11 @@ impl<R: Region> Pool<R> {
         self.log_bytes
     }
 
-    /// Appends a heap record to the journal (durable on return). A full journal is checked
-    /// out (it holds finished transactions only) and tried once more.
+    /// Appends a heap record to the journal (durable on return). A full journal fails the
+    /// transaction with [`HeapError::Full`] (it is then rolled back and checked out); no
+    /// checkout here, which would trim the running transaction's own records. Commits check
+    /// out once three quarters of the journal is used, so only a transaction larger than the
+    /// last quarter meets this.
     pub(crate) fn log_append(&mut self, rec: &[u8]) -> Result<(), HeapError> {
         match self.log.append(tx::TAG, rec) {
             Err(bitmend_nvlog::LogError::Full { .. }) => Err(HeapError::Full { len: rec.len() as u64 }),
