@@ -85,17 +85,6 @@ impl Drop for ShmPool {
     }
 }
 
-/// Touches every page once, so that no contender pays first-touch page faults in the timing.
-fn prefault(r: &mut MmapRegion) {
-    let len = r.len();
-    let mut at = 0;
-    while at < len {
-        let b = r.bytes()[at];
-        r.corrupt(at, &[b]).expect("prefault");
-        at += 4096;
-    }
-}
-
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -146,7 +135,7 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
     let mut floor = MmapRegion::create(&floor_path, span)
         .expect("floor region")
         .with_persistence(Persistence::CacheLineFlush);
-    prefault(&mut floor);
+    floor.prefault();
     for size in [64usize, 128, 1024, 4096, 16384] {
         // 55 B stands for MinL2R's and PRIMS's 10..100 B small writes.
         let len = if size == 64 { 55 } else { size };
@@ -156,7 +145,7 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
             // A fresh pool per run: pointer logging churns blocks through the 0.2 s
             // don't-allocate period.
             let mut heap = ShmPool::new(if opts.quick { 256 << 20 } else { 2 << 30 });
-            prefault(heap.pool.region_mut());
+            heap.pool.region_mut().prefault();
             let big = heap.objects(4 * len as u64);
             data.push(heap.overwrite(big, len, len as u64, n, &payload));
             let exact = heap.objects(len as u64);

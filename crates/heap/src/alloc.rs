@@ -343,6 +343,9 @@ impl Allocator {
 
     /// Moves the blocks that have cooled long enough to their free lists.
     fn warm_up(&mut self) {
+        if self.cooling.is_empty() {
+            return;
+        }
         let now = self.clock.now();
         while let Some(&(since, p)) = self.cooling.front() {
             if now.duration_since(since) < self.reuse_after {
@@ -361,8 +364,21 @@ impl Allocator {
         }
     }
 
-    /// Allocates a block for `len` payload bytes: its header is written allocated and
-    /// persisted (one line), a new run formatted first if its class has no free block.
+    /// When the first cooling block that could take an allocation of `len` bytes may be
+    /// handed out (`None`: no such block is cooling).
+    pub fn ready_at(&self, len: u64) -> Option<Instant> {
+        let class = class_for(len);
+        let runs = (len + RUN_HEADER + BLOCK_HEADER).div_ceil(RUN) as u32;
+        let fits = |p: Ptr| match self.locate(p).map(|(run, _)| &self.runs[run as usize]) {
+            Some(RunUse::Blocks { class: c, .. }) => Some(*c) == class,
+            Some(RunUse::Span { runs: r, .. }) => class.is_none() && *r >= runs,
+            _ => false,
+        };
+        self.cooling.iter().find(|(_, p)| fits(*p)).map(|(since, _)| *since + self.reuse_after)
+    }
+
+    /// Allocates a block for `len` payload bytes: its header is written allocated (one
+    /// line), a new run formatted first if its class has no free block.
     #[cfg(test)]
     pub fn alloc<R: Region>(&mut self, region: &mut R, len: u64) -> Result<Ptr, HeapError> {
         let p = self.pick(region, len)?;
@@ -474,7 +490,8 @@ impl Allocator {
         }
     }
 
-    /// Writes the header of picked block `p` allocated (one line, persisted).
+    /// Writes the header of picked block `p` allocated (one line, flushed: the transaction's
+    /// commit makes it durable, and vouches for it).
     pub fn mark_allocated<R: Region>(&mut self, region: &mut R, p: Ptr, len: u64) -> Result<(), HeapError> {
         self.write_header(region, p, BlockState::Allocated, len)
     }
@@ -533,8 +550,9 @@ impl Allocator {
         for i in 0..n {
             let at = base + i as u64 * size;
             let h = BlockHeader { state: BlockState::Free, class, allocations: 0, len: 0 };
-            region.write(at as usize, &h.encode(at, pool_id))?;
-            region.flush(at as usize, BLOCK_HEADER as usize)?;
+            // Non-temporal: the lines are cold (a run is formatted once), and a store that
+            // bypasses the cache does not wait to read them first.
+            region.write_streaming(at as usize, &h.encode(at, pool_id))?;
         }
         region.fence()?;
         let at = self.run_base(run) as usize;
@@ -588,7 +606,8 @@ impl Allocator {
         }
     }
 
-    /// Frees the block at `p`: its header is written free and persisted (one line), and it
+    /// Frees the block at `p`: its header is written free and flushed (one line, durable at the
+    /// next fence; until then the journal's free record stands for it), and it
     /// cools on the don't-allocate list before it can be handed out again.
     pub fn free<R: Region>(&mut self, region: &mut R, p: Ptr) -> Result<(), HeapError> {
         if !self.is_allocated(p) {
@@ -604,7 +623,8 @@ impl Allocator {
     }
 
     /// Rewrites the header of the block at `p` (its allocation count kept, and counted up
-    /// when it is allocated) and persists it.
+    /// when it is allocated) and flushes it. No fence: every caller is followed by one before
+    /// the journal records that name the block are trimmed.
     fn write_header<R: Region>(
         &mut self,
         region: &mut R,
@@ -626,9 +646,10 @@ impl Allocator {
         let allocations = old.map_or(0, |h| h.allocations);
         let allocations =
             if state == BlockState::Allocated { allocations.saturating_add(1) } else { allocations };
-        let h = BlockHeader { state, class, allocations, len: len as u32 };
+        // A length past 32 bits is recorded as u32::MAX: "the whole block".
+        let h = BlockHeader { state, class, allocations, len: len.min(u32::MAX as u64) as u32 };
         region.write(at as usize, &h.encode(at, self.sb.pool_id))?;
-        region.persist(at as usize, BLOCK_HEADER as usize)?;
+        region.flush(at as usize, BLOCK_HEADER as usize)?;
         self.stats.header_writes += 1;
         Ok(())
     }

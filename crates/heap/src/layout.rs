@@ -239,6 +239,14 @@ fn block_crc(b: &[u8], pool_id: u64) -> u32 {
     bitmend_code::crc::crc32c_append(crc32c(&b[..block_at::CRC]), &pool_id.to_le_bytes())
 }
 
+/// The length a block's header records, unchecked (a fast path for bounds; `None` for the
+/// "whole block" mark of objects past 32 bits). Loads of a damaged header can only shrink
+/// what a caller may touch: callers clamp it to the block's capacity.
+pub fn recorded_len(bytes: &[u8], header: u64) -> Option<u64> {
+    let len = le::get_u32(bytes, header as usize + block_at::LEN);
+    (len != u32::MAX).then_some(len as u64)
+}
+
 impl BlockHeader {
     /// The header of the block at `offset` of pool `pool_id`.
     pub fn encode(&self, offset: u64, pool_id: u64) -> [u8; BLOCK_HEADER as usize] {

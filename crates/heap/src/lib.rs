@@ -16,6 +16,7 @@ mod error;
 pub mod kv;
 mod layout;
 mod pool;
+mod record;
 mod recover;
 mod tx;
 

@@ -1,14 +1,15 @@
 //! The pool: one region holding the journal (an nvlog from offset 0), the pool header page
 //! (two superblock copies and the root slot) and the runs of blocks.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bitmend_media::pmem::Region;
-use bitmend_nvlog::{LogConfig, NvLog, RecoveryReport};
+use bitmend_nvlog::{LogConfig, NvLog, RecordId, RecoveryReport};
 
-use crate::alloc::{AllocStats, Allocator, BadHeader, Clock, Ptr};
-use crate::layout::{Superblock, POOL_HEADER, RUN};
-use crate::tx::{self, LogBytes, Tx, TxState, Undo};
+use crate::alloc::{AllocStats, Allocator, BadHeader, Clock, Plan, Ptr};
+use crate::layout::{recorded_len, Superblock, POOL_HEADER, RUN};
+use crate::record::{self, Rec};
+use crate::tx::{LogBytes, Tx, TxState, Undo};
 use crate::HeapError;
 
 /// Choices that are not on the medium.
@@ -46,7 +47,15 @@ pub struct OpenReport {
     /// Old bytes written back, and block headers set to what the journal says.
     pub bytes_restored: u64,
     pub blocks_settled: u64,
+    /// The last transaction's commit record survived the crash but some of its writes did
+    /// not (they shared a fence): it was rolled back with the uncommitted ones.
+    pub torn_commit: bool,
 }
+
+/// How often a checkout runs at the least.
+const CHECKOUT_EVERY: Duration = Duration::from_secs(5);
+/// Old blocks of pointer-logged writes that make a checkout due (they cool only once released).
+const CHECKOUT_BLOCKS: usize = 4096;
 
 /// Where the pool header page starts: after the journal, on a 4 KiB boundary.
 fn header_page(journal: usize) -> u64 {
@@ -72,6 +81,11 @@ pub struct Pool<R: Region> {
     /// Journal bytes of every transaction since the pool was opened.
     log_bytes: LogBytes,
     pub(crate) checkouts: u64,
+    /// Transactions finished since the last look at the clock.
+    finished: u32,
+    /// Reused buffers: a journal record being built, bytes being copied within the region.
+    pub(crate) rec: Vec<u8>,
+    pub(crate) copy: Vec<u8>,
 }
 
 impl<R: Region> std::fmt::Debug for Pool<R> {
@@ -84,10 +98,14 @@ impl<R: Region> std::fmt::Debug for Pool<R> {
 }
 
 /// The journal's shape for a region of `len` bytes: a sixteenth of it, between 256 KiB and
-/// 64 MiB, in segments of four 4 KiB data chunks and one parity chunk.
+/// 64 MiB, in segments of four data chunks and one parity chunk. A chunk is a 32nd of the
+/// journal, between 8 and 64 KiB: large enough that the undo record of a 16 KiB write fits
+/// in one record of a 64 KiB chunk, and that closing a chunk (checking, signing, two
+/// header writes) is paid once per many records.
 fn journal_config(len: usize) -> Result<LogConfig, HeapError> {
     let bytes = (len / 16).clamp(256 << 10, 64 << 20);
-    Ok(LogConfig { k: 4, m: 1, chunk_size: 4096, block_size: 64, segments: 0 }.fit(bytes)?)
+    let chunk_size = (1usize << (bytes / 32).ilog2()).clamp(8 << 10, 64 << 10);
+    Ok(LogConfig { k: 4, m: 1, chunk_size, block_size: 64, segments: 0 }.fit(bytes)?)
 }
 
 impl<R: Region> Pool<R> {
@@ -134,6 +152,9 @@ impl<R: Region> Pool<R> {
             last_checkout: std::time::Instant::now(),
             log_bytes: LogBytes::default(),
             checkouts: 0,
+            finished: 0,
+            rec: Vec::new(),
+            copy: Vec::new(),
         }
     }
 
@@ -172,7 +193,8 @@ impl<R: Region> Pool<R> {
             log.region_mut().write(at, &sb.encode())?;
             log.region_mut().persist(at, 64)?;
         }
-        let recs = crate::recover::heap_records(&mut log)?;
+        let mut recs = crate::recover::heap_records(&mut log)?;
+        let torn_commit = crate::recover::drop_torn_commit(log.region(), &mut recs);
         let journal_repairs = log.take_repairs().len();
         crate::recover::finish_formats(log.region_mut(), sb, &recs)?;
         let alloc = Allocator::rebuild(log.region(), sb, opts.reuse_after, opts.clock);
@@ -181,6 +203,7 @@ impl<R: Region> Pool<R> {
             bad_headers: alloc.faults.clone(),
             superblocks_rewritten: damaged.len() as u32,
             journal_repairs,
+            torn_commit,
             ..OpenReport::default()
         };
         let mut pool = Pool::assemble(log, sb, alloc, header);
@@ -220,10 +243,39 @@ impl<R: Region> Pool<R> {
     /// checkout here, which would trim the running transaction's own records. Commits check
     /// out once three quarters of the journal is used, so only a transaction larger than the
     /// last quarter meets this.
-    pub(crate) fn log_append(&mut self, rec: &[u8]) -> Result<(), HeapError> {
-        match self.log.append(tx::TAG, rec) {
+    pub(crate) fn log_append(&mut self, rec: &[u8], fenced: bool) -> Result<RecordId, HeapError> {
+        let appended = if fenced {
+            self.log.append(record::TAG, rec)
+        } else {
+            self.log.append_unfenced(record::TAG, rec)
+        };
+        match appended {
             Err(bitmend_nvlog::LogError::Full { .. }) => Err(HeapError::Full { len: rec.len() as u64 }),
-            r => r.map(|_| ()).map_err(Into::into),
+            r => r.map_err(Into::into),
+        }
+    }
+
+    /// Where an allocation of `len` bytes goes. A pool with no free block of its kind
+    /// first releases the old blocks of finished pointer-logged writes (without trimming the
+    /// journal: the running transaction's records are in it), then waits for a block of its
+    /// kind that is cooling, if one is (at most the don't-allocate period): the pool is full
+    /// only when neither helps.
+    pub(crate) fn plan(&mut self, len: u64) -> Result<Plan, HeapError> {
+        loop {
+            match self.alloc.plan(len) {
+                Err(HeapError::Full { .. }) if !self.replaced.is_empty() => {
+                    for p in std::mem::take(&mut self.replaced) {
+                        self.alloc.free(self.log.region_mut(), p)?;
+                    }
+                }
+                Err(full @ HeapError::Full { .. }) => match (self.alloc.ready_at(len), &self.alloc.clock) {
+                    (Some(t), Clock::System) => {
+                        std::thread::sleep(t.saturating_duration_since(Instant::now()))
+                    }
+                    _ => return Err(full),
+                },
+                planned => return planned,
+            }
         }
     }
 
@@ -239,7 +291,10 @@ impl<R: Region> Pool<R> {
         let cfg = self.log.config();
         let capacity = cfg.segment_data() * (cfg.segments as u64 - 1);
         let used = self.log.tail().0 - self.log.head().0;
-        if used * 4 > capacity * 3 || self.last_checkout.elapsed() >= std::time::Duration::from_secs(5) {
+        // The clock is read every 64 transactions: reading it costs as much as a small write.
+        self.finished = self.finished.wrapping_add(1);
+        let due = self.finished.is_multiple_of(64) && self.last_checkout.elapsed() >= CHECKOUT_EVERY;
+        if used * 4 > capacity * 3 || self.replaced.len() >= CHECKOUT_BLOCKS || due {
             self.checkout()?;
         }
         Ok(())
@@ -262,20 +317,25 @@ impl<R: Region> Pool<R> {
     /// Undoes `undo` (a transaction's, in order of logging) from the last back, durably.
     pub(crate) fn roll_back(&mut self, undo: &[Undo]) -> Result<(), HeapError> {
         for u in undo.iter().rev() {
-            match u {
-                Undo::Bytes { at, old } => {
+            match *u {
+                Undo::Bytes { at, len, record } => {
+                    let rec = self.log.read(record)?;
+                    let old = match record::decode(&rec.data) {
+                        Some((_, Rec::Undo { at: a, old })) if a == at && old.len() == len => old,
+                        _ => return Err(HeapError::Corrupt { at, what: "the undo record of a write" }),
+                    };
                     let region = self.log.region_mut();
-                    region.write(*at as usize, old)?;
-                    region.flush(*at as usize, old.len())?;
+                    region.write(at as usize, &old)?;
+                    region.flush(at as usize, len)?;
                 }
                 Undo::Alloc(p) => {
-                    self.alloc.free(self.log.region_mut(), *p)?;
+                    self.alloc.free(self.log.region_mut(), p)?;
                 }
                 Undo::Pointer { slot, old, new } => {
                     let region = self.log.region_mut();
-                    region.write(*slot as usize, &old.0.to_le_bytes())?;
-                    region.flush(*slot as usize, 8)?;
-                    self.alloc.free(region, *new)?;
+                    region.write(slot as usize, &old.0.to_le_bytes())?;
+                    region.flush(slot as usize, 8)?;
+                    self.alloc.free(region, new)?;
                 }
             }
         }
@@ -356,12 +416,15 @@ impl<R: Region> Pool<R> {
         Ok(&self.log.region().bytes()[at..at + len as usize])
     }
 
-    /// Payload bytes the object at `p` can hold.
+    /// Bytes of the object at `p`: the length it was allocated with (its block may be
+    /// larger; what lies past the object is not its, and a pointer-logged write does not
+    /// copy it).
     pub fn size_of(&self, p: Ptr) -> Result<u64, HeapError> {
         if !self.alloc.is_allocated(p) {
             return Err(HeapError::NotAllocated { at: p.0 });
         }
-        Ok(self.alloc.capacity(p).unwrap_or(0))
+        let cap = self.alloc.capacity(p).unwrap_or(0);
+        Ok(recorded_len(self.log.region().bytes(), p.header()).map_or(cap, |len| len.min(cap)))
     }
 
     pub(crate) fn check(&self, p: Ptr, off: u64, len: u64) -> Result<(), HeapError> {

@@ -17,20 +17,38 @@ use crate::layout::{
     RUN_HEADER,
 };
 use crate::pool::{OpenReport, Pool};
-use crate::tx::{self, Rec};
+use crate::record::{self, Rec};
 use crate::HeapError;
 
 /// The heap's records in the journal, in order: (transaction, record).
 pub(crate) fn heap_records<R: Region>(log: &mut NvLog<R>) -> Result<Vec<(u64, Rec)>, HeapError> {
     let mut recs = Vec::new();
     log.replay(bitmend_nvlog::RecordId(0), |_, tag, data| {
-        if tag == tx::TAG {
-            if let Some(r) = tx::decode(data) {
+        if tag == record::TAG {
+            if let Some(r) = record::decode(data) {
                 recs.push(r);
             }
         }
     })?;
     Ok(recs)
+}
+
+/// A transaction whose checksummed commit record is the journal's last record shared its
+/// final fence with its writes in place: if the crash kept the record and lost some of those
+/// writes, the bytes no longer match the record's CRC. Its commit record is then dropped from
+/// `recs`, and the transaction is rolled back like any other caught before its commit
+/// (its undo records were fenced before it wrote in place). Returns whether it was.
+/// Only the last record can be such a commit: any later record was written after that
+/// fence returned.
+pub(crate) fn drop_torn_commit<R: Region>(region: &R, recs: &mut Vec<(u64, Rec)>) -> bool {
+    let torn = match recs.last() {
+        Some((_, Rec::Commit(Some(w)))) => !w.matches(region.bytes()),
+        _ => false,
+    };
+    if torn {
+        recs.pop();
+    }
+    torn
 }
 
 /// Before the allocator reads the headers: finishes every run format the journal records
@@ -121,7 +139,7 @@ impl<R: Region> Pool<R> {
             return Ok(());
         }
         let committed: BTreeSet<u64> =
-            recs.iter().filter(|(_, r)| *r == Rec::Commit).map(|(id, _)| *id).collect();
+            recs.iter().filter(|(_, r)| matches!(r, Rec::Commit(_))).map(|(id, _)| *id).collect();
         let all: BTreeSet<u64> = recs.iter().map(|(id, _)| *id).collect();
         report.committed = committed.len() as u64;
         report.rolled_back = all.difference(&committed).count() as u64;
@@ -152,8 +170,9 @@ impl<R: Region> Pool<R> {
                     state.insert(*p, None);
                 }
                 Rec::Pointer { old, new, .. } => {
-                    let cap = self.alloc.capacity(*new).unwrap_or(0);
-                    state.insert(*new, done.then_some(cap));
+                    // The new block holds the old object: its length.
+                    let len = self.size_of(*old).ok().or_else(|| self.alloc.capacity(*new)).unwrap_or(0);
+                    state.insert(*new, done.then_some(len));
                     if done {
                         state.insert(*old, None);
                     }

@@ -9,29 +9,15 @@
 //! pointer-logged writes are released. A crash in LOGGING or WRITING rolls back at open;
 //! BEGIN and COMMIT need nothing (a committed transaction's frees are settled from the log).
 
-use std::collections::BTreeSet;
-
-use bitmend_code::le::{Put, Reader};
+use bitmend_code::le::Put;
 use bitmend_media::pmem::Region;
+use bitmend_nvlog::RecordId;
 
 use crate::alloc::{Plan, Ptr};
+use crate::layout::BLOCK_HEADER;
 use crate::pool::Pool;
+use crate::record::{self, kind, Written, HEAD, MAX_RANGES};
 use crate::HeapError;
-
-/// The journal tag of the heap's records.
-pub(crate) const TAG: u16 = 0x4854;
-
-/// A record's kind (its first byte), FORMAT.md section 9, "Journal records".
-pub(crate) mod kind {
-    /// Read, not written: a transaction's first record is its begin.
-    pub const BEGIN: u8 = 1;
-    pub const UNDO: u8 = 2;
-    pub const ALLOC: u8 = 3;
-    pub const FREE: u8 = 4;
-    pub const POINTER: u8 = 5;
-    pub const COMMIT: u8 = 6;
-    pub const FORMAT: u8 = 7;
-}
 
 /// Where a transaction is (MinL2R's states).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,26 +57,50 @@ pub struct Tx<'p, R: Region> {
     id: u64,
     pub(crate) state: TxState,
     /// Blocks allocated by this transaction (written without undo: rollback frees them).
-    fresh: BTreeSet<Ptr>,
+    /// Few per transaction: a vector is faster to search than a set.
+    fresh: Vec<Ptr>,
     /// Undo actions in order, for a rollback in this process.
     undo: Vec<Undo>,
     frees: Vec<Ptr>,
     /// Old blocks of pointer-logged writes, released at checkout.
     replaced: Vec<Ptr>,
+    /// Every range written in place, in order (block headers included): what a checksummed
+    /// commit record vouches for.
+    written: Vec<(u64, u32)>,
+    written_bytes: u64,
+    /// The CRC of those ranges, kept as they are written (from the bytes in hand, which
+    /// are cached; a block written with streaming stores is not), unless `overlap`: a later
+    /// write changed an earlier range, and the commit reads the ranges back instead.
+    written_crc: u32,
+    overlap: bool,
     pub(crate) bytes: LogBytes,
 }
 
 #[derive(Clone, Debug)]
 pub(crate) enum Undo {
-    Bytes { at: u64, old: Vec<u8> },
+    /// `len` bytes at `at`, whose old bytes are in journal record `record`.
+    Bytes {
+        at: u64,
+        len: usize,
+        record: RecordId,
+    },
     Alloc(Ptr),
-    Pointer { slot: u64, old: Ptr, new: Ptr },
+    Pointer {
+        slot: u64,
+        old: Ptr,
+        new: Ptr,
+    },
 }
 
-/// Bytes of a record's fixed part: kind and transaction id.
-const HEAD: usize = 9;
 /// A redo record's bytes besides its data: the fixed part and the offset.
 pub const REDO_OVERHEAD: usize = HEAD + 8;
+
+/// Writes of this many bytes or more bypass the cache.
+const STREAM_MIN: usize = 1024;
+
+/// The most bytes a checksummed commit covers: above it, checking them costs more than the
+/// fence it saves, and the commit is fenced after the writes instead (`bench heap`).
+const CHECKSUM_MAX: u64 = 8192;
 
 impl<'p, R: Region> Tx<'p, R> {
     pub(crate) fn new(pool: &'p mut Pool<R>, id: u64) -> Tx<'p, R> {
@@ -98,10 +108,14 @@ impl<'p, R: Region> Tx<'p, R> {
             pool,
             id,
             state: TxState::Begin,
-            fresh: BTreeSet::new(),
+            fresh: Vec::new(),
             undo: Vec::new(),
             frees: Vec::new(),
             replaced: Vec::new(),
+            written: Vec::new(),
+            written_bytes: 0,
+            written_crc: 0,
+            overlap: false,
             bytes: LogBytes::default(),
         }
     }
@@ -111,59 +125,91 @@ impl<'p, R: Region> Tx<'p, R> {
         self.state
     }
 
-    /// Appends a journal record of `kind` with `body`; durable when it returns. No record
-    /// marks BEGIN: a transaction's first record carries its id, and recovery groups records
-    /// by id (a begin record would cost a durable append, a fence, per transaction).
-    fn log(&mut self, kind: u8, body: &[u8]) -> Result<(), HeapError> {
-        let mut rec = Vec::with_capacity(HEAD + body.len());
-        rec.put_u8(kind);
-        rec.put_u64(self.id);
-        rec.put_bytes(body);
-        self.pool.log_append(&rec)?;
+    /// Appends a journal record of `kind`, its body put by `body`; durable when it returns
+    /// (unless `fenced` is false: then at the next fence). No record marks BEGIN: a
+    /// transaction's first record carries its id, and recovery groups records by id (a begin
+    /// record would cost a durable append, a fence, per transaction).
+    fn log(
+        &mut self,
+        kind: u8,
+        fenced: bool,
+        body: impl FnOnce(&mut Vec<u8>, &R),
+    ) -> Result<RecordId, HeapError> {
+        let mut rec = std::mem::take(&mut self.pool.rec);
+        record::start(&mut rec, kind, self.id);
+        body(&mut rec, self.pool.log.region());
+        let result = self.pool.log_append(&rec, fenced);
+        let len = rec.len() as u64;
+        self.pool.rec = rec;
+        let id = result?;
         match kind {
-            kind::UNDO => self.bytes.undo += rec.len() as u64,
-            kind::POINTER => self.bytes.pointer += rec.len() as u64,
-            _ => self.bytes.other += rec.len() as u64,
+            kind::UNDO => self.bytes.undo += len,
+            kind::POINTER => self.bytes.pointer += len,
+            _ => self.bytes.other += len,
         }
         if self.state == TxState::Begin {
             self.state = TxState::Logging;
         }
-        Ok(())
+        Ok(id)
     }
 
     /// Allocates a block of at least `len` payload bytes, its contents unspecified (zero if
     /// never used). Freed again if the transaction does not commit.
     pub fn alloc(&mut self, len: u64) -> Result<Ptr, HeapError> {
         let p = self.take_block(len)?;
-        let mut body = Vec::with_capacity(16);
-        body.put_u64(p.0);
-        body.put_u64(len);
-        if let Err(e) = self.log(kind::ALLOC, &body) {
+        let logged = self.log(kind::ALLOC, true, |rec, _| {
+            rec.put_u64(p.0);
+            rec.put_u64(len);
+        });
+        if let Err(e) = logged {
             self.pool.alloc.unpick(p);
             return Err(e);
         }
-        self.pool.alloc.mark_allocated(self.pool.log.region_mut(), p, len)?;
-        self.fresh.insert(p);
+        self.mark_allocated(p, len)?;
         self.undo.push(Undo::Alloc(p));
-        self.state = TxState::Writing;
         Ok(p)
+    }
+
+    /// Writes the header of a block this transaction took allocated (one line).
+    fn mark_allocated(&mut self, p: Ptr, len: u64) -> Result<(), HeapError> {
+        self.pool.alloc.mark_allocated(self.pool.log.region_mut(), p, len)?;
+        let at = p.header() as usize;
+        let header: [u8; BLOCK_HEADER as usize] =
+            self.pool.log.region().bytes()[at..at + BLOCK_HEADER as usize].try_into().expect("a header");
+        self.note_written(p.header(), &header);
+        self.fresh.push(p);
+        self.state = TxState::Writing;
+        Ok(())
+    }
+
+    /// Adds `data`, just written at `at`, to what the commit vouches for.
+    fn note_written(&mut self, at: u64, data: &[u8]) {
+        // Past either limit the commit is fenced, and needs no CRC.
+        if self.written.len() < MAX_RANGES && self.written_bytes + data.len() as u64 <= CHECKSUM_MAX {
+            let end = at + data.len() as u64;
+            self.overlap |= self.written.iter().any(|&(a, l)| a < end && at < a + l as u64);
+            self.written_crc = bitmend_code::crc::crc32c_append(self.written_crc, data);
+        }
+        self.written.push((at, data.len() as u32));
+        self.written_bytes += data.len() as u64;
     }
 
     /// A block for `len` bytes, taken from the allocator; a run it formats first is recorded
     /// in the journal before its headers are written (recovery finishes a torn format).
     fn take_block(&mut self, len: u64) -> Result<Ptr, HeapError> {
-        let plan = self.pool.alloc.plan(len)?;
+        let plan = self.pool.plan(len)?;
         let format = match plan {
             Plan::Block(_) => None,
             Plan::Run { run, class } => Some((run, class, 1)),
             Plan::Span { head, runs } => Some((head, 0, runs)),
         };
         if let Some((run, class, runs)) = format {
-            let mut body = Vec::with_capacity(9);
-            body.put_u32(run);
-            body.put_u8(class);
-            body.put_u32(runs);
-            if let Err(e) = self.log(kind::FORMAT, &body) {
+            let logged = self.log(kind::FORMAT, true, |rec, _| {
+                rec.put_u32(run);
+                rec.put_u8(class);
+                rec.put_u32(runs);
+            });
+            if let Err(e) = logged {
                 self.pool.alloc.unplan(plan);
                 return Err(e);
             }
@@ -176,9 +222,7 @@ impl<'p, R: Region> Tx<'p, R> {
         if !self.pool.alloc.is_allocated(p) || self.frees.contains(&p) {
             return Err(HeapError::NotAllocated { at: p.0 });
         }
-        let mut body = Vec::with_capacity(8);
-        body.put_u64(p.0);
-        self.log(kind::FREE, &body)?;
+        self.log(kind::FREE, true, |rec, _| rec.put_u64(p.0))?;
         self.frees.push(p);
         Ok(())
     }
@@ -202,12 +246,11 @@ impl<'p, R: Region> Tx<'p, R> {
         while done < len {
             let n = room.min(len - done);
             let from = at as usize + done;
-            let old = self.pool.log.region().bytes()[from..from + n].to_vec();
-            let mut body = Vec::with_capacity(8 + n);
-            body.put_u64(from as u64);
-            body.put_bytes(&old);
-            self.log(kind::UNDO, &body)?;
-            self.undo.push(Undo::Bytes { at: from as u64, old });
+            let record = self.log(kind::UNDO, true, |rec, region| {
+                rec.put_u64(from as u64);
+                rec.put_bytes(&region.bytes()[from..from + n]);
+            })?;
+            self.undo.push(Undo::Bytes { at: from as u64, len: n, record });
             done += n;
         }
         Ok(())
@@ -215,8 +258,16 @@ impl<'p, R: Region> Tx<'p, R> {
 
     fn write_in_place(&mut self, at: u64, data: &[u8]) -> Result<(), HeapError> {
         let region = self.pool.log.region_mut();
-        region.write(at as usize, data)?;
-        region.flush(at as usize, data.len())?;
+        if data.len() >= STREAM_MIN {
+            // Past a few lines, non-temporal stores: no read for ownership of lines that are
+            // not cached (a pointer-logged write's new block never is: freed blocks cool
+            // before reuse), and no write-back to issue.
+            region.write_streaming(at as usize, data)?;
+        } else {
+            region.write(at as usize, data)?;
+            region.flush(at as usize, data.len())?;
+        }
+        self.note_written(at, data);
         self.state = TxState::Writing;
         Ok(())
     }
@@ -248,37 +299,51 @@ impl<'p, R: Region> Tx<'p, R> {
     }
 
     /// Writes `data` at `off` of the object `slot` points to, as MinL2R chooses: a write that
-    /// changes half of the block or more is pointer-logged (a new block gets the object with
+    /// changes half of the object or more is pointer-logged (a new block gets the object with
     /// the change, the slot is swung to it, only the old pointer is logged, and the old block
     /// is released at checkout); a smaller one is data-logged. Returns where the object is now.
     pub fn write_through(&mut self, slot: Slot, off: u64, data: &[u8]) -> Result<Ptr, HeapError> {
         let old = self.get(slot);
-        let cap = self.pool.size_of(old)?;
+        let len = self.pool.size_of(old)?;
         self.pool.check(old, off, data.len() as u64)?;
-        if self.fresh.contains(&old) || (data.len() as u64) * 2 < cap {
+        if self.fresh.contains(&old) || (data.len() as u64) * 2 < len {
             self.write(old, off, data)?;
             return Ok(old);
         }
         self.bytes.redo_equivalent += (REDO_OVERHEAD + data.len()) as u64;
-        let new = self.take_block(cap)?;
-        let mut body = Vec::with_capacity(24);
-        body.put_u64(slot.at);
-        body.put_u64(old.0);
-        body.put_u64(new.0);
-        if let Err(e) = self.log(kind::POINTER, &body) {
+        let new = self.take_block(len)?;
+        let logged = self.log(kind::POINTER, true, |rec, _| {
+            rec.put_u64(slot.at);
+            rec.put_u64(old.0);
+            rec.put_u64(new.0);
+        });
+        if let Err(e) = logged {
             self.pool.alloc.unpick(new);
             return Err(e);
         }
-        self.pool.alloc.mark_allocated(self.pool.log.region_mut(), new, cap)?;
         self.undo.push(Undo::Pointer { slot: slot.at, old, new });
-        self.fresh.insert(new);
-        // The new block: the old object with the change, written once.
-        let mut object = self.pool.read(old, 0, cap)?.to_vec();
-        object[off as usize..off as usize + data.len()].copy_from_slice(data);
-        self.write_in_place(new.0, &object)?;
+        self.mark_allocated(new, len)?;
+        // The new block: the old object with the change, each byte written once.
+        let end = off + data.len() as u64;
+        self.copy_within(old.0, new.0, off)?;
+        self.write_in_place(new.0 + off, data)?;
+        self.copy_within(old.0 + end, new.0 + end, len - end)?;
         self.write_in_place(slot.at, &new.0.to_le_bytes())?;
         self.replaced.push(old);
         Ok(new)
+    }
+
+    /// Copies `len` bytes of the region from `from` to `to` (ranges that do not overlap).
+    fn copy_within(&mut self, from: u64, to: u64, len: u64) -> Result<(), HeapError> {
+        if len == 0 {
+            return Ok(());
+        }
+        let mut copy = std::mem::take(&mut self.pool.copy);
+        copy.clear();
+        copy.extend_from_slice(&self.pool.log.region().bytes()[from as usize..(from + len) as usize]);
+        let result = self.write_in_place(to, &copy);
+        self.pool.copy = copy;
+        result
     }
 
     /// Reads through the pool (this transaction's writes included).
@@ -286,15 +351,28 @@ impl<'p, R: Region> Tx<'p, R> {
         self.pool.read(p, off, len)
     }
 
-    /// Commits: the in-place writes are made durable, then the commit record; the frees are
-    /// applied after it. A commit record that cannot be logged leaves the transaction to
-    /// [`abort`](Self::abort).
+    /// Commits. A small transaction's commit record carries the CRC of every range it wrote
+    /// in place, and one fence makes the writes and the record durable together; a large
+    /// one's writes are fenced before its commit record. The frees are applied after it. A
+    /// commit record that cannot be logged leaves the transaction to [`abort`](Self::abort).
     pub(crate) fn commit(&mut self) -> Result<LogBytes, HeapError> {
         if self.state == TxState::Begin {
             return Ok(self.bytes);
         }
-        self.pool.log.region_mut().fence()?;
-        self.log(kind::COMMIT, &[])?;
+        if self.written.len() <= MAX_RANGES && self.written_bytes <= CHECKSUM_MAX {
+            let ranges = std::mem::take(&mut self.written);
+            let crc = match self.overlap {
+                true => Written::crc_of(self.pool.log.region().bytes(), &ranges),
+                false => self.written_crc,
+            };
+            let w = Written { crc, ranges };
+            debug_assert!(w.matches(self.pool.log.region().bytes()), "a commit vouches for what is there");
+            self.log(kind::COMMIT, false, |rec, _| record::put_written(rec, &w))?;
+            self.pool.log.region_mut().fence()?;
+        } else {
+            self.pool.log.region_mut().fence()?;
+            self.log(kind::COMMIT, true, |_, _| {})?;
+        }
         self.state = TxState::Commit;
         let region = self.pool.log.region_mut();
         for p in std::mem::take(&mut self.frees) {
@@ -315,34 +393,4 @@ impl<'p, R: Region> Tx<'p, R> {
         self.pool.roll_back(&undo)?;
         self.pool.checkout()
     }
-}
-
-/// A journal record of the heap, decoded.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Rec {
-    Begin,
-    Undo { at: u64, old: Vec<u8> },
-    Alloc { p: Ptr, len: u64 },
-    Free(Ptr),
-    Pointer { slot: u64, old: Ptr, new: Ptr },
-    Commit,
-    Format { run: u32, class: u8, runs: u32 },
-}
-
-/// Decodes a heap record: (transaction, what); `None` for bytes that are not one.
-pub(crate) fn decode(b: &[u8]) -> Option<(u64, Rec)> {
-    let mut r = Reader::new(b);
-    let k = r.u8()?;
-    let id = r.u64()?;
-    let rec = match k {
-        kind::BEGIN => Rec::Begin,
-        kind::UNDO => Rec::Undo { at: r.u64()?, old: r.rest().to_vec() },
-        kind::ALLOC => Rec::Alloc { p: Ptr(r.u64()?), len: r.u64()? },
-        kind::FREE => Rec::Free(Ptr(r.u64()?)),
-        kind::POINTER => Rec::Pointer { slot: r.u64()?, old: Ptr(r.u64()?), new: Ptr(r.u64()?) },
-        kind::COMMIT => Rec::Commit,
-        kind::FORMAT => Rec::Format { run: r.u32()?, class: r.u8()?, runs: r.u32()? },
-        _ => return None,
-    };
-    Some((id, rec))
 }

@@ -221,5 +221,5 @@ fn a_crash_at_every_fence_of_a_batch_keeps_the_store_whole() {
         cuts += c.cuts;
     }
     eprintln!("kv crash campaign: {cuts} crashes at every fence of 12 puts and deletes on a 3-level tree, line and word loss; every one a committed state");
-    assert!(cuts > 200);
+    assert!(cuts > 150);
 }

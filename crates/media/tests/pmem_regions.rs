@@ -147,21 +147,22 @@ fn region_faults_replay_from_the_seed() {
 
 #[test]
 fn streaming_stores_match_plain_stores_at_every_alignment() {
-    // The non-temporal path (MOVNTI for aligned words, ordinary stores and flushes for the
-    // ragged ends) against plain stores into RAM, for every start alignment and length.
+    // The non-temporal path (MOVNTDQ for 16-byte aligned pairs of words, MOVNTI for a lone
+    // word, ordinary stores and flushes for the ragged ends) against plain stores into RAM,
+    // for every start alignment and every length to 45, and longer ones.
     let path = temp_path("stream.pmem");
     let mut want = RamRegion::new(8192);
     {
         let mut m = MmapRegion::create(&path, 8192).unwrap().with_persistence(Persistence::CacheLineFlush);
         let mut at = 0;
         for align in 0..16 {
-            for len in 0..45 {
+            for len in (0..45).chain([64, 100, 255, 1000]) {
                 let data: Vec<u8> = (0..len).map(|i| (i * 7 + align * 13 + 1) as u8).collect();
                 let off = at + align;
                 m.write_streaming(off, &data).unwrap();
                 want.write(off, &data).unwrap();
-                at += 64;
-                if at + 128 > 8192 {
+                at += len.next_multiple_of(64).max(64);
+                if at + 1100 > 8192 {
                     at = 0;
                 }
             }

@@ -257,6 +257,18 @@ impl<R: Region> NvLog<R> {
     /// Appends a record of `data` issued by module `tag`. When it returns, the record and the
     /// parity that protects it are durable.
     pub fn append(&mut self, tag: u16, data: &[u8]) -> Result<RecordId, LogError> {
+        let id = self.append_unfenced(tag, data)?;
+        self.region.fence()?;
+        Ok(id)
+    }
+
+    /// Appends a record as [`append`](Self::append) does, without the fence: the record and
+    /// its parity are written and flushed, and durable at the region's next fence, together
+    /// with whatever else the caller flushed. A crash before that fence may keep the record
+    /// or not (recovery may even rebuild it from its parity while stores flushed beside it
+    /// are lost): a caller that shares the fence must be able to tell, as the heap's
+    /// checksummed commit record does.
+    pub fn append_unfenced(&mut self, tag: u16, data: &[u8]) -> Result<RecordId, LogError> {
         let cfg = self.layout.cfg;
         let need = HEADER + data.len();
         if need > cfg.chunk_size {
@@ -294,7 +306,7 @@ impl<R: Region> NvLog<R> {
     }
 
     /// The record's bytes into the live chunk, the parity delta into each parity chunk
-    /// (the bytes there were zero, so the delta is the record itself), one fence.
+    /// (the bytes there were zero, so the delta is the record itself); the caller fences.
     ///
     /// The parity of the live segment is updated in a DRAM copy (`shadow`) and the changed
     /// window is streamed to the medium with the record: non-temporal stores need no flush
@@ -345,7 +357,6 @@ impl<R: Region> NvLog<R> {
         }
         self.window = window;
         result?;
-        self.region.fence()?;
         Ok(())
     }
 
@@ -367,9 +378,13 @@ impl<R: Region> NvLog<R> {
             return Err(LogError::Full { head: RecordId(self.head) });
         }
         let p = self.layout.physical(seg);
+        // Streamed: the segment's lines were last written a lap ago and are not cached, and
+        // a store that bypasses the cache neither reads them first nor needs a write-back.
+        static ZEROS: [u8; 4096] = [0; 4096];
         let range = self.layout.chunks(p);
-        self.region.update(range.start, range.len(), &mut |b| b.fill(0))?;
-        self.region.flush(range.start, range.len())?;
+        for at in range.clone().step_by(ZEROS.len()) {
+            self.region.write_streaming(at, &ZEROS[..ZEROS.len().min(range.end - at)])?;
+        }
         self.region.fence()?;
         self.headers[p] = Some(SegmentHeader::fresh(seg, self.layout.cfg.n()));
         self.write_header(p)?;
@@ -386,6 +401,10 @@ impl<R: Region> NvLog<R> {
 
     /// Closes the live chunk: checks its records, signs it, records the signature.
     fn close_chunk(&mut self, t: Tail) -> Result<(), LogError> {
+        // Records appended without a fence become durable first: the header written next
+        // vouches for them (and a crash that kept it but lost them, with their parity,
+        // would leave a closed chunk nothing can rebuild).
+        self.region.fence()?;
         let p = self.layout.physical(t.seg);
         self.verify_chunk(t.seg, t.chunk)?;
         let sig = self.signer.sign(self.chunk_bytes(p, t.chunk));

@@ -113,6 +113,18 @@ impl MmapRegion {
         self.persistence
     }
 
+    /// Touches every page of the mapping and of the wear counters, without changing a byte
+    /// or a count, so that no later store pays a first-touch page fault (benchmarks: the
+    /// counters alone, a sixteenth of the region, would otherwise fault under the timer).
+    pub fn prefault(&mut self) {
+        let page = page_size();
+        let bytes = self.slice_mut();
+        for at in (0..bytes.len()).step_by(page) {
+            bytes[at] = std::hint::black_box(bytes[at]);
+        }
+        self.counters.prefault(page);
+    }
+
     /// Whether the mapping is direct-access (MAP_SYNC accepted).
     pub fn is_dax(&self) -> bool {
         self.dax
@@ -294,9 +306,31 @@ mod flush {
             unsafe { std::arch::x86_64::_mm_sfence() }
         }
 
-        /// Non-temporal 8-byte stores of `words` (a multiple of 8 bytes) at `base + offset`,
-        /// which must be 8-byte aligned.
+        /// Non-temporal stores of `words` (a multiple of 8 bytes) at `base + offset`, which
+        /// must be 8-byte aligned: 16-byte stores (MOVNTDQ) where the address is 16-byte
+        /// aligned, 8-byte ones (MOVNTI) for an odd word at either end. Both are SSE2,
+        /// baseline on x86_64; a quarter of the instructions of MOVNTI alone.
         pub fn stream(base: *mut u8, offset: usize, words: &[u8]) {
+            let at = base as usize + offset;
+            let lead = if at.is_multiple_of(16) { 0 } else { 8.min(words.len()) };
+            let (head, rest) = words.split_at(lead);
+            let (body, tail) = rest.split_at(rest.len() & !15);
+            stream_words(base, offset, head);
+            for (i, v) in body.chunks_exact(16).enumerate() {
+                use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+                // SAFETY: the caller checked that offset + words.len() lies within the mapping
+                // at `base`; base + offset + lead is 16-byte aligned (lead makes it so), as
+                // MOVNTDQ needs; the unaligned load reads the 16 bytes of `v`.
+                unsafe {
+                    let dst = base.add(offset + lead + 16 * i) as *mut __m128i;
+                    _mm_stream_si128(dst, _mm_loadu_si128(v.as_ptr() as *const __m128i));
+                }
+            }
+            stream_words(base, offset + lead + body.len(), tail);
+        }
+
+        /// MOVNTI of each 8-byte word of `words` at `base + offset` (8-byte aligned).
+        fn stream_words(base: *mut u8, offset: usize, words: &[u8]) {
             for (i, w) in words.chunks_exact(8).enumerate() {
                 let v = i64::from_le_bytes(w.try_into().expect("8 bytes"));
                 // SAFETY: the caller checked that offset + words.len() lies within the

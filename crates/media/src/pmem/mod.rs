@@ -193,6 +193,14 @@ impl LineCounters {
         }
     }
 
+    /// Touches every page of the counters (see [`MmapRegion::prefault`]).
+    pub fn prefault(&mut self, page: usize) {
+        let step = (page / std::mem::size_of::<u32>()).max(1);
+        for i in (0..self.counts.len()).step_by(step) {
+            self.counts[i] = std::hint::black_box(self.counts[i]);
+        }
+    }
+
     pub fn as_slice(&self) -> &[u32] {
         &self.counts
     }
