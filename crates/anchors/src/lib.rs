@@ -7,3 +7,4 @@
 pub mod isal;
 pub mod littlefs;
 pub mod pmdk;
+pub mod pmem_count;

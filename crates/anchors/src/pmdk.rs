@@ -34,6 +34,15 @@ mod ffi {
         pub fn pmemobj_tx_add_range_direct(ptr: *const c_void, size: usize) -> c_int;
         pub fn pmemobj_tx_commit();
         pub fn pmemobj_tx_end() -> c_int;
+        pub fn pmemobj_alloc(
+            pop: *mut c_void,
+            oidp: *mut PmemOid,
+            size: usize,
+            type_num: u64,
+            constructor: *const c_void,
+            arg: *mut c_void,
+        ) -> c_int;
+        pub fn pmemobj_free(oidp: *mut PmemOid);
     }
 
     /// `enum pobj_tx_param`'s TX_PARAM_NONE, which ends pmemobj_tx_begin's variadic list.
@@ -57,6 +66,7 @@ pub struct Pool {
     #[cfg(has_pmemobj)]
     root: *mut u8,
     root_len: usize,
+    pool_len: usize,
     path: std::path::PathBuf,
 }
 
@@ -87,7 +97,7 @@ impl Pool {
                 let _ = std::fs::remove_file(path);
                 return Some(Err(format!("pmemobj_root: {}", ffi::last_error())));
             }
-            Some(Ok(Pool { pop, root, root_len, path: path.to_path_buf() }))
+            Some(Ok(Pool { pop, root, root_len, pool_len, path: path.to_path_buf() }))
         }
         #[cfg(not(has_pmemobj))]
         {
@@ -134,6 +144,66 @@ impl Pool {
         }
     }
 
+    /// Allocates `size` bytes with `pmemobj_alloc`, its handle stored atomically in slot
+    /// `slot` of the root object (an array of 16-byte object ids): PMDK's redo-logged
+    /// allocation, linked in one operation.
+    pub fn alloc_into(&mut self, slot: usize, size: usize) -> Result<(), String> {
+        self.check_slot(slot)?;
+        #[cfg(has_pmemobj)]
+        {
+            // SAFETY: the slot lies within the root object (checked), 16-byte aligned in the
+            // pool (the root is); no constructor.
+            let r = unsafe {
+                let oidp = self.root.add(slot * 16) as *mut ffi::PmemOid;
+                ffi::pmemobj_alloc(self.pop, oidp, size, 1, std::ptr::null(), std::ptr::null_mut())
+            };
+            if r != 0 {
+                return Err(format!("pmemobj_alloc: {}", ffi::last_error()));
+            }
+            Ok(())
+        }
+        #[cfg(not(has_pmemobj))]
+        {
+            let _ = size;
+            Err("libpmemobj is not linked".into())
+        }
+    }
+
+    /// Frees the object slot `slot` holds with `pmemobj_free`, which zeroes the slot.
+    pub fn free_slot(&mut self, slot: usize) -> Result<(), String> {
+        self.check_slot(slot)?;
+        #[cfg(has_pmemobj)]
+        {
+            // SAFETY: the slot lies within the root object and holds an id this pool's
+            // pmemobj_alloc stored, or zero (pmemobj_free does nothing then).
+            unsafe { ffi::pmemobj_free(self.root.add(slot * 16) as *mut ffi::PmemOid) };
+            Ok(())
+        }
+        #[cfg(not(has_pmemobj))]
+        {
+            Err("libpmemobj is not linked".into())
+        }
+    }
+
+    fn check_slot(&self, slot: usize) -> Result<(), String> {
+        if slot.checked_mul(16).is_none_or(|at| at + 16 > self.root_len) {
+            return Err(format!("slot {slot} outside the {}-byte root", self.root_len));
+        }
+        Ok(())
+    }
+
+    /// Where the pool is mapped, and its length (for counting writes to its lines).
+    pub fn mapping(&self) -> (usize, usize) {
+        #[cfg(has_pmemobj)]
+        {
+            (self.pop as usize, self.pool_len)
+        }
+        #[cfg(not(has_pmemobj))]
+        {
+            (0, self.pool_len)
+        }
+    }
+
     /// The root object's bytes.
     pub fn root(&self) -> &[u8] {
         #[cfg(has_pmemobj)]
@@ -156,5 +226,113 @@ impl Drop for Pool {
             ffi::pmemobj_close(self.pop)
         };
         let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+#[cfg(has_btree_map)]
+mod btree_ffi {
+    use super::ffi::PmemOid;
+    use std::os::raw::{c_int, c_void};
+
+    extern "C" {
+        pub fn bitmend_btree_create(pop: *mut c_void, slot: *mut PmemOid) -> c_int;
+        pub fn bitmend_btree_insert(
+            pop: *mut c_void,
+            map: PmemOid,
+            key: u64,
+            data: *const c_void,
+            len: usize,
+        ) -> c_int;
+        pub fn bitmend_btree_get(pop: *mut c_void, map: PmemOid, key: u64) -> *const c_void;
+    }
+}
+
+/// PMDK's example B-tree (`btree_map`, order 8) in a pool's root object: each insert one
+/// transaction that allocates the value object, copies the value in and links it.
+pub struct BTreeMap {
+    pool: Pool,
+}
+
+/// Whether this build compiled PMDK's example B-tree.
+pub const fn btree_available() -> bool {
+    cfg!(has_btree_map)
+}
+
+impl BTreeMap {
+    /// A new map in a new pool at `path`. `None` when the example was not compiled in.
+    pub fn create(path: &Path, pool_len: usize) -> Option<Result<BTreeMap, String>> {
+        #[cfg(has_btree_map)]
+        {
+            let pool = match Pool::create(path, pool_len, 16)? {
+                Ok(p) => p,
+                Err(e) => return Some(Err(e)),
+            };
+            // SAFETY: the root object is 16 bytes in this pool: room for the map's id.
+            let r = unsafe { btree_ffi::bitmend_btree_create(pool.pop, pool.root as *mut ffi::PmemOid) };
+            if r != 0 {
+                return Some(Err(format!("btree_map_create: {}", ffi::last_error())));
+            }
+            Some(Ok(BTreeMap { pool }))
+        }
+        #[cfg(not(has_btree_map))]
+        {
+            let _ = (path, pool_len);
+            None
+        }
+    }
+
+    #[cfg(has_btree_map)]
+    fn map(&self) -> ffi::PmemOid {
+        // SAFETY: the root object holds the map's id, written by btree_map_create.
+        unsafe { std::ptr::read(self.pool.root as *const ffi::PmemOid) }
+    }
+
+    /// Inserts `key` with a copy of `value` (one transaction).
+    pub fn insert(&mut self, key: u64, value: &[u8]) -> Result<(), String> {
+        #[cfg(has_btree_map)]
+        {
+            // SAFETY: a live pool and map; the value is read for `value.len()` bytes.
+            let r = unsafe {
+                btree_ffi::bitmend_btree_insert(
+                    self.pool.pop,
+                    self.map(),
+                    key,
+                    value.as_ptr().cast(),
+                    value.len(),
+                )
+            };
+            if r != 0 {
+                return Err(format!("btree_map_insert_new: {}", ffi::last_error()));
+            }
+            Ok(())
+        }
+        #[cfg(not(has_btree_map))]
+        {
+            let _ = (key, value);
+            Err("PMDK's btree_map is not compiled in".into())
+        }
+    }
+
+    /// The first `len` bytes of `key`'s value.
+    pub fn get(&self, key: u64, len: usize) -> Option<&[u8]> {
+        #[cfg(has_btree_map)]
+        {
+            // SAFETY: a live pool and map; a value object of this map holds at least the
+            // `len` bytes its insert copied (the caller's length).
+            unsafe {
+                let p = btree_ffi::bitmend_btree_get(self.pool.pop, self.map(), key);
+                (!p.is_null()).then(|| std::slice::from_raw_parts(p as *const u8, len))
+            }
+        }
+        #[cfg(not(has_btree_map))]
+        {
+            let _ = (key, len);
+            None
+        }
+    }
+
+    /// Where the pool is mapped, and its length.
+    pub fn mapping(&self) -> (usize, usize) {
+        self.pool.mapping()
     }
 }

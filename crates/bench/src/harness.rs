@@ -31,6 +31,8 @@ impl Options {
 pub enum Better {
     Higher,
     Lower,
+    /// Figures shown side by side that no ratio summarizes (a histogram's buckets).
+    Neither,
 }
 
 /// One line of a benchmark report.
@@ -72,6 +74,22 @@ impl Row {
         }
     }
 
+    /// A count where fewer is better (writes, lines), for us and the anchor.
+    pub fn count(case: &str, ours: f64, anchor: &str, anchor_value: Option<f64>) -> Row {
+        Row { unit: "count", ..Row::latency(case.into(), ours, anchor, anchor_value) }
+    }
+
+    /// Two figures side by side, without a ratio.
+    pub fn shown(
+        case: String,
+        ours: f64,
+        anchor: &str,
+        anchor_value: Option<f64>,
+        unit: &'static str,
+    ) -> Row {
+        Row { unit, better: Better::Neither, ..Row::latency(case, ours, anchor, anchor_value) }
+    }
+
     /// The same row, filed under another `bitmend bench` suite.
     pub fn in_bench(mut self, bench: &'static str) -> Row {
         self.bench = bench;
@@ -85,6 +103,7 @@ impl Row {
         let r = match self.better {
             Better::Higher => self.ours / a,
             Better::Lower => a / self.ours,
+            Better::Neither => return None,
         };
         (r.is_finite() && r > 0.0).then_some(r)
     }

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use bitmend_anchors::pmdk;
-use bitmend_heap::{Pool, PoolOptions, Ptr};
+use bitmend_heap::{LogBytes, Pool, PoolOptions, Ptr};
 use bitmend_media::pmem::{MmapRegion, Persistence, Region};
 use bitmend_media::rng::Rng;
 
@@ -63,8 +63,10 @@ impl ShmPool {
             .expect("objects")
     }
 
-    /// Ns per transaction writing `len` bytes at `off` of object i (cycling).
-    fn overwrite(&mut self, root: Ptr, len: usize, off: u64, n: usize, payload: &[u8]) -> f64 {
+    /// Ns per transaction writing `len` bytes at `off` of object i (cycling), and the
+    /// journal bytes they logged beside what redo logging would have.
+    fn overwrite(&mut self, root: Ptr, len: usize, off: u64, n: usize, payload: &[u8]) -> (f64, LogBytes) {
+        let before = self.pool.log_bytes();
         let t = Instant::now();
         for i in 0..n {
             let data = &payload[i % 16..i % 16 + len];
@@ -75,8 +77,21 @@ impl ShmPool {
                 })
                 .expect("overwrite");
         }
-        t.elapsed().as_secs_f64() * 1e9 / n as f64
+        let ns = t.elapsed().as_secs_f64() * 1e9 / n as f64;
+        let after = self.pool.log_bytes();
+        let logged = LogBytes {
+            undo: after.undo - before.undo,
+            pointer: after.pointer - before.pointer,
+            other: after.other - before.other,
+            redo_equivalent: after.redo_equivalent - before.redo_equivalent,
+        };
+        (ns, logged)
     }
+}
+
+/// Log bytes per transaction: ours, and redo logging's for the same writes.
+fn per_tx(b: LogBytes, n: usize) -> (f64, f64) {
+    ((b.undo + b.pointer + b.other) as f64 / n as f64, b.redo_equivalent as f64 / n as f64)
 }
 
 impl Drop for ShmPool {
@@ -119,6 +134,31 @@ fn floor_overwrite(r: &mut MmapRegion, len: usize, n: usize, payload: &[u8]) -> 
     t.elapsed().as_secs_f64() * 1e9 / n as f64
 }
 
+/// Ns per durable undo-logged write with nothing else (the floor of any undo log): the old
+/// bytes copied to a log area and persisted, the new bytes written and persisted, a commit
+/// word written and persisted; three fences, no checksum, no parity.
+fn undo_floor(r: &mut MmapRegion, len: usize, n: usize, payload: &[u8]) -> f64 {
+    let log = r.len() - (32 << 10);
+    let data_span = log - (64 << 10);
+    let mut old = vec![0u8; len];
+    let t = Instant::now();
+    let mut at = 0;
+    for i in 0..n {
+        if at + len > data_span {
+            at = 0;
+        }
+        old.copy_from_slice(&r.bytes()[at..at + len]);
+        r.write(log - len.next_multiple_of(64), &old).expect("log");
+        r.persist(log - len.next_multiple_of(64), len).expect("persist");
+        r.write(at, &payload[i % 16..i % 16 + len]).expect("store");
+        r.persist(at, len).expect("persist");
+        r.write(log, &(i as u64).to_le_bytes()).expect("commit");
+        r.persist(log, 8).expect("persist");
+        at += len;
+    }
+    t.elapsed().as_secs_f64() * 1e9 / n as f64
+}
+
 /// Runs every case, calling `emit` with each row as soon as it is measured.
 pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
     std::env::set_var("PMEM_IS_PMEM_FORCE", "1");
@@ -140,28 +180,45 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
         // 55 B stands for MinL2R's and PRIMS's 10..100 B small writes.
         let len = if size == 64 { 55 } else { size };
         let label = format!("{len}B");
-        let (mut data, mut whole, mut anchor, mut bare) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut data, mut whole, mut anchor) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut bare, mut undo) = (Vec::new(), Vec::new());
+        let (mut data_log, mut whole_log) = (LogBytes::default(), LogBytes::default());
         for _ in 0..runs {
             // A fresh pool per run: pointer logging churns blocks through the 0.2 s
             // don't-allocate period.
             let mut heap = ShmPool::new(if opts.quick { 256 << 20 } else { 2 << 30 });
             heap.pool.region_mut().prefault();
             let big = heap.objects(4 * len as u64);
-            data.push(heap.overwrite(big, len, len as u64, n, &payload));
+            let (ns, logged) = heap.overwrite(big, len, len as u64, n, &payload);
+            data.push(ns);
+            data_log = logged;
             let exact = heap.objects(len as u64);
-            whole.push(heap.overwrite(exact, len, 0, n, &payload));
+            let (ns, logged) = heap.overwrite(exact, len, 0, n, &payload);
+            whole.push(ns);
+            whole_log = logged;
             if let Some(p) = pmdk.as_mut() {
                 anchor.push(pmdk_overwrite(p, len, span, n, &payload));
             }
             bare.push(floor_overwrite(&mut floor, len, n, &payload));
+            undo.push(undo_floor(&mut floor, len, n, &payload));
         }
         let anchor = (!anchor.is_empty()).then(|| median(&mut anchor));
-        let (d, w, f) = (median(&mut data), median(&mut whole), median(&mut bare));
+        let (d, w) = (median(&mut data), median(&mut whole));
+        let (f, u) = (median(&mut bare), median(&mut undo));
         let quarter = format!("tx overwrite {label}, a quarter of its object (data logging)");
         let all = format!("tx overwrite {label}, all of its object (pointer logging)");
         emit(Row::latency(format!("{quarter} vs pmdk"), d, "pmdk tx", anchor).in_bench("heap"));
         emit(Row::latency(format!("{all} vs pmdk"), w, "pmdk tx", anchor).in_bench("heap"));
         emit(Row::latency(format!("{quarter} vs floor"), d, "store+clwb+sfence", Some(f)).in_bench("heap"));
+        let floor = "undo floor (log, data, commit; 3 fences)";
+        emit(Row::latency(format!("{quarter} vs undo floor"), d, floor, Some(u)).in_bench("heap"));
+        for (what, logged) in [(quarter, data_log), (all, whole_log)] {
+            let (ours, redo) = per_tx(logged, n);
+            emit(
+                Row::count(&format!("log bytes per tx, {what} vs redo"), ours, "redo logging", Some(redo))
+                    .in_bench("heap"),
+            );
+        }
     }
     let _ = std::fs::remove_file(&floor_path);
 }

@@ -11,6 +11,8 @@ pub mod corpus;
 pub mod flashfs;
 pub mod harness;
 pub mod heap;
+pub mod heap_alloc;
+pub mod heap_kv;
 pub mod littlefs;
 pub mod near_full;
 pub mod nvlog;

@@ -112,14 +112,18 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         Suite::Heap => {
             if !json {
                 eprintln!(
-                    "bench heap: {} transactions per case, medians of {} runs; PMDK {}; persist by {}",
+                    "bench heap: {} transactions per overwrite case, {} operations of the allocation trace, {} B+tree inserts, medians of {} runs; PMDK {}; persist by {}",
                     if args.quick { "2,000" } else { "40,000" },
+                    if args.quick { "20,000" } else { "200,000" },
+                    if args.quick { "20,000" } else { "1,000,000" },
                     if args.quick { 1 } else { 3 },
                     if bitmend_anchors::pmdk::available() { "linked" } else { "NOT linked (no anchor)" },
                     bitmend_media::pmem::flush_instruction()
                 );
             }
             bitmend_bench::heap::run(&opts, &mut emit);
+            bitmend_bench::heap_alloc::run(&opts, &mut emit);
+            bitmend_bench::heap_kv::run(&opts, &mut emit);
         }
     }
     if !json {

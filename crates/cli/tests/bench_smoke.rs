@@ -92,16 +92,43 @@ fn bench_heap_quick_json_rows_beside_pmdk_and_the_floor() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 5 * 3, "5 sizes x (data logging vs pmdk, pointer logging vs pmdk, vs floor)");
+    let overwrites = lines.iter().filter(|l| l.contains("tx overwrite")).count();
+    assert_eq!(
+        overwrites,
+        5 * 6,
+        "5 sizes x (data and pointer logging vs pmdk, vs two floors, log bytes of each)"
+    );
     for l in &lines {
         assert_eq!(field(l, "bench"), "\"heap\"");
         let ours: f64 = field(l, "ours").parse().unwrap();
-        assert!(ours > 0.0, "{l}");
+        assert!(ours > 0.0 || l.contains("% of written lines"), "{l}");
     }
     assert!(lines
         .iter()
         .any(|l| l.contains("tx overwrite 16384B, all of its object (pointer logging) vs pmdk")));
-    assert!(lines.iter().any(|l| l.contains("store+clwb+sfence")));
+    for case in ["store+clwb+sfence", "undo floor", "redo logging"] {
+        assert!(lines.iter().any(|l| l.contains(case)), "no {case} row");
+    }
+    // The allocation trace, beside PMDK and malloc, with line-write counts and histogram.
+    for case in [
+        "vs pmdk",
+        "vs malloc",
+        "line writes per operation",
+        "hottest line",
+        "% of written lines written 1..1",
+    ] {
+        assert!(
+            lines.iter().any(|l| l.contains("alloc trace") && l.contains(case)),
+            "no alloc trace {case} row"
+        );
+    }
+    for case in [
+        "B+tree insert, random 8 B keys",
+        "B+tree inserts: % of written lines",
+        "B+tree inserts: writes to the hottest",
+    ] {
+        assert!(lines.iter().any(|l| l.contains(case)), "no {case} row");
+    }
 }
 
 #[test]

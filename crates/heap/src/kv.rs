@@ -123,11 +123,37 @@ impl Node {
         Some(node)
     }
 
+    /// In the encoded inner node `b`: the index of the child whose range holds `key`, and
+    /// that child, read in place (descending a tree decodes no inner node: an inner node
+    /// holds hundreds of keys, and decoding one into vectors cost more than the rest of an
+    /// insert). `None` if `b` is not a whole inner node.
+    fn child_for(b: &[u8], key: &[u8]) -> Option<(usize, Ptr)> {
+        let mut r = Reader::new(b);
+        if r.u8()? != INNER {
+            return None;
+        }
+        r.u8()?;
+        let n = r.u16()? as usize;
+        let kids = r.take(4 + 8 * (n + 1))?;
+        let mut i = 0;
+        while i < n {
+            let klen = r.u16()? as usize;
+            if r.take(klen)? > key {
+                break;
+            }
+            i += 1;
+        }
+        Some((i, Ptr(le::get_u64(kids, 4 + 8 * i))))
+    }
+
     /// Where child `i`'s pointer is in the encoded inner node.
-    fn kid_offset(&self, i: usize) -> u64 {
+    fn kid_offset(i: usize) -> u64 {
         (INNER_KIDS + 8 * i) as u64
     }
 }
+
+/// A leaf on a path: the slot that points to it, where it is, and what it holds.
+type Leaf = (Slot, Ptr, Node);
 
 /// The store, found from the pool's root slot.
 #[derive(Clone, Copy, Debug)]
@@ -193,11 +219,12 @@ impl Kv {
     pub fn get<R: Region>(&self, pool: &Pool<R>, key: &[u8]) -> Result<Option<Vec<u8>>, HeapError> {
         let mut p = self.root(pool)?;
         loop {
-            let n = Kv::node(pool, p)?;
-            if !n.leaf {
-                p = n.kids[n.keys.partition_point(|k| k.as_slice() <= key)];
+            let b = pool.read(p, 0, NODE)?;
+            if b[0] == INNER {
+                p = Node::child_for(b, key).ok_or(HeapError::Corrupt { at: p.0, what: "a tree node" })?.1;
                 continue;
             }
+            let n = Kv::node(pool, p)?;
             return match n.keys.binary_search_by(|k| k.as_slice().cmp(key)) {
                 Ok(i) => Ok(Some(Kv::value(pool, &n.vals[i])?)),
                 Err(_) => Ok(None),
@@ -231,21 +258,22 @@ impl Kv {
         pool.tx(|tx| f(self, tx))
     }
 
-    /// The path from the root to the leaf for `key`: each node's slot and the node.
-    fn descend<R: Region>(&self, tx: &Tx<R>, key: &[u8]) -> Result<Vec<(Slot, Ptr, Node)>, HeapError> {
+    /// The path from the root to the leaf for `key`: each inner node's slot and place,
+    /// and the leaf's, with the leaf decoded.
+    fn descend<R: Region>(&self, tx: &Tx<R>, key: &[u8]) -> Result<(Vec<(Slot, Ptr)>, Leaf), HeapError> {
         let mut slot = tx.slot(self.header, HEADER_ROOT)?;
         let mut path = Vec::new();
         loop {
             let p = tx.get(slot);
-            let n = Node::decode(tx.read(p, 0, NODE)?)
-                .ok_or(HeapError::Corrupt { at: p.0, what: "a tree node" })?;
-            if n.leaf {
-                path.push((slot, p, n));
-                return Ok(path);
+            let b = tx.read(p, 0, NODE)?;
+            let corrupt = HeapError::Corrupt { at: p.0, what: "a tree node" };
+            if b[0] != INNER {
+                let n = Node::decode(b).filter(|n| n.leaf).ok_or(corrupt)?;
+                return Ok((path, (slot, p, n)));
             }
-            let i = n.keys.partition_point(|k| k.as_slice() <= key);
-            let next = tx.slot(p, n.kid_offset(i))?;
-            path.push((slot, p, n));
+            let (i, _) = Node::child_for(b, key).ok_or(corrupt)?;
+            let next = tx.slot(p, Node::kid_offset(i))?;
+            path.push((slot, p));
             slot = next;
         }
     }
@@ -258,8 +286,7 @@ impl Kv {
                 max: VALUE_MAX as u64,
             });
         }
-        let mut path = self.descend(tx, key)?;
-        let (slot, p, mut leaf) = path.pop().expect("a leaf");
+        let (path, (slot, p, mut leaf)) = self.descend(tx, key)?;
         let val = if value.len() <= INLINE_MAX {
             Val::Inline(value.to_vec())
         } else {
@@ -288,7 +315,7 @@ impl Kv {
     fn store<R: Region>(
         &self,
         tx: &mut Tx<R>,
-        mut path: Vec<(Slot, Ptr, Node)>,
+        mut path: Vec<(Slot, Ptr)>,
         slot: Slot,
         p: Ptr,
         node: Node,
@@ -302,7 +329,7 @@ impl Kv {
         tx.write(right_at, 0, &right.encode())?;
         rewrite(tx, slot, p, &left.encode())?;
         match path.pop() {
-            Some((pslot, pp, _)) => {
+            Some((pslot, pp)) => {
                 // Read again: rewriting the child may have swung its pointer in this node.
                 let mut parent = Node::decode(tx.read(pp, 0, NODE)?)
                     .ok_or(HeapError::Corrupt { at: pp.0, what: "a tree node" })?;
@@ -329,8 +356,7 @@ impl Kv {
 
     /// `delete` inside transaction `tx`.
     pub fn delete_in<R: Region>(&self, tx: &mut Tx<R>, key: &[u8]) -> Result<bool, HeapError> {
-        let mut path = self.descend(tx, key)?;
-        let (slot, p, mut leaf) = path.pop().expect("a leaf");
+        let (_, (slot, p, mut leaf)) = self.descend(tx, key)?;
         let Ok(i) = leaf.keys.binary_search_by(|k| k.as_slice().cmp(key)) else { return Ok(false) };
         leaf.keys.remove(i);
         if let Val::Out(old, _) = leaf.vals.remove(i) {

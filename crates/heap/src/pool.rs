@@ -238,18 +238,14 @@ impl<R: Region> Pool<R> {
         self.log_bytes
     }
 
-    /// Appends a heap record to the journal (durable on return). A full journal fails the
-    /// transaction with [`HeapError::Full`] (it is then rolled back and checked out); no
-    /// checkout here, which would trim the running transaction's own records. Commits check
-    /// out once three quarters of the journal is used, so only a transaction larger than the
-    /// last quarter meets this.
-    pub(crate) fn log_append(&mut self, rec: &[u8], fenced: bool) -> Result<RecordId, HeapError> {
-        let appended = if fenced {
-            self.log.append(record::TAG, rec)
-        } else {
-            self.log.append_unfenced(record::TAG, rec)
-        };
-        match appended {
+    /// Appends a heap record to the journal, durable at the next fence (the transaction
+    /// fences before it writes in place). A full journal fails the transaction with
+    /// [`HeapError::Full`] (it is then rolled back and checked out); no checkout here, which
+    /// would trim the running transaction's own records. Commits check out once three
+    /// quarters of the journal is used, so only a transaction larger than the last quarter
+    /// meets this.
+    pub(crate) fn log_append(&mut self, rec: &[u8]) -> Result<RecordId, HeapError> {
+        match self.log.append_unfenced(record::TAG, rec) {
             Err(bitmend_nvlog::LogError::Full { .. }) => Err(HeapError::Full { len: rec.len() as u64 }),
             r => r.map_err(Into::into),
         }

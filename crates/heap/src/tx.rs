@@ -56,9 +56,14 @@ pub struct Tx<'p, R: Region> {
     pool: &'p mut Pool<R>,
     id: u64,
     pub(crate) state: TxState,
-    /// Blocks allocated by this transaction (written without undo: rollback frees them).
-    /// Few per transaction: a vector is faster to search than a set.
-    fresh: Vec<Ptr>,
+    /// Blocks allocated by this transaction, with their lengths (written without undo:
+    /// rollback frees them). Few per transaction: a vector is faster to search than a set.
+    fresh: Vec<(Ptr, u64)>,
+    /// Of those, the ones whose header is not written yet: it waits for the fence that makes
+    /// their alloc records durable (which a later record can share).
+    headers_due: Vec<(Ptr, u64)>,
+    /// Records appended since the last fence: the next write in place fences first.
+    unfenced: bool,
     /// Undo actions in order, for a rollback in this process.
     undo: Vec<Undo>,
     frees: Vec<Ptr>,
@@ -109,6 +114,8 @@ impl<'p, R: Region> Tx<'p, R> {
             id,
             state: TxState::Begin,
             fresh: Vec::new(),
+            headers_due: Vec::new(),
+            unfenced: false,
             undo: Vec::new(),
             frees: Vec::new(),
             replaced: Vec::new(),
@@ -125,23 +132,20 @@ impl<'p, R: Region> Tx<'p, R> {
         self.state
     }
 
-    /// Appends a journal record of `kind`, its body put by `body`; durable when it returns
-    /// (unless `fenced` is false: then at the next fence). No record marks BEGIN: a
-    /// transaction's first record carries its id, and recovery groups records by id (a begin
-    /// record would cost a durable append, a fence, per transaction).
-    fn log(
-        &mut self,
-        kind: u8,
-        fenced: bool,
-        body: impl FnOnce(&mut Vec<u8>, &R),
-    ) -> Result<RecordId, HeapError> {
+    /// Appends a journal record of `kind`, its body put by `body`. It becomes durable at the
+    /// next fence, which comes before any write in place ([`Tx::fence_records`]): records
+    /// logged back to back share one. No record marks BEGIN: a transaction's first record
+    /// carries its id, and recovery groups records by id (a begin record would cost a
+    /// durable append, a fence, per transaction).
+    fn log(&mut self, kind: u8, body: impl FnOnce(&mut Vec<u8>, &R)) -> Result<RecordId, HeapError> {
         let mut rec = std::mem::take(&mut self.pool.rec);
         record::start(&mut rec, kind, self.id);
         body(&mut rec, self.pool.log.region());
-        let result = self.pool.log_append(&rec, fenced);
+        let result = self.pool.log_append(&rec);
         let len = rec.len() as u64;
         self.pool.rec = rec;
         let id = result?;
+        self.unfenced = true;
         match kind {
             kind::UNDO => self.bytes.undo += len,
             kind::POINTER => self.bytes.pointer += len,
@@ -153,11 +157,29 @@ impl<'p, R: Region> Tx<'p, R> {
         Ok(id)
     }
 
+    /// Makes the records logged so far durable (MinL2R's order: the log before any write in
+    /// place it protects), then writes the headers of blocks allocated since, which their
+    /// alloc records vouch for.
+    fn fence_records(&mut self) -> Result<(), HeapError> {
+        if self.unfenced {
+            self.pool.log.region_mut().fence()?;
+            self.unfenced = false;
+        }
+        for (p, len) in std::mem::take(&mut self.headers_due) {
+            self.pool.alloc.mark_allocated(self.pool.log.region_mut(), p, len)?;
+            let at = p.header() as usize;
+            let header: [u8; BLOCK_HEADER as usize] =
+                self.pool.log.region().bytes()[at..at + BLOCK_HEADER as usize].try_into().expect("a header");
+            self.note_written(p.header(), &header);
+        }
+        Ok(())
+    }
+
     /// Allocates a block of at least `len` payload bytes, its contents unspecified (zero if
     /// never used). Freed again if the transaction does not commit.
     pub fn alloc(&mut self, len: u64) -> Result<Ptr, HeapError> {
         let p = self.take_block(len)?;
-        let logged = self.log(kind::ALLOC, true, |rec, _| {
+        let logged = self.log(kind::ALLOC, |rec, _| {
             rec.put_u64(p.0);
             rec.put_u64(len);
         });
@@ -165,20 +187,36 @@ impl<'p, R: Region> Tx<'p, R> {
             self.pool.alloc.unpick(p);
             return Err(e);
         }
-        self.mark_allocated(p, len)?;
         self.undo.push(Undo::Alloc(p));
+        self.take_fresh(p, len);
         Ok(p)
     }
 
-    /// Writes the header of a block this transaction took allocated (one line).
-    fn mark_allocated(&mut self, p: Ptr, len: u64) -> Result<(), HeapError> {
-        self.pool.alloc.mark_allocated(self.pool.log.region_mut(), p, len)?;
-        let at = p.header() as usize;
-        let header: [u8; BLOCK_HEADER as usize] =
-            self.pool.log.region().bytes()[at..at + BLOCK_HEADER as usize].try_into().expect("a header");
-        self.note_written(p.header(), &header);
-        self.fresh.push(p);
+    /// Block `p`, taken for this transaction, is its object of `len` bytes: written
+    /// without undo, its header written allocated after the next fence.
+    fn take_fresh(&mut self, p: Ptr, len: u64) {
+        self.fresh.push((p, len));
+        self.headers_due.push((p, len));
         self.state = TxState::Writing;
+    }
+
+    fn fresh_len(&self, p: Ptr) -> Option<u64> {
+        self.fresh.iter().find(|(q, _)| *q == p).map(|&(_, len)| len)
+    }
+
+    /// Bytes of the object at `p` (one this transaction allocated included).
+    fn size_of(&self, p: Ptr) -> Result<u64, HeapError> {
+        match self.fresh_len(p) {
+            Some(len) => Ok(len),
+            None => self.pool.size_of(p),
+        }
+    }
+
+    fn check(&self, p: Ptr, off: u64, len: u64) -> Result<(), HeapError> {
+        let cap = self.size_of(p)?;
+        if off.checked_add(len).is_none_or(|end| end > cap) {
+            return Err(HeapError::OutOfBounds { at: p.0, off, len, cap });
+        }
         Ok(())
     }
 
@@ -204,12 +242,13 @@ impl<'p, R: Region> Tx<'p, R> {
             Plan::Span { head, runs } => Some((head, 0, runs)),
         };
         if let Some((run, class, runs)) = format {
-            let logged = self.log(kind::FORMAT, true, |rec, _| {
+            let logged = self.log(kind::FORMAT, |rec, _| {
                 rec.put_u32(run);
                 rec.put_u8(class);
                 rec.put_u32(runs);
             });
-            if let Err(e) = logged {
+            // The run's headers are written next: its format record first.
+            if let Err(e) = logged.and_then(|_| self.fence_records()) {
                 self.pool.alloc.unplan(plan);
                 return Err(e);
             }
@@ -222,7 +261,7 @@ impl<'p, R: Region> Tx<'p, R> {
         if !self.pool.alloc.is_allocated(p) || self.frees.contains(&p) {
             return Err(HeapError::NotAllocated { at: p.0 });
         }
-        self.log(kind::FREE, true, |rec, _| rec.put_u64(p.0))?;
+        self.log(kind::FREE, |rec, _| rec.put_u64(p.0))?;
         self.frees.push(p);
         Ok(())
     }
@@ -230,11 +269,12 @@ impl<'p, R: Region> Tx<'p, R> {
     /// Writes `data` at `off` of the object at `p`: data logging (the bytes it overwrites go
     /// to the journal first; none for a block this transaction allocated).
     pub fn write(&mut self, p: Ptr, off: u64, data: &[u8]) -> Result<(), HeapError> {
-        self.pool.check(p, off, data.len() as u64)?;
+        self.check(p, off, data.len() as u64)?;
         self.bytes.redo_equivalent += (REDO_OVERHEAD + data.len()) as u64;
         let at = p.0 + off;
-        if !self.fresh.contains(&p) {
+        if self.fresh_len(p).is_none() {
             self.log_undo(at, data.len())?;
+            self.fence_records()?;
         }
         self.write_in_place(at, data)
     }
@@ -246,7 +286,7 @@ impl<'p, R: Region> Tx<'p, R> {
         while done < len {
             let n = room.min(len - done);
             let from = at as usize + done;
-            let record = self.log(kind::UNDO, true, |rec, region| {
+            let record = self.log(kind::UNDO, |rec, region| {
                 rec.put_u64(from as u64);
                 rec.put_bytes(&region.bytes()[from..from + n]);
             })?;
@@ -274,7 +314,7 @@ impl<'p, R: Region> Tx<'p, R> {
 
     /// The 8-byte pointer slot at `off` of the object at `obj`.
     pub fn slot(&self, obj: Ptr, off: u64) -> Result<Slot, HeapError> {
-        self.pool.check(obj, off, 8)?;
+        self.check(obj, off, 8)?;
         if !(obj.0 + off).is_multiple_of(8) {
             return Err(HeapError::Misaligned { at: obj.0 + off });
         }
@@ -295,6 +335,7 @@ impl<'p, R: Region> Tx<'p, R> {
     pub fn set(&mut self, slot: Slot, p: Ptr) -> Result<(), HeapError> {
         self.bytes.redo_equivalent += (REDO_OVERHEAD + 8) as u64;
         self.log_undo(slot.at, 8)?;
+        self.fence_records()?;
         self.write_in_place(slot.at, &p.0.to_le_bytes())
     }
 
@@ -304,15 +345,15 @@ impl<'p, R: Region> Tx<'p, R> {
     /// is released at checkout); a smaller one is data-logged. Returns where the object is now.
     pub fn write_through(&mut self, slot: Slot, off: u64, data: &[u8]) -> Result<Ptr, HeapError> {
         let old = self.get(slot);
-        let len = self.pool.size_of(old)?;
-        self.pool.check(old, off, data.len() as u64)?;
-        if self.fresh.contains(&old) || (data.len() as u64) * 2 < len {
+        let len = self.size_of(old)?;
+        self.check(old, off, data.len() as u64)?;
+        if self.fresh_len(old).is_some() || (data.len() as u64) * 2 < len {
             self.write(old, off, data)?;
             return Ok(old);
         }
         self.bytes.redo_equivalent += (REDO_OVERHEAD + data.len()) as u64;
         let new = self.take_block(len)?;
-        let logged = self.log(kind::POINTER, true, |rec, _| {
+        let logged = self.log(kind::POINTER, |rec, _| {
             rec.put_u64(slot.at);
             rec.put_u64(old.0);
             rec.put_u64(new.0);
@@ -322,12 +363,14 @@ impl<'p, R: Region> Tx<'p, R> {
             return Err(e);
         }
         self.undo.push(Undo::Pointer { slot: slot.at, old, new });
-        self.mark_allocated(new, len)?;
-        // The new block: the old object with the change, each byte written once.
+        self.take_fresh(new, len);
+        // The new block (a free block's payload until its header says otherwise: no fence
+        // needed first): the old object with the change, each byte written once.
         let end = off + data.len() as u64;
         self.copy_within(old.0, new.0, off)?;
         self.write_in_place(new.0 + off, data)?;
         self.copy_within(old.0 + end, new.0 + end, len - end)?;
+        self.fence_records()?;
         self.write_in_place(slot.at, &new.0.to_le_bytes())?;
         self.replaced.push(old);
         Ok(new)
@@ -348,7 +391,9 @@ impl<'p, R: Region> Tx<'p, R> {
 
     /// Reads through the pool (this transaction's writes included).
     pub fn read(&self, p: Ptr, off: u64, len: u64) -> Result<&[u8], HeapError> {
-        self.pool.read(p, off, len)
+        self.check(p, off, len)?;
+        let at = (p.0 + off) as usize;
+        Ok(&self.pool.log.region().bytes()[at..at + len as usize])
     }
 
     /// Commits. A small transaction's commit record carries the CRC of every range it wrote
@@ -359,6 +404,7 @@ impl<'p, R: Region> Tx<'p, R> {
         if self.state == TxState::Begin {
             return Ok(self.bytes);
         }
+        self.fence_records()?;
         if self.written.len() <= MAX_RANGES && self.written_bytes <= CHECKSUM_MAX {
             let ranges = std::mem::take(&mut self.written);
             let crc = match self.overlap {
@@ -367,12 +413,13 @@ impl<'p, R: Region> Tx<'p, R> {
             };
             let w = Written { crc, ranges };
             debug_assert!(w.matches(self.pool.log.region().bytes()), "a commit vouches for what is there");
-            self.log(kind::COMMIT, false, |rec, _| record::put_written(rec, &w))?;
-            self.pool.log.region_mut().fence()?;
+            self.log(kind::COMMIT, |rec, _| record::put_written(rec, &w))?;
         } else {
             self.pool.log.region_mut().fence()?;
-            self.log(kind::COMMIT, true, |_, _| {})?;
+            self.log(kind::COMMIT, |_, _| {})?;
         }
+        self.pool.log.region_mut().fence()?;
+        self.unfenced = false;
         self.state = TxState::Commit;
         let region = self.pool.log.region_mut();
         for p in std::mem::take(&mut self.frees) {

@@ -178,7 +178,7 @@ fn a_crash_at_every_fence_of_a_batch_keeps_the_store_whole() {
                 st.push(model.clone());
                 let Ok((mut pool, _)) = Pool::open(&mut *r, opts()) else { return false };
                 let Ok(kv) = Kv::open(&pool) else { return false };
-                for step in 0..12u32 {
+                for step in 0..16u32 {
                     let k = format!("k{:03}", (step * 37) % 90).into_bytes();
                     let v = vec![step as u8 + 100; if step % 3 == 0 { 700 } else { 120 }];
                     let mut next = model.clone();
@@ -220,6 +220,6 @@ fn a_crash_at_every_fence_of_a_batch_keeps_the_store_whole() {
         );
         cuts += c.cuts;
     }
-    eprintln!("kv crash campaign: {cuts} crashes at every fence of 12 puts and deletes on a 3-level tree, line and word loss; every one a committed state");
-    assert!(cuts > 150);
+    eprintln!("kv crash campaign: {cuts} crashes at every fence of 16 puts and deletes on a 3-level tree, line and word loss; every one a committed state");
+    assert!(cuts > 200);
 }

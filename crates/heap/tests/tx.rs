@@ -90,7 +90,7 @@ fn minl2r_logs_old_bytes_below_half_a_block_and_a_pointer_from_half_on() {
 }
 
 const SLOTS: u64 = 6;
-const TXS: u64 = 24;
+const TXS: u64 = 40;
 
 /// What the objects hold after each committed transaction: per slot, its bytes or nothing.
 type Model = Vec<Option<Vec<u8>>>;
@@ -244,7 +244,8 @@ fn a_crash_at_every_fence_keeps_exactly_the_committed_transactions() {
                 torn += was_torn as u64;
             },
         );
-        assert!(c.ops > TXS * 3, "{c:?}");
+        // Every transaction fences at least twice (its records, then its commit).
+        assert!(c.ops >= TXS * 2, "{c:?}");
         reboots += c.cuts;
     }
     eprintln!("heap crash campaign: {reboots} crashes, two at every fence, line and word loss, {TXS} transactions; {in_flight_kept} in-flight transactions found committed, {torn} found with a commit record but torn writes (rolled back); 0 committed lost");

@@ -1,0 +1,132 @@
+//! `bitmend bench heap`, the B+tree: inserts of random 8-byte keys with 256-byte values, each
+//! one transaction, into the heap's key-value store and into PMDK's example `btree_map`
+//! (order 8; the value a new object copied in the same transaction). Beside the time per
+//! insert, the wear NVMalloc's slide plots: the share of 64-byte lines by writes per line.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use bitmend_anchors::{pmdk, pmem_count};
+use bitmend_heap::kv::Kv;
+use bitmend_heap::{Pool, PoolOptions};
+use bitmend_media::pmem::{MmapRegion, Persistence, Region};
+use bitmend_media::rng::Rng;
+
+use crate::harness::{Options, Row};
+
+const VALUE: usize = 256;
+
+fn shm(what: &str) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/bitmend-bench-kv-{what}-{}", std::process::id()))
+}
+
+fn keys(n: usize) -> Vec<u64> {
+    let mut rng = Rng::new(0xB7EE);
+    (0..n).map(|_| rng.next_u64()).collect()
+}
+
+fn value(key: u64) -> [u8; VALUE] {
+    let mut v = [0u8; VALUE];
+    for (i, c) in v.chunks_mut(8).enumerate() {
+        c.copy_from_slice(&(key ^ i as u64).to_le_bytes());
+    }
+    v
+}
+
+/// Ns per insert into the heap's store, and the writes per line the inserts made.
+fn ours(keys: &[u64], pool_len: usize) -> (f64, Vec<u32>) {
+    let path = shm("heap");
+    let _ = std::fs::remove_file(&path);
+    let mut region = MmapRegion::create(&path, pool_len)
+        .expect("/dev/shm region")
+        .with_persistence(Persistence::CacheLineFlush);
+    region.prefault();
+    let mut pool = Pool::create(region, PoolOptions::default()).expect("pool");
+    let kv = Kv::create(&mut pool).expect("store");
+    let before = pool.region().line_writes().to_vec();
+    let t = Instant::now();
+    for &k in keys {
+        kv.put(&mut pool, &k.to_be_bytes(), &value(k)).expect("insert");
+    }
+    let ns = t.elapsed().as_secs_f64() * 1e9 / keys.len() as f64;
+    // Spot checks that the store holds what went in (a bench that measured a broken insert
+    // would be worthless).
+    for &k in keys.iter().step_by(keys.len() / 100 + 1) {
+        assert_eq!(kv.get(&pool, &k.to_be_bytes()).expect("get"), Some(value(k).to_vec()));
+    }
+    let after = pool.region().line_writes();
+    let lines = after.iter().zip(&before).map(|(a, b)| a - b).filter(|&d| d > 0).collect();
+    drop(pool);
+    let _ = std::fs::remove_file(&path);
+    (ns, lines)
+}
+
+/// Ns per insert into PMDK's btree_map; with `count`, its line writes instead of a fair
+/// time (counting costs).
+fn anchor(keys: &[u64], pool_len: usize, count: bool) -> Option<(f64, Vec<u32>)> {
+    let path = shm("pmdk");
+    let _ = std::fs::remove_file(&path);
+    let mut map = pmdk::BTreeMap::create(&path, pool_len)?.ok()?;
+    if count {
+        let (base, len) = map.mapping();
+        pmem_count::watch(base, len);
+    }
+    let t = Instant::now();
+    for &k in keys {
+        map.insert(k, &value(k)).expect("pmdk insert");
+    }
+    let ns = t.elapsed().as_secs_f64() * 1e9 / keys.len() as f64;
+    let lines = if count { pmem_count::take() } else { Vec::new() };
+    for &k in keys.iter().step_by(keys.len() / 100 + 1) {
+        assert_eq!(map.get(k, VALUE), Some(&value(k)[..]), "PMDK's map holds key {k:#x}");
+    }
+    Some((ns, lines))
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Shares of written lines by writes per line, bucket i: 2^i to 2^(i+1) - 1 writes.
+fn shares(lines: &[u32]) -> Vec<f64> {
+    let mut h = vec![0u64; 1 + lines.iter().map(|&c| c.ilog2() as usize).max().unwrap_or(0)];
+    for &c in lines {
+        h[c.ilog2() as usize] += 1;
+    }
+    h.iter().map(|&n| 100.0 * n as f64 / lines.len().max(1) as f64).collect()
+}
+
+/// Runs the inserts on both, `runs` times, and emits the rows.
+pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
+    let (n, runs, pool_len) = if opts.quick { (20_000, 1, 256 << 20) } else { (1_000_000, 3, 3 << 30) };
+    let keys = keys(n);
+    let (mut ns, mut pmdk_ns, mut our_lines) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let (t, lines) = ours(&keys, pool_len);
+        ns.push(t);
+        our_lines = lines;
+        if let Some((t, _)) = anchor(&keys, pool_len, false) {
+            pmdk_ns.push(t);
+        }
+    }
+    let pmdk_lines = anchor(&keys, pool_len, true).map(|(_, l)| l).filter(|_| pmem_count::interposed());
+    let pmdk_ns = (!pmdk_ns.is_empty()).then(|| median(&mut pmdk_ns));
+    let case = format!("B+tree insert, random 8 B keys, {VALUE} B values, {n} inserts");
+    emit(
+        Row::latency(format!("{case} vs pmdk"), median(&mut ns), "pmdk btree_map", pmdk_ns).in_bench("heap"),
+    );
+    let (a, b) = (shares(&our_lines), pmdk_lines.as_deref().map(shares));
+    for i in 0..a.len().max(b.as_ref().map_or(0, |b| b.len())) {
+        let case =
+            format!("B+tree inserts: % of written lines written {}..{} times", 1u64 << i, (2u64 << i) - 1);
+        let theirs = b.as_ref().map(|b| b.get(i).copied().unwrap_or(0.0));
+        emit(Row::shown(case, a.get(i).copied().unwrap_or(0.0), "pmdk", theirs, "%").in_bench("heap"));
+    }
+    let hottest = |l: &[u32]| l.iter().copied().max().unwrap_or(0) as f64;
+    let theirs = pmdk_lines.as_deref().map(hottest);
+    emit(
+        Row::count("B+tree inserts: writes to the hottest line", hottest(&our_lines), "pmdk", theirs)
+            .in_bench("heap"),
+    );
+}
