@@ -5,7 +5,7 @@
 //! don't-allocate list for at least `reuse_after` before it is handed out again, so that no
 //! block is allocated more often than once per period and hot reuse cannot wear one place out.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use bitmend_media::pmem::Region;
@@ -136,6 +136,10 @@ pub(crate) struct Allocator {
     pub stats: AllocStats,
     reuse_after: Duration,
     pub clock: Clock,
+    /// How often each block that was ever allocated has been, by header offset (the
+    /// headers' count, kept here so that writing a header never waits to read the old one:
+    /// its line is cold).
+    wear: HashMap<u64, u16>,
 }
 
 impl Allocator {
@@ -229,6 +233,7 @@ impl Allocator {
             stats: AllocStats::default(),
             reuse_after,
             clock,
+            wear: HashMap::new(),
         };
         let bytes = region.bytes();
         let mut run = 0u32;
@@ -292,6 +297,9 @@ impl Allocator {
     /// The state of the block whose header is at `at`, its fault recorded.
     fn read_block(&mut self, bytes: &[u8], at: u64, class: u8) -> Slot {
         let h = BlockHeader::decode(&bytes[at as usize..(at + BLOCK_HEADER) as usize], at, self.sb.pool_id);
+        if let Some(h) = h.as_ref().ok().filter(|h| h.allocations > 0) {
+            self.wear.insert(at, h.allocations);
+        }
         match h {
             Ok(h) if h.class != class => {
                 self.faults.push(BadHeader { at, run: false, fault: HeaderFault::Contents });
@@ -638,14 +646,11 @@ impl Allocator {
             RunUse::Blocks { class, .. } => class,
             _ => 0,
         };
-        let old = BlockHeader::decode(
-            &region.bytes()[at as usize..(at + BLOCK_HEADER) as usize],
-            at,
-            self.sb.pool_id,
-        );
-        let allocations = old.map_or(0, |h| h.allocations);
-        let allocations =
-            if state == BlockState::Allocated { allocations.saturating_add(1) } else { allocations };
+        let count = self.wear.entry(at).or_insert(0);
+        if state == BlockState::Allocated {
+            *count = count.saturating_add(1);
+        }
+        let allocations = *count;
         // A length past 32 bits is recorded as u32::MAX: "the whole block".
         let h = BlockHeader { state, class, allocations, len: len.min(u32::MAX as u64) as u32 };
         region.write(at as usize, &h.encode(at, self.sb.pool_id))?;
