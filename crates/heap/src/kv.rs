@@ -29,6 +29,12 @@ const INNER: u8 = 2;
 const MAGIC: u64 = 0x564B_444E_454D_5442; // "BTMENDKV"
 const HEADER_ROOT: u64 = 8;
 const HEADER_COUNT: u64 = 16;
+/// A store made by this build counts its entries in 64 shards, each in a line of its own
+/// after the header's first line (a key counts in the shard its CRC picks), so that no line
+/// is written by every insert: one count written each time was the hottest line of the pool.
+const SHARDS: u64 = 64;
+/// The header object of a sharded store.
+const SHARDED_HEADER: u64 = 64 + SHARDS * 64;
 
 /// A value as a leaf holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -185,6 +191,8 @@ type Leaf = (Slot, Ptr);
 #[derive(Clone, Copy, Debug)]
 pub struct Kv {
     header: Ptr,
+    /// Whether its count is sharded (stores of pool format 1's first writers are not).
+    sharded: bool,
 }
 
 /// Counts of a store.
@@ -200,17 +208,17 @@ impl Kv {
     /// Makes an empty store in `pool` (its root object).
     pub fn create<R: Region>(pool: &mut Pool<R>) -> Result<Kv, HeapError> {
         pool.tx(|tx| {
-            let header = tx.alloc(24)?;
+            let header = tx.alloc(SHARDED_HEADER)?;
             let leaf = tx.alloc(NODE)?;
             tx.write(leaf, 0, &Node { leaf: true, ..Node::default() }.encode())?;
-            let mut h = Vec::with_capacity(24);
+            let mut h = Vec::with_capacity(SHARDED_HEADER as usize);
             h.put_u64(MAGIC);
             h.put_u64(leaf.0);
-            h.put_u64(0);
+            h.resize(SHARDED_HEADER as usize, 0);
             tx.write(header, 0, &h)?;
             let root = tx.root_slot();
             tx.set(root, header)?;
-            Ok(Kv { header })
+            Ok(Kv { header, sharded: true })
         })
     }
 
@@ -221,7 +229,7 @@ impl Kv {
         if header == Ptr::NULL || pool.read(header, 0, 8).map(|b| le::get_u64(b, 0)).ok() != Some(MAGIC) {
             return Err(not());
         }
-        Ok(Kv { header })
+        Ok(Kv { header, sharded: pool.size_of(header)? >= SHARDED_HEADER })
     }
 
     fn root<R: Region>(&self, pool: &Pool<R>) -> Result<Ptr, HeapError> {
@@ -230,7 +238,12 @@ impl Kv {
 
     /// Entries in the store.
     pub fn len<R: Region>(&self, pool: &Pool<R>) -> Result<u64, HeapError> {
-        Ok(le::get_u64(pool.read(self.header, HEADER_COUNT, 8)?, 0))
+        let mut n = le::get_u64(pool.read(self.header, HEADER_COUNT, 8)?, 0);
+        if self.sharded {
+            let shards = pool.read(self.header, 64, SHARDS * 64)?;
+            n = (0..SHARDS as usize).fold(n, |n, i| n.wrapping_add(le::get_u64(shards, 64 * i)));
+        }
+        Ok(n)
     }
 
     pub fn is_empty<R: Region>(&self, pool: &Pool<R>) -> Result<bool, HeapError> {
@@ -327,7 +340,7 @@ impl Kv {
                 tx.free(old)?;
             }
             if added {
-                self.add_count(tx, 1)?;
+                self.add_count(tx, key, 1)?;
             }
             return rewrite(tx, slot, p, &bytes);
         }
@@ -343,7 +356,7 @@ impl Kv {
             Err(i) => {
                 leaf.keys.insert(i, key.to_vec());
                 leaf.vals.insert(i, val);
-                self.add_count(tx, 1)?;
+                self.add_count(tx, key, 1)?;
             }
         }
         self.store(tx, path, slot, p, leaf)
@@ -388,9 +401,14 @@ impl Kv {
         }
     }
 
-    fn add_count<R: Region>(&self, tx: &mut Tx<R>, by: i64) -> Result<(), HeapError> {
-        let n = le::get_u64(tx.read(self.header, HEADER_COUNT, 8)?, 0);
-        tx.write(self.header, HEADER_COUNT, &n.wrapping_add_signed(by).to_le_bytes())
+    /// Counts `key` in or out (`by` 1 or -1), in its shard.
+    fn add_count<R: Region>(&self, tx: &mut Tx<R>, key: &[u8], by: i64) -> Result<(), HeapError> {
+        let at = match self.sharded {
+            true => 64 + 64 * (bitmend_code::crc::crc32c(key) as u64 % SHARDS),
+            false => HEADER_COUNT,
+        };
+        let n = le::get_u64(tx.read(self.header, at, 8)?, 0);
+        tx.write(self.header, at, &n.wrapping_add_signed(by).to_le_bytes())
     }
 
     /// `delete` inside transaction `tx`.
@@ -403,7 +421,7 @@ impl Kv {
         if let Val::Out(old, _) = leaf.vals.remove(i) {
             tx.free(old)?;
         }
-        self.add_count(tx, -1)?;
+        self.add_count(tx, key, -1)?;
         rewrite(tx, slot, p, &leaf.encode())?;
         Ok(true)
     }
