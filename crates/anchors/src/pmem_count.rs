@@ -89,68 +89,38 @@ mod wrappers {
         unsafe { std::mem::transmute_copy::<usize, T>(&at) }
     }
 
-    /// # Safety
-    /// libpmem's contract: `addr..addr + len` is mapped.
-    #[no_mangle]
-    pub unsafe extern "C" fn pmem_flush(addr: *const c_void, len: usize) {
-        static REAL: OnceLock<usize> = OnceLock::new();
-        count(addr, len);
-        // SAFETY: forwarding the caller's arguments to the real function.
-        unsafe { real::<FlushFn>(&REAL, b"pmem_flush\0")(addr, len) }
+    /// A wrapper that counts the lines of `(addr, len)` when `$counted` says so, then calls
+    /// libpmem's function of the same name with the same arguments.
+    macro_rules! interpose {
+        ($name:ident, $ty:ty, ($($arg:ident: $t:ty),*) -> $ret:ty, $counted:expr, $addr:ident, $len:ident) => {
+            /// # Safety
+            /// libpmem's contract for this function: its ranges are mapped, the source
+            /// readable, the destination writable.
+            #[no_mangle]
+            pub unsafe extern "C" fn $name($($arg: $t),*) -> $ret {
+                static REAL: OnceLock<usize> = OnceLock::new();
+                count($addr as *const c_void, if $counted { $len } else { 0 });
+                // SAFETY: forwarding the caller's arguments to the real function.
+                unsafe { real::<$ty>(&REAL, concat!(stringify!($name), "\0").as_bytes())($($arg),*) }
+            }
+        };
     }
 
-    /// # Safety
-    /// libpmem's contract: `addr..addr + len` is mapped.
-    #[no_mangle]
-    pub unsafe extern "C" fn pmem_persist(addr: *const c_void, len: usize) {
-        static REAL: OnceLock<usize> = OnceLock::new();
-        count(addr, len);
-        // SAFETY: forwarding the caller's arguments to the real function.
-        unsafe { real::<FlushFn>(&REAL, b"pmem_persist\0")(addr, len) }
-    }
-
-    /// # Safety
-    /// libpmem's contract: both ranges are mapped, `src` readable, `dest` writable.
-    #[no_mangle]
-    pub unsafe extern "C" fn pmem_memcpy(
-        dest: *mut c_void,
-        src: *const c_void,
-        len: usize,
-        flags: c_uint,
-    ) -> *mut c_void {
-        static REAL: OnceLock<usize> = OnceLock::new();
-        count(dest, if flags & NOFLUSH == 0 { len } else { 0 });
-        // SAFETY: forwarding the caller's arguments to the real function.
-        unsafe { real::<CopyFn>(&REAL, b"pmem_memcpy\0")(dest, src, len, flags) }
-    }
-
-    /// # Safety
-    /// libpmem's contract: both ranges are mapped, `src` readable, `dest` writable.
-    #[no_mangle]
-    pub unsafe extern "C" fn pmem_memmove(
-        dest: *mut c_void,
-        src: *const c_void,
-        len: usize,
-        flags: c_uint,
-    ) -> *mut c_void {
-        static REAL: OnceLock<usize> = OnceLock::new();
-        count(dest, if flags & NOFLUSH == 0 { len } else { 0 });
-        // SAFETY: forwarding the caller's arguments to the real function.
-        unsafe { real::<CopyFn>(&REAL, b"pmem_memmove\0")(dest, src, len, flags) }
-    }
-
-    /// # Safety
-    /// libpmem's contract: `dest..dest + len` is mapped and writable.
-    #[no_mangle]
-    pub unsafe extern "C" fn pmem_memset(
-        dest: *mut c_void,
-        c: c_int,
-        len: usize,
-        flags: c_uint,
-    ) -> *mut c_void {
-        static REAL: OnceLock<usize> = OnceLock::new();
-        count(dest, if flags & NOFLUSH == 0 { len } else { 0 });
-        // SAFETY: forwarding the caller's arguments to the real function.
-        unsafe { real::<SetFn>(&REAL, b"pmem_memset\0")(dest, c, len, flags) }
-    }
+    interpose!(pmem_flush, FlushFn, (addr: *const c_void, len: usize) -> (), true, addr, len);
+    interpose!(pmem_persist, FlushFn, (addr: *const c_void, len: usize) -> (), true, addr, len);
+    interpose!(
+        pmem_memcpy, CopyFn,
+        (dest: *mut c_void, src: *const c_void, len: usize, flags: c_uint) -> *mut c_void,
+        flags & NOFLUSH == 0, dest, len
+    );
+    interpose!(
+        pmem_memmove, CopyFn,
+        (dest: *mut c_void, src: *const c_void, len: usize, flags: c_uint) -> *mut c_void,
+        flags & NOFLUSH == 0, dest, len
+    );
+    interpose!(
+        pmem_memset, SetFn,
+        (dest: *mut c_void, c: c_int, len: usize, flags: c_uint) -> *mut c_void,
+        flags & NOFLUSH == 0, dest, len
+    );
 }

@@ -217,9 +217,22 @@ pub fn compare(
     (median(&mut a), (!b.is_empty()).then(|| median(&mut b)))
 }
 
-fn median(v: &mut [f64]) -> f64 {
+/// The median of `v` (sorted in place).
+pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|x, y| x.total_cmp(y));
     v[v.len() / 2]
+}
+
+/// A file at `path` (replaced if there) mapped as a persistent region that flushes cache
+/// lines, every page and wear counter touched so that no timing pays a first-touch fault.
+pub fn shm_region(path: &std::path::Path, len: usize) -> bitmend_media::pmem::MmapRegion {
+    use bitmend_media::pmem::{MmapRegion, Persistence};
+    let _ = std::fs::remove_file(path);
+    let mut r = MmapRegion::create(path, len)
+        .expect("a region on /dev/shm")
+        .with_persistence(Persistence::CacheLineFlush);
+    r.prefault();
+    r
 }
 
 /// GB/s from bytes per call and nanoseconds per call.

@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 
 use bitmend_anchors::pmdk;
 use bitmend_heap::{LogBytes, Pool, PoolOptions, Ptr};
-use bitmend_media::pmem::{MmapRegion, Persistence, Region};
+use bitmend_media::pmem::{MmapRegion, Region};
 use bitmend_media::rng::Rng;
 
-use crate::harness::{Options, Row};
+use crate::harness::{median, shm_region, Options, Row};
 
 /// Objects each case cycles through.
 const OBJECTS: usize = 64;
@@ -35,10 +35,7 @@ struct ShmPool {
 impl ShmPool {
     fn new(len: usize) -> ShmPool {
         let path = shm_path("pool");
-        let _ = std::fs::remove_file(&path);
-        let region = MmapRegion::create(&path, len)
-            .expect("/dev/shm region")
-            .with_persistence(Persistence::CacheLineFlush);
+        let region = shm_region(&path, len);
         // The default don't-allocate period: a freed block waits 0.2 s, as a user's would.
         let pool = Pool::create(
             region,
@@ -98,11 +95,6 @@ impl Drop for ShmPool {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
     }
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 /// Ns per PMDK transaction writing `len` bytes (cycling through its root object).
@@ -171,11 +163,7 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
     let _ = std::fs::remove_file(&pool_path);
     let mut pmdk = pmdk::Pool::create(&pool_path, 64 << 20, span).and_then(|r| r.ok());
     let floor_path = shm_path("floor");
-    let _ = std::fs::remove_file(&floor_path);
-    let mut floor = MmapRegion::create(&floor_path, span)
-        .expect("floor region")
-        .with_persistence(Persistence::CacheLineFlush);
-    floor.prefault();
+    let mut floor = shm_region(&floor_path, span);
     for size in [64usize, 128, 1024, 4096, 16384] {
         // 55 B stands for MinL2R's and PRIMS's 10..100 B small writes.
         let len = if size == 64 { 55 } else { size };
@@ -187,7 +175,6 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
             // A fresh pool per run: pointer logging churns blocks through the 0.2 s
             // don't-allocate period.
             let mut heap = ShmPool::new(if opts.quick { 256 << 20 } else { 2 << 30 });
-            heap.pool.region_mut().prefault();
             let big = heap.objects(4 * len as u64);
             let (ns, logged) = heap.overwrite(big, len, len as u64, n, &payload);
             data.push(ns);

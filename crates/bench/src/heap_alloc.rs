@@ -15,10 +15,10 @@ use std::time::Instant;
 
 use bitmend_anchors::{pmdk, pmem_count};
 use bitmend_heap::{Pool, PoolOptions, Ptr};
-use bitmend_media::pmem::{MmapRegion, Persistence, Region};
+use bitmend_media::pmem::{MmapRegion, Region};
 use bitmend_media::rng::Rng;
 
-use crate::harness::{Options, Row};
+use crate::harness::{median, shm_region, Options, Row};
 
 /// Objects live when the trace starts.
 const LIVE: usize = 10_000;
@@ -70,12 +70,7 @@ struct Heap {
 impl Heap {
     fn new(len: usize) -> Heap {
         let path = shm("heap");
-        let _ = std::fs::remove_file(&path);
-        let mut region = MmapRegion::create(&path, len)
-            .expect("/dev/shm region")
-            .with_persistence(Persistence::CacheLineFlush);
-        region.prefault();
-        let mut pool = Pool::create(region, PoolOptions::default()).expect("pool");
+        let mut pool = Pool::create(shm_region(&path, len), PoolOptions::default()).expect("pool");
         let root = pool
             .tx(|tx| {
                 let root = tx.alloc(8 * SLOTS as u64)?;
@@ -155,11 +150,6 @@ fn buckets(lines: &[u32]) -> Vec<u64> {
 struct Measured {
     ns: Vec<f64>,
     lines: Vec<u32>,
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 /// Runs the trace on each contender, `runs` times, and emits the rows.

@@ -9,10 +9,10 @@ use std::time::Instant;
 use bitmend_anchors::{pmdk, pmem_count};
 use bitmend_heap::kv::Kv;
 use bitmend_heap::{Pool, PoolOptions};
-use bitmend_media::pmem::{MmapRegion, Persistence, Region};
+use bitmend_media::pmem::Region;
 use bitmend_media::rng::Rng;
 
-use crate::harness::{Options, Row};
+use crate::harness::{median, shm_region, Options, Row};
 
 const VALUE: usize = 256;
 
@@ -36,12 +36,7 @@ fn value(key: u64) -> [u8; VALUE] {
 /// Ns per insert into the heap's store, and the writes per line the inserts made.
 fn ours(keys: &[u64], pool_len: usize) -> (f64, Vec<u32>) {
     let path = shm("heap");
-    let _ = std::fs::remove_file(&path);
-    let mut region = MmapRegion::create(&path, pool_len)
-        .expect("/dev/shm region")
-        .with_persistence(Persistence::CacheLineFlush);
-    region.prefault();
-    let mut pool = Pool::create(region, PoolOptions::default()).expect("pool");
+    let mut pool = Pool::create(shm_region(&path, pool_len), PoolOptions::default()).expect("pool");
     let kv = Kv::create(&mut pool).expect("store");
     let before = pool.region().line_writes().to_vec();
     let t = Instant::now();
@@ -81,11 +76,6 @@ fn anchor(keys: &[u64], pool_len: usize, count: bool) -> Option<(f64, Vec<u32>)>
         assert_eq!(map.get(k, VALUE), Some(&value(k)[..]), "PMDK's map holds key {k:#x}");
     }
     Some((ns, lines))
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 /// Shares of written lines by writes per line, bucket i: 2^i to 2^(i+1) - 1 writes.

@@ -17,7 +17,7 @@ use bitmend_media::pmem::{MmapRegion, Persistence, ProtectedRegion, Region};
 use bitmend_media::rng::Rng;
 use bitmend_nvlog::{LogConfig, NvLog, RecordId};
 
-use crate::harness::{Options, Row};
+use crate::harness::{median, Options, Row};
 
 const SPAN: usize = 16 << 20;
 
@@ -134,11 +134,6 @@ fn time(c: &mut dyn Contender, sizes: &[usize], payload: &[u8]) -> f64 {
         c.write(&payload[start..start + len]);
     }
     t.elapsed().as_secs_f64() * 1e9 / sizes.len() as f64
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 /// Runs every case, calling `emit` with each row as soon as it is measured.
