@@ -5,7 +5,7 @@
 //! don't-allocate list for at least `reuse_after` before it is handed out again, so that no
 //! block is allocated more often than once per period and hot reuse cannot wear one place out.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use bitmend_media::pmem::Region;
@@ -136,10 +136,10 @@ pub(crate) struct Allocator {
     pub stats: AllocStats,
     reuse_after: Duration,
     pub clock: Clock,
-    /// How often each block that was ever allocated has been, by header offset (the
-    /// headers' count, kept here so that writing a header never waits to read the old one:
-    /// its line is cold).
-    wear: HashMap<u64, u16>,
+    /// How often each block has been allocated, per run and block index (the headers'
+    /// count, kept here so that writing a header never waits to read the old one: its line
+    /// is cold). Grown as blocks are first counted.
+    wear: Vec<Vec<u16>>,
 }
 
 impl Allocator {
@@ -233,7 +233,7 @@ impl Allocator {
             stats: AllocStats::default(),
             reuse_after,
             clock,
-            wear: HashMap::new(),
+            wear: vec![Vec::new(); sb.runs as usize],
         };
         let bytes = region.bytes();
         let mut run = 0u32;
@@ -298,7 +298,7 @@ impl Allocator {
     fn read_block(&mut self, bytes: &[u8], at: u64, class: u8) -> Slot {
         let h = BlockHeader::decode(&bytes[at as usize..(at + BLOCK_HEADER) as usize], at, self.sb.pool_id);
         if let Some(h) = h.as_ref().ok().filter(|h| h.allocations > 0) {
-            self.wear.insert(at, h.allocations);
+            *self.wear_of(at, class) = h.allocations;
         }
         match h {
             Ok(h) if h.class != class => {
@@ -630,6 +630,24 @@ impl Allocator {
         Ok(())
     }
 
+    /// The allocation count of the block whose header is at `at`, in a run of `class` (0: a
+    /// span's one block).
+    fn wear_of(&mut self, at: u64, class: u8) -> &mut u16 {
+        let within = at - self.sb.first_run;
+        let (run, i) = (
+            (within / RUN) as usize,
+            match class {
+                0 => 0,
+                c => ((within % RUN - RUN_HEADER) / class_size(c)) as usize,
+            },
+        );
+        let counts = &mut self.wear[run];
+        if counts.len() <= i {
+            counts.resize(i + 1, 0);
+        }
+        &mut counts[i]
+    }
+
     /// Rewrites the header of the block at `p` (its allocation count kept, and counted up
     /// when it is allocated) and flushes it. No fence: every caller is followed by one before
     /// the journal records that name the block are trimmed.
@@ -646,7 +664,7 @@ impl Allocator {
             RunUse::Blocks { class, .. } => class,
             _ => 0,
         };
-        let count = self.wear.entry(at).or_insert(0);
+        let count = self.wear_of(at, class);
         if state == BlockState::Allocated {
             *count = count.saturating_add(1);
         }
