@@ -688,7 +688,13 @@ mod tests {
     fn fresh(runs: u32, reuse_after: Duration, clock: Clock) -> (CrashRegion, Allocator) {
         let first_run = 4096;
         let region = CrashRegion::new((first_run + runs as u64 * RUN) as usize);
-        let sb = Superblock { first_run, runs, journal: 0, pool_id: POOL_ID };
+        let sb = Superblock {
+            version: crate::layout::HEAP_VERSION,
+            first_run,
+            runs,
+            journal: 0,
+            pool_id: POOL_ID,
+        };
         let a = Allocator::rebuild(&region, sb, reuse_after, clock);
         (region, a)
     }

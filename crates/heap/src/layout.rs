@@ -20,8 +20,13 @@ pub const BLOCK_HEADER: u64 = 16;
 pub const POOL_HEADER: u64 = 4096;
 /// Size classes: class `c` (1 to [`CLASSES`]) has blocks of `64 << (c - 1)` bytes.
 pub const CLASSES: u8 = 11;
-/// The pool format this build writes.
-pub const HEAP_VERSION: u32 = 1;
+/// The pool format this build writes. Version 2 adds checksummed commit records and the
+/// key-value store's sharded count (FORMAT.md section 9); this build reads version 1 too,
+/// and marks a version 1 pool version 2 when it opens it, before it writes a record that a
+/// version 1 reader would take for a plain commit.
+pub const HEAP_VERSION: u32 = 2;
+/// The oldest pool format this build reads.
+pub const HEAP_VERSION_MIN: u32 = 1;
 
 const MAGIC: [u8; 8] = *b"BMHEAP\0\0";
 const RUN_MAGIC: [u8; 4] = *b"BMRN";
@@ -54,6 +59,7 @@ mod superblock_at {
 /// The pool's shape and identity, in two copies at the start of the pool header page.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Superblock {
+    pub version: u32,
     /// Where the first run starts, and how many there are.
     pub first_run: u64,
     pub runs: u32,
@@ -67,7 +73,7 @@ impl Superblock {
         use superblock_at as at;
         let mut b = [0u8; at::LEN];
         b[at::MAGIC..at::MAGIC + 8].copy_from_slice(&MAGIC);
-        le::put_u32(&mut b, at::VERSION, HEAP_VERSION);
+        le::put_u32(&mut b, at::VERSION, self.version);
         le::put_u32(&mut b, at::RUN, RUN as u32);
         le::put_u64(&mut b, at::FIRST_RUN, self.first_run);
         le::put_u32(&mut b, at::RUNS, self.runs);
@@ -89,13 +95,14 @@ impl Superblock {
             return Err(not("pool superblock checksum mismatch"));
         }
         let version = le::get_u32(b, at::VERSION);
-        if version != HEAP_VERSION {
+        if !(HEAP_VERSION_MIN..=HEAP_VERSION).contains(&version) {
             return Err(HeapError::Version { found: version, supported: HEAP_VERSION });
         }
         if le::get_u32(b, at::RUN) as u64 != RUN {
             return Err(not("a run size this build does not know"));
         }
         Ok(Superblock {
+            version,
             first_run: le::get_u64(b, at::FIRST_RUN),
             runs: le::get_u32(b, at::RUNS),
             journal: le::get_u32(b, at::JOURNAL),
@@ -322,13 +329,20 @@ mod tests {
         let mut bad = b;
         bad[5] = 1;
         assert_eq!(RunHeader::decode(&bad, 17, 3), Err(HeaderFault::Checksum));
-        let sb = Superblock { first_run: 1 << 20, runs: 40, journal: 300_000, pool_id: 12 };
+        let sb =
+            Superblock { version: HEAP_VERSION, first_run: 1 << 20, runs: 40, journal: 300_000, pool_id: 12 };
         let e = sb.encode();
         assert_eq!(Superblock::decode(&e).unwrap(), sb);
-        let mut newer = e;
-        newer[8] = 2;
-        let crc = crc32c(&newer[..60]);
-        newer[60..].copy_from_slice(&crc.to_le_bytes());
-        assert!(matches!(Superblock::decode(&newer), Err(HeapError::Version { found: 2, .. })));
+        // Versions outside what this build reads are refused by number; version 1 reads.
+        let with_version = |v: u32| {
+            let mut b = e;
+            b[8..12].copy_from_slice(&v.to_le_bytes());
+            let crc = crc32c(&b[..60]);
+            b[60..].copy_from_slice(&crc.to_le_bytes());
+            b
+        };
+        assert!(matches!(Superblock::decode(&with_version(3)), Err(HeapError::Version { found: 3, .. })));
+        assert!(matches!(Superblock::decode(&with_version(0)), Err(HeapError::Version { found: 0, .. })));
+        assert_eq!(Superblock::decode(&with_version(1)).unwrap(), Superblock { version: 1, ..sb });
     }
 }

@@ -7,7 +7,7 @@ use bitmend_media::pmem::Region;
 use bitmend_nvlog::{LogConfig, NvLog, RecordId, RecoveryReport};
 
 use crate::alloc::{AllocStats, Allocator, BadHeader, Clock, Plan, Ptr};
-use crate::layout::{recorded_len, Superblock, POOL_HEADER, RUN};
+use crate::layout::{recorded_len, Superblock, HEAP_VERSION, POOL_HEADER, RUN};
 use crate::record::{self, Rec};
 use crate::tx::{LogBytes, Tx, TxState, Undo};
 use crate::HeapError;
@@ -50,6 +50,9 @@ pub struct OpenReport {
     /// The last transaction's commit record survived the crash but some of its writes did
     /// not (they shared a fence): it was rolled back with the uncommitted ones.
     pub torn_commit: bool,
+    /// The pool format version the pool had, when it was older than this build's (it is
+    /// now this build's).
+    pub upgraded_from: Option<u32>,
 }
 
 /// How often a checkout runs at the least.
@@ -121,7 +124,13 @@ impl<R: Region> Pool<R> {
             return Err(HeapError::RegionTooSmall { len, needed: (first_run + RUN) as usize });
         }
         let pool_id = random_id();
-        let sb = Superblock { first_run, runs: runs as u32, journal: log.footprint() as u32, pool_id };
+        let sb = Superblock {
+            version: HEAP_VERSION,
+            first_run,
+            runs: runs as u32,
+            journal: log.footprint() as u32,
+            pool_id,
+        };
         let region = log.region_mut();
         // Every run unassigned (a region reused from an earlier pool holds old headers).
         for r in 0..runs {
@@ -177,7 +186,7 @@ impl<R: Region> Pool<R> {
             Superblock::decode(&bytes[at..at + 64])
         };
         let (a, b) = (read(&log, SUPERBLOCK_A), read(&log, SUPERBLOCK_B));
-        let (sb, damaged) = match (a, b) {
+        let (mut sb, damaged) = match (a, b) {
             (Ok(a), Ok(b)) if a == b => (a, vec![]),
             (Ok(a), _) => (a, vec![SUPERBLOCK_B]),
             (_, Ok(b)) => (b, vec![SUPERBLOCK_A]),
@@ -193,6 +202,18 @@ impl<R: Region> Pool<R> {
             log.region_mut().write(at, &sb.encode())?;
             log.region_mut().persist(at, 64)?;
         }
+        // An older pool is marked with this build's version (copy A, then B: a crash between
+        // leaves A, read first, new) before anything this build writes that its readers
+        // would misread.
+        let upgraded_from = (sb.version < HEAP_VERSION).then_some(sb.version);
+        if upgraded_from.is_some() {
+            sb.version = HEAP_VERSION;
+            for copy in [SUPERBLOCK_A, SUPERBLOCK_B] {
+                let at = (header + copy) as usize;
+                log.region_mut().write(at, &sb.encode())?;
+                log.region_mut().persist(at, 64)?;
+            }
+        }
         let mut recs = crate::recover::heap_records(&mut log)?;
         let torn_commit = crate::recover::drop_torn_commit(log.region(), &mut recs);
         let journal_repairs = log.take_repairs().len();
@@ -204,6 +225,7 @@ impl<R: Region> Pool<R> {
             superblocks_rewritten: damaged.len() as u32,
             journal_repairs,
             torn_commit,
+            upgraded_from,
             ..OpenReport::default()
         };
         let mut pool = Pool::assemble(log, sb, alloc, header);

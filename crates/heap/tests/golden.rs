@@ -1,15 +1,15 @@
-//! The golden pools: version 1 pools checked in, read by this build. `pool-v1.bin` holds a
-//! store whose entries are counted in one field (written by session 11's build);
-//! `pool-v1-sharded.bin` one counted in 64 shards (written by the ignored test below). A
-//! change to any persistent byte of the pool breaks these tests, and docs/FORMAT.md section 9
-//! must say why.
+//! The golden pools, checked in and read by this build: `pool-v1.bin`, format version 1
+//! (written by session 11's build: a store whose entries are counted in one field), and
+//! `pool-v2.bin`, version 2 (written by the ignored test below: checksummed commits, the count
+//! in 64 shards). A change to any persistent byte of the pool breaks these tests, and
+//! docs/FORMAT.md section 9 must say why.
 
 use bitmend_heap::kv::Kv;
 use bitmend_heap::{Pool, PoolOptions};
 use bitmend_media::pmem::{CrashRegion, Region};
 
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/pool-v1.bin");
-const GOLDEN_SHARDED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/pool-v1-sharded.bin");
+const GOLDEN_V2: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/pool-v2.bin");
 
 /// What the golden pool's store holds: small values inline, one out of line, a deleted key.
 fn entries() -> Vec<(Vec<u8>, Vec<u8>)> {
@@ -31,20 +31,22 @@ fn write_golden_pool() {
     kv.put(&mut pool, b"gone", b"deleted below").unwrap();
     kv.delete(&mut pool, b"gone").unwrap();
     pool.checkout().unwrap();
-    std::fs::write(GOLDEN_SHARDED, pool.region().bytes()).unwrap();
+    std::fs::write(GOLDEN_V2, pool.region().bytes()).unwrap();
 }
 
 #[test]
-fn the_golden_pool_reads_back() {
-    read_golden(GOLDEN);
+fn the_version_1_golden_pool_reads_back_and_is_marked_version_2() {
+    assert_eq!(read_golden(GOLDEN), Some(1));
 }
 
 #[test]
-fn the_golden_pool_with_a_sharded_count_reads_back() {
-    read_golden(GOLDEN_SHARDED);
+fn the_version_2_golden_pool_reads_back() {
+    assert_eq!(read_golden(GOLDEN_V2), None);
 }
 
-fn read_golden(path: &str) {
+/// Opens the golden pool at `path`, checks its store; returns the version it was upgraded
+/// from.
+fn read_golden(path: &str) -> Option<u32> {
     let bytes = std::fs::read(path).expect("the golden pool is checked in");
     let mut region = CrashRegion::new(bytes.len());
     region.corrupt(0, &bytes).unwrap();
@@ -61,4 +63,9 @@ fn read_golden(path: &str) {
     assert_eq!(kv.get(&pool, b"gone").unwrap(), None);
     assert_eq!(kv.len(&pool).unwrap(), entries().len() as u64, "{path}: the count");
     assert_eq!(kv.check(&pool).unwrap().value_blocks, 1);
+    // Opened again, it is this build's version and needs nothing.
+    let (pool, again) = Pool::open(pool.into_region(), PoolOptions::default()).unwrap();
+    assert_eq!(again.upgraded_from, None);
+    assert_eq!(Kv::open(&pool).unwrap().len(&pool).unwrap(), entries().len() as u64);
+    report.upgraded_from
 }
