@@ -405,7 +405,8 @@ impl<'p, R: Region> Tx<'p, R> {
             return Ok(self.bytes);
         }
         self.fence_records()?;
-        if self.written.len() <= MAX_RANGES && self.written_bytes <= CHECKSUM_MAX {
+        let small = self.written.len() <= MAX_RANGES && self.written_bytes <= CHECKSUM_MAX;
+        if small && !self.releases_written()? {
             let ranges = std::mem::take(&mut self.written);
             let crc = match self.overlap {
                 true => Written::crc_of(self.pool.log.region().bytes(), &ranges),
@@ -427,6 +428,21 @@ impl<'p, R: Region> Tx<'p, R> {
         }
         self.pool.note_finished(std::mem::take(&mut self.replaced), self.bytes)?;
         Ok(self.bytes)
+    }
+
+    /// Whether a block this transaction frees, or releases after a pointer-logged write,
+    /// holds bytes it wrote. After the commit such a block's header is rewritten free, and
+    /// later its payload may be reused, before any fence: the writes would no longer match a
+    /// checksummed commit that is still the journal's last record, and recovery would undo a
+    /// committed transaction. Such a transaction's commit is fenced instead.
+    fn releases_written(&self) -> Result<bool, HeapError> {
+        for &p in self.frees.iter().chain(&self.replaced) {
+            let (start, end) = (p.header(), p.0 + self.size_of(p)?);
+            if self.written.iter().any(|&(at, len)| at < end && start < at + len as u64) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Rolls back what this process wrote (as recovery would), then checks out: the
