@@ -184,6 +184,11 @@ impl Node {
     }
 }
 
+/// The error for bytes at `p` that do not read as a tree node.
+fn not_a_node(p: Ptr) -> HeapError {
+    HeapError::Corrupt { at: p.0, what: "a tree node" }
+}
+
 /// A leaf on a path: the slot that points to it, and where it is.
 type Leaf = (Slot, Ptr);
 
@@ -251,7 +256,12 @@ impl Kv {
     }
 
     fn node<R: Region>(pool: &Pool<R>, p: Ptr) -> Result<Node, HeapError> {
-        Node::decode(pool.read(p, 0, NODE)?).ok_or(HeapError::Corrupt { at: p.0, what: "a tree node" })
+        Node::decode(pool.read(p, 0, NODE)?).ok_or(not_a_node(p))
+    }
+
+    /// The node at `p`, read inside transaction `tx` (its writes included).
+    fn node_in<R: Region>(tx: &Tx<R>, p: Ptr) -> Result<Node, HeapError> {
+        Node::decode(tx.read(p, 0, NODE)?).ok_or(not_a_node(p))
     }
 
     /// The value of `key`.
@@ -260,7 +270,7 @@ impl Kv {
         loop {
             let b = pool.read(p, 0, NODE)?;
             if b[0] == INNER {
-                p = Node::child_for(b, key).ok_or(HeapError::Corrupt { at: p.0, what: "a tree node" })?.1;
+                p = Node::child_for(b, key).ok_or(not_a_node(p))?.1;
                 continue;
             }
             let n = Kv::node(pool, p)?;
@@ -305,7 +315,7 @@ impl Kv {
         loop {
             let p = tx.get(slot);
             let b = tx.read(p, 0, NODE)?;
-            let corrupt = HeapError::Corrupt { at: p.0, what: "a tree node" };
+            let corrupt = not_a_node(p);
             if b[0] == LEAF {
                 return Ok((path, (slot, p)));
             }
@@ -333,7 +343,7 @@ impl Kv {
             Val::Out(b, value.len() as u32)
         };
         // The common case: the entry spliced into the encoded leaf, which still fits.
-        let corrupt = HeapError::Corrupt { at: p.0, what: "a tree node" };
+        let corrupt = not_a_node(p);
         let (bytes, added, old) = Node::leaf_with(tx.read(p, 0, NODE)?, key, &val).ok_or(corrupt)?;
         if bytes.len() as u64 <= NODE {
             if let Some(Val::Out(old, _)) = old {
@@ -344,8 +354,7 @@ impl Kv {
             }
             return rewrite(tx, slot, p, &bytes);
         }
-        let mut leaf =
-            Node::decode(tx.read(p, 0, NODE)?).ok_or(HeapError::Corrupt { at: p.0, what: "a tree node" })?;
+        let mut leaf = Kv::node_in(tx, p)?;
         match leaf.keys.binary_search_by(|k| k.as_slice().cmp(key)) {
             Ok(i) => {
                 if let Val::Out(old, _) = leaf.vals[i] {
@@ -383,8 +392,7 @@ impl Kv {
         match path.pop() {
             Some((pslot, pp)) => {
                 // Read again: rewriting the child may have swung its pointer in this node.
-                let mut parent = Node::decode(tx.read(pp, 0, NODE)?)
-                    .ok_or(HeapError::Corrupt { at: pp.0, what: "a tree node" })?;
+                let mut parent = Kv::node_in(tx, pp)?;
                 let i = parent.keys.partition_point(|k| *k <= sep);
                 parent.keys.insert(i, sep);
                 parent.kids.insert(i + 1, right_at);
@@ -414,8 +422,7 @@ impl Kv {
     /// `delete` inside transaction `tx`.
     pub fn delete_in<R: Region>(&self, tx: &mut Tx<R>, key: &[u8]) -> Result<bool, HeapError> {
         let (_, (slot, p)) = self.descend(tx, key)?;
-        let mut leaf =
-            Node::decode(tx.read(p, 0, NODE)?).ok_or(HeapError::Corrupt { at: p.0, what: "a tree node" })?;
+        let mut leaf = Kv::node_in(tx, p)?;
         let Ok(i) = leaf.keys.binary_search_by(|k| k.as_slice().cmp(key)) else { return Ok(false) };
         leaf.keys.remove(i);
         if let Val::Out(old, _) = leaf.vals.remove(i) {

@@ -446,12 +446,16 @@ impl<R: Region> Pool<R> {
     }
 
     pub(crate) fn check(&self, p: Ptr, off: u64, len: u64) -> Result<(), HeapError> {
-        let cap = self.size_of(p)?;
-        if off.checked_add(len).is_none_or(|end| end > cap) {
-            return Err(HeapError::OutOfBounds { at: p.0, off, len, cap });
-        }
-        Ok(())
+        within(p, off, len, self.size_of(p)?)
     }
+}
+
+/// `len` bytes at `off` of the `cap`-byte object at `p`, or the error that they are not.
+pub(crate) fn within(p: Ptr, off: u64, len: u64, cap: u64) -> Result<(), HeapError> {
+    if off.checked_add(len).is_none_or(|end| end > cap) {
+        return Err(HeapError::OutOfBounds { at: p.0, off, len, cap });
+    }
+    Ok(())
 }
 
 /// A pool identity: random enough that leftovers of another pool are never taken for ours.

@@ -213,11 +213,7 @@ impl<'p, R: Region> Tx<'p, R> {
     }
 
     fn check(&self, p: Ptr, off: u64, len: u64) -> Result<(), HeapError> {
-        let cap = self.size_of(p)?;
-        if off.checked_add(len).is_none_or(|end| end > cap) {
-            return Err(HeapError::OutOfBounds { at: p.0, off, len, cap });
-        }
-        Ok(())
+        crate::pool::within(p, off, len, self.size_of(p)?)
     }
 
     /// Adds `data`, just written at `at`, to what the commit vouches for.
