@@ -225,14 +225,26 @@ pub fn median(v: &mut [f64]) -> f64 {
 
 /// A file at `path` (replaced if there) mapped as a persistent region that flushes cache
 /// lines, every page and wear counter touched so that no timing pays a first-touch fault.
-pub fn shm_region(path: &std::path::Path, len: usize) -> bitmend_media::pmem::MmapRegion {
+pub fn shm_region(path: &std::path::Path, len: usize, lines: LineCounts) -> bitmend_media::pmem::MmapRegion {
     use bitmend_media::pmem::{MmapRegion, Persistence};
     let _ = std::fs::remove_file(path);
     let mut r = MmapRegion::create(path, len)
         .expect("a region on /dev/shm")
         .with_persistence(Persistence::CacheLineFlush);
+    if lines == LineCounts::Counted {
+        r = r.with_line_counts();
+    }
     r.prefault();
     r
+}
+
+/// Whether a region counts its stores per line. Counting costs a counter line touched per
+/// line stored, so timed runs do not count, on either side: the counts come from runs of
+/// their own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LineCounts {
+    Timed,
+    Counted,
 }
 
 /// GB/s from bytes per call and nanoseconds per call.

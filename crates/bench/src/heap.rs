@@ -17,7 +17,7 @@ use bitmend_heap::{LogBytes, Pool, PoolOptions, Ptr};
 use bitmend_media::pmem::{MmapRegion, Region};
 use bitmend_media::rng::Rng;
 
-use crate::harness::{median, shm_region, Options, Row};
+use crate::harness::{median, shm_region, LineCounts, Options, Row};
 
 /// Objects each case cycles through.
 const OBJECTS: usize = 64;
@@ -35,7 +35,7 @@ struct ShmPool {
 impl ShmPool {
     fn new(len: usize) -> ShmPool {
         let path = shm_path("pool");
-        let region = shm_region(&path, len);
+        let region = shm_region(&path, len, LineCounts::Timed);
         // The default don't-allocate period: a freed block waits 0.2 s, as a user's would.
         let pool = Pool::create(
             region,
@@ -163,7 +163,7 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
     let _ = std::fs::remove_file(&pool_path);
     let mut pmdk = pmdk::Pool::create(&pool_path, 64 << 20, span).and_then(|r| r.ok());
     let floor_path = shm_path("floor");
-    let mut floor = shm_region(&floor_path, span);
+    let mut floor = shm_region(&floor_path, span, LineCounts::Timed);
     for size in [64usize, 128, 1024, 4096, 16384] {
         // 55 B stands for MinL2R's and PRIMS's 10..100 B small writes.
         let len = if size == 64 { 55 } else { size };

@@ -18,7 +18,7 @@ use bitmend_heap::{Pool, PoolOptions, Ptr};
 use bitmend_media::pmem::{MmapRegion, Region};
 use bitmend_media::rng::Rng;
 
-use crate::harness::{median, shm_region, Options, Row};
+use crate::harness::{median, shm_region, LineCounts, Options, Row};
 
 /// Objects live when the trace starts.
 const LIVE: usize = 10_000;
@@ -68,9 +68,9 @@ struct Heap {
 }
 
 impl Heap {
-    fn new(len: usize) -> Heap {
+    fn new(len: usize, lines: LineCounts) -> Heap {
         let path = shm("heap");
-        let mut pool = Pool::create(shm_region(&path, len), PoolOptions::default()).expect("pool");
+        let mut pool = Pool::create(shm_region(&path, len, lines), PoolOptions::default()).expect("pool");
         let root = pool
             .tx(|tx| {
                 let root = tx.alloc(8 * SLOTS as u64)?;
@@ -158,15 +158,7 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
     let (setup, trace) = trace(ops);
     let (mut ours, mut anchor, mut malloc) = (Measured::default(), Measured::default(), Vec::new());
     for _ in 0..runs {
-        // Every block freed during the trace cools for 0.2 s: the pool holds them all.
-        let mut heap = Heap::new(if opts.quick { 256 << 20 } else { 1 << 30 });
-        setup.iter().for_each(|&op| heap.apply(op));
-        let before = heap.pool.region().line_writes().to_vec();
-        let t = Instant::now();
-        trace.iter().for_each(|&op| heap.apply(op));
-        ours.ns.push(t.elapsed().as_secs_f64() * 1e9 / ops as f64);
-        ours.lines = line_writes_during(&before, heap.pool.region().line_writes());
-        drop(heap);
+        ours.ns.push(heap_run(&setup, &trace, opts, LineCounts::Timed).0);
         let path = shm("pmdk");
         let _ = std::fs::remove_file(&path);
         if let Some(Ok(mut p)) = pmdk::Pool::create(&path, 1 << 30, 16 * SLOTS) {
@@ -180,7 +172,20 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
         }
         malloc.push(malloc_run(&setup, &trace));
     }
+    ours.lines = heap_run(&setup, &trace, opts, LineCounts::Counted).1;
     emit_rows(ops, &mut ours, &mut anchor, &mut malloc, emit);
+}
+
+/// Ns per operation of the trace on the heap, and the line writes it made (counted runs).
+fn heap_run(setup: &[Op], trace: &[Op], opts: &Options, lines: LineCounts) -> (f64, Vec<u32>) {
+    // Every block freed during the trace cools for 0.2 s: the pool holds them all.
+    let mut heap = Heap::new(if opts.quick { 256 << 20 } else { 1 << 30 }, lines);
+    setup.iter().for_each(|&op| heap.apply(op));
+    let before = heap.pool.region().line_writes().to_vec();
+    let t = Instant::now();
+    trace.iter().for_each(|&op| heap.apply(op));
+    let ns = t.elapsed().as_secs_f64() * 1e9 / trace.len() as f64;
+    (ns, line_writes_during(&before, heap.pool.region().line_writes()))
 }
 
 /// PMDK's line writes over the trace, in a pool of its own (counting costs time: the timed

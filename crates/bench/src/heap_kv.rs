@@ -12,7 +12,7 @@ use bitmend_heap::{Pool, PoolOptions};
 use bitmend_media::pmem::Region;
 use bitmend_media::rng::Rng;
 
-use crate::harness::{median, shm_region, Options, Row};
+use crate::harness::{median, shm_region, LineCounts, Options, Row};
 
 const VALUE: usize = 256;
 
@@ -33,10 +33,11 @@ fn value(key: u64) -> [u8; VALUE] {
     v
 }
 
-/// Ns per insert into the heap's store, and the writes per line the inserts made.
-fn ours(keys: &[u64], pool_len: usize) -> (f64, Vec<u32>) {
+/// Ns per insert into the heap's store, and the writes per line the inserts made (counted
+/// runs).
+fn ours(keys: &[u64], pool_len: usize, lines: LineCounts) -> (f64, Vec<u32>) {
     let path = shm("heap");
-    let mut pool = Pool::create(shm_region(&path, pool_len), PoolOptions::default()).expect("pool");
+    let mut pool = Pool::create(shm_region(&path, pool_len, lines), PoolOptions::default()).expect("pool");
     let kv = Kv::create(&mut pool).expect("store");
     let before = pool.region().line_writes().to_vec();
     let t = Instant::now();
@@ -91,15 +92,14 @@ fn shares(lines: &[u32]) -> Vec<f64> {
 pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
     let (n, runs, pool_len) = if opts.quick { (20_000, 1, 256 << 20) } else { (1_000_000, 3, 3 << 30) };
     let keys = keys(n);
-    let (mut ns, mut pmdk_ns, mut our_lines) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut ns, mut pmdk_ns) = (Vec::new(), Vec::new());
     for _ in 0..runs {
-        let (t, lines) = ours(&keys, pool_len);
-        ns.push(t);
-        our_lines = lines;
+        ns.push(ours(&keys, pool_len, LineCounts::Timed).0);
         if let Some((t, _)) = anchor(&keys, pool_len, false) {
             pmdk_ns.push(t);
         }
     }
+    let our_lines = ours(&keys, pool_len, LineCounts::Counted).1;
     let pmdk_lines = anchor(&keys, pool_len, true).map(|(_, l)| l).filter(|_| pmem_count::interposed());
     let pmdk_ns = (!pmdk_ns.is_empty()).then(|| median(&mut pmdk_ns));
     let case = format!("B+tree insert, random 8 B keys, {VALUE} B values, {n} inserts");

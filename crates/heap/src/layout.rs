@@ -21,10 +21,10 @@ pub const POOL_HEADER: u64 = 4096;
 /// Size classes: class `c` (1 to [`CLASSES`]) has blocks of `64 << (c - 1)` bytes.
 pub const CLASSES: u8 = 11;
 /// The pool format this build writes. Version 2 adds checksummed commit records and the
-/// key-value store's sharded count (FORMAT.md section 9); this build reads version 1 too,
-/// and marks a version 1 pool version 2 when it opens it, before it writes a record that a
-/// version 1 reader would take for a plain commit.
-pub const HEAP_VERSION: u32 = 2;
+/// key-value store's sharded count, version 3 slotted store nodes (FORMAT.md section 9);
+/// this build reads versions 1 and 2 too, and marks an older pool version 3 when it opens
+/// it, before it writes a record or a node that an older reader would misread.
+pub const HEAP_VERSION: u32 = 3;
 /// The oldest pool format this build reads.
 pub const HEAP_VERSION_MIN: u32 = 1;
 
@@ -341,8 +341,9 @@ mod tests {
             b[60..].copy_from_slice(&crc.to_le_bytes());
             b
         };
-        assert!(matches!(Superblock::decode(&with_version(3)), Err(HeapError::Version { found: 3, .. })));
+        assert!(matches!(Superblock::decode(&with_version(4)), Err(HeapError::Version { found: 4, .. })));
         assert!(matches!(Superblock::decode(&with_version(0)), Err(HeapError::Version { found: 0, .. })));
         assert_eq!(Superblock::decode(&with_version(1)).unwrap(), Superblock { version: 1, ..sb });
+        assert_eq!(Superblock::decode(&with_version(2)).unwrap(), Superblock { version: 2, ..sb });
     }
 }

@@ -265,14 +265,39 @@ impl<'p, R: Region> Tx<'p, R> {
     /// Writes `data` at `off` of the object at `p`: data logging (the bytes it overwrites go
     /// to the journal first; none for a block this transaction allocated).
     pub fn write(&mut self, p: Ptr, off: u64, data: &[u8]) -> Result<(), HeapError> {
-        self.check(p, off, data.len() as u64)?;
-        self.bytes.redo_equivalent += (REDO_OVERHEAD + data.len()) as u64;
-        let at = p.0 + off;
-        if self.fresh_len(p).is_none() {
-            self.log_undo(at, data.len())?;
+        self.write_several(&[(p, off, data)])
+    }
+
+    /// Several writes as [`write`](Self::write) makes them, whose undo records share one
+    /// fence (each `write` takes its own).
+    pub fn write_several(&mut self, writes: &[(Ptr, u64, &[u8])]) -> Result<(), HeapError> {
+        let mut logged = false;
+        for &(p, off, data) in writes {
+            self.check(p, off, data.len() as u64)?;
+            if self.fresh_len(p).is_none() {
+                self.log_undo(p.0 + off, data.len())?;
+                logged = true;
+            }
+        }
+        if logged {
             self.fence_records()?;
         }
-        self.write_in_place(at, data)
+        for &(p, off, data) in writes {
+            self.bytes.redo_equivalent += (REDO_OVERHEAD + data.len()) as u64;
+            self.write_in_place(p.0 + off, data)?;
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at `off` of the object at `p` without logging the bytes it overwrites:
+    /// for bytes that neither the object's committed state nor anything this transaction
+    /// wrote before uses (the gap of a slotted node). After a rollback they may hold
+    /// anything, which is why nothing may use them. No fence comes first, for the same
+    /// reason.
+    pub fn write_unused(&mut self, p: Ptr, off: u64, data: &[u8]) -> Result<(), HeapError> {
+        self.check(p, off, data.len() as u64)?;
+        self.bytes.redo_equivalent += (REDO_OVERHEAD + data.len()) as u64;
+        self.write_in_place(p.0 + off, data)
     }
 
     /// Saves the `len` bytes at `at` in undo records (as many as the record size needs).

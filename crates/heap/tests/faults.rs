@@ -208,7 +208,7 @@ fn a_damaged_tree_node_is_an_error_for_reads_and_writes_never_a_panic_or_wrong_b
         }
         let header = pool.root();
         let root = Ptr(u64::from_le_bytes(pool.read(header, 8, 8).unwrap().try_into().unwrap()));
-        assert_eq!(pool.read(root, 0, 1).unwrap()[0], 2, "the root is an inner node");
+        assert_eq!(pool.read(root, 0, 1).unwrap()[0], 4, "the root is a (slotted) inner node");
         let node = match target {
             "inner root" => root,
             _ => Ptr(u64::from_le_bytes(pool.read(root, 8, 8).unwrap().try_into().unwrap())),

@@ -1,7 +1,7 @@
 //! The golden pools, checked in and read by this build: `pool-v1.bin`, format version 1
-//! (written by session 11's build: a store whose entries are counted in one field), and
-//! `pool-v2.bin`, version 2 (written by the ignored test below: checksummed commits, the count
-//! in 64 shards). A change to any persistent byte of the pool breaks these tests, and
+//! (written by session 11's build: a store whose entries are counted in one field),
+//! `pool-v2.bin`, version 2 (session 12's: checksummed commits, the count in 64 shards), and
+//! `pool-v3.bin`, version 3 (written by the ignored test below: slotted nodes). A change to any persistent byte of the pool breaks these tests, and
 //! docs/FORMAT.md section 9 must say why.
 
 use bitmend_heap::kv::Kv;
@@ -10,6 +10,7 @@ use bitmend_media::pmem::{CrashRegion, Region};
 
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/pool-v1.bin");
 const GOLDEN_V2: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/pool-v2.bin");
+const GOLDEN_V3: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/pool-v3.bin");
 
 /// What the golden pool's store holds: small values inline, one out of line, a deleted key.
 fn entries() -> Vec<(Vec<u8>, Vec<u8>)> {
@@ -31,17 +32,60 @@ fn write_golden_pool() {
     kv.put(&mut pool, b"gone", b"deleted below").unwrap();
     kv.delete(&mut pool, b"gone").unwrap();
     pool.checkout().unwrap();
-    std::fs::write(GOLDEN_V2, pool.region().bytes()).unwrap();
+    std::fs::write(GOLDEN_V3, pool.region().bytes()).unwrap();
 }
 
 #[test]
-fn the_version_1_golden_pool_reads_back_and_is_marked_version_2() {
+fn the_version_1_golden_pool_reads_back_and_is_marked_version_3() {
     assert_eq!(read_golden(GOLDEN), Some(1));
 }
 
 #[test]
-fn the_version_2_golden_pool_reads_back() {
-    assert_eq!(read_golden(GOLDEN_V2), None);
+fn the_version_2_golden_pool_reads_back_and_is_marked_version_3() {
+    assert_eq!(read_golden(GOLDEN_V2), Some(2));
+}
+
+#[test]
+fn the_version_3_golden_pool_reads_back() {
+    assert_eq!(read_golden(GOLDEN_V3), None);
+}
+
+/// Stores of versions 1 and 2 hold packed nodes: a put and a delete into each rewrite their
+/// leaf slotted, and every entry still reads.
+#[test]
+fn packed_nodes_of_older_pools_take_puts_and_deletes() {
+    for path in [GOLDEN, GOLDEN_V2] {
+        let mut pool = open_golden(path);
+        let kv = Kv::open(&pool).unwrap();
+        let mut want: std::collections::BTreeMap<Vec<u8>, Vec<u8>> = entries().into_iter().collect();
+        // The root is a packed leaf: the delete rewrites it slotted, the puts splice.
+        let root = u64::from_le_bytes(pool.read(pool.root(), 8, 8).unwrap().try_into().unwrap());
+        assert_eq!(pool.read(bitmend_heap::Ptr(root), 0, 1).unwrap()[0], 1, "{path}: a packed leaf");
+        assert!(kv.delete(&mut pool, b"key039").unwrap());
+        want.remove(&b"key039"[..]);
+        kv.put(&mut pool, b"key005", b"changed").unwrap();
+        want.insert(b"key005".to_vec(), b"changed".to_vec());
+        kv.put(&mut pool, b"new", &[7; 300]).unwrap();
+        want.insert(b"new".to_vec(), vec![7; 300]);
+        for i in 0..60u32 {
+            let k = format!("more{i:02}").into_bytes();
+            kv.put(&mut pool, &k, &[i as u8; 200]).unwrap();
+            want.insert(k, vec![i as u8; 200]);
+        }
+        let (pool, _) = Pool::open(pool.into_region(), PoolOptions::default()).unwrap();
+        let kv = Kv::open(&pool).unwrap();
+        let mut got = std::collections::BTreeMap::new();
+        kv.scan(&pool, None, None, &mut |k, v| got.insert(k.to_vec(), v).is_none()).unwrap();
+        assert!(got == want, "{path}: {} entries, {} expected", got.len(), want.len());
+        assert_eq!(kv.check(&pool).unwrap().entries, want.len() as u64);
+    }
+}
+
+fn open_golden(path: &str) -> Pool<CrashRegion> {
+    let bytes = std::fs::read(path).expect("the golden pool is checked in");
+    let mut region = CrashRegion::new(bytes.len());
+    region.corrupt(0, &bytes).unwrap();
+    Pool::open(region, PoolOptions::default()).unwrap().0
 }
 
 /// Opens the golden pool at `path`, checks its store; returns the version it was upgraded

@@ -42,13 +42,14 @@ fn ram_mmap_and_protected_regions_agree() {
     for mode in [Persistence::Msync, Persistence::CacheLineFlush] {
         let path = temp_path(&format!("{mode:?}.pmem"));
         {
-            let mut m = MmapRegion::create(&path, 10_000).unwrap().with_persistence(mode);
+            let mut m = MmapRegion::create(&path, 10_000).unwrap().with_persistence(mode).with_line_counts();
             assert_eq!(m.persistence(), mode);
             assert_eq!(exercise(&mut m), want, "{mode:?}");
         }
         // Reopened, the file holds what was stored.
         let m = MmapRegion::open(&path).unwrap();
         assert_eq!(m.bytes(), &want[..], "{mode:?} (flush instruction: {})", flush_instruction());
+        assert!(m.line_writes().is_empty(), "a region counts lines only when asked to");
         drop(m);
         std::fs::remove_file(&path).unwrap();
     }

@@ -33,7 +33,9 @@ pub struct MmapRegion {
     _file: File,
     dax: bool,
     persistence: Persistence,
-    counters: LineCounters,
+    /// Stores per line, when asked for ([`MmapRegion::with_line_counts`]): a sixteenth of
+    /// the region in DRAM, and a counter line touched per line stored.
+    counters: Option<LineCounters>,
 }
 
 // SAFETY: the mapping is owned by this value alone (the file is locked against other users
@@ -98,13 +100,20 @@ impl MmapRegion {
             _file: file,
             dax,
             persistence: if dax { Persistence::CacheLineFlush } else { Persistence::Msync },
-            counters: LineCounters::new(len),
+            counters: None,
         })
     }
 
     /// Forces a persistence method (see the module documentation for what each guarantees).
     pub fn with_persistence(mut self, persistence: Persistence) -> MmapRegion {
         self.persistence = persistence;
+        self
+    }
+
+    /// Counts stores per 64-byte line ([`Region::line_writes`]), for wear studies; a region
+    /// counts nothing unless asked to.
+    pub fn with_line_counts(mut self) -> MmapRegion {
+        self.counters = Some(LineCounters::new(self.len));
         self
     }
 
@@ -122,7 +131,9 @@ impl MmapRegion {
         for at in (0..bytes.len()).step_by(page) {
             bytes[at] = std::hint::black_box(bytes[at]);
         }
-        self.counters.prefault(page);
+        if let Some(c) = &mut self.counters {
+            c.prefault(page);
+        }
     }
 
     /// Whether the mapping is direct-access (MAP_SYNC accepted).
@@ -162,14 +173,18 @@ impl Region for MmapRegion {
     fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
         check_range(offset, data.len(), self.len)?;
         self.slice_mut()[offset..offset + data.len()].copy_from_slice(data);
-        self.counters.touch(offset, data.len());
+        if let Some(c) = &mut self.counters {
+            c.touch(offset, data.len());
+        }
         Ok(())
     }
 
     fn update(&mut self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) -> Result<(), RegionError> {
         check_range(offset, len, self.len)?;
         f(&mut self.slice_mut()[offset..offset + len]);
-        self.counters.touch(offset, len);
+        if let Some(c) = &mut self.counters {
+            c.touch(offset, len);
+        }
         Ok(())
     }
 
@@ -196,7 +211,9 @@ impl Region for MmapRegion {
             self.slice_mut()[at..at + t.len()].copy_from_slice(t);
             self.flush(at, t.len())?;
         }
-        self.counters.touch(offset, data.len());
+        if let Some(c) = &mut self.counters {
+            c.touch(offset, data.len());
+        }
         Ok(())
     }
 
@@ -236,7 +253,7 @@ impl Region for MmapRegion {
     }
 
     fn line_writes(&self) -> &[u32] {
-        self.counters.as_slice()
+        self.counters.as_ref().map_or(&[], |c| c.as_slice())
     }
 
     fn corrupt(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError> {

@@ -74,7 +74,8 @@ pub trait Region: Send {
     /// later stores are ordered after them.
     fn fence(&mut self) -> Result<(), RegionError>;
 
-    /// Stores per 64-byte line since the region was opened (saturating), for wear studies.
+    /// Stores per 64-byte line since the region was opened (saturating), for wear studies;
+    /// empty for a region that does not count (an `MmapRegion` counts when asked to).
     fn line_writes(&self) -> &[u32];
 
     /// Damages the medium: `data` replaces the stored bytes at once, durable, bypassing

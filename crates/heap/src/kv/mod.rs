@@ -1,0 +1,482 @@
+//! An ordered key-value store in the pool: a B+tree of 4 KiB slotted nodes ([`node`]), each
+//! mutation one transaction (or many in a batch). A put or a delete that fits in its node's
+//! gap writes the entry there without undo and data-logs the node's header and index; a node
+//! that must be compacted or split is written whole to a new block, through its parent's
+//! pointer slot (MinL2R's pointer logging).
+//!
+//! Values up to [`INLINE_MAX`] bytes live in their leaf; larger ones (up to [`VALUE_MAX`]) in
+//! a block of their own that the leaf points to. Deleting leaves a leaf smaller, never merged:
+//! an empty leaf stays in the tree until a put lands in it.
+
+mod node;
+
+use bitmend_code::le::{self, Put};
+use bitmend_media::pmem::Region;
+
+use node::{child_for, inner_entry, leaf_entry, Node, Slotted, Val, NODE, SPLICE_FROM};
+
+use crate::alloc::Ptr;
+use crate::pool::Pool;
+use crate::tx::{Slot, Tx};
+use crate::HeapError;
+
+/// Longest key.
+pub const KEY_MAX: usize = 1024;
+/// Longest value.
+pub const VALUE_MAX: usize = 1 << 20;
+/// Longest value kept in its leaf.
+pub const INLINE_MAX: usize = 512;
+/// The store's header object: magic, then the root node's slot, then the entry count.
+const MAGIC: u64 = 0x564B_444E_454D_5442; // "BTMENDKV"
+const HEADER_ROOT: u64 = 8;
+const HEADER_COUNT: u64 = 16;
+/// A store made by this build counts its entries in 64 shards, each in a line of its own
+/// after the header's first line (a key counts in the shard its CRC picks), so that no line
+/// is written by every insert: one count written each time was the hottest line of the pool.
+const SHARDS: u64 = 64;
+/// The header object of a sharded store.
+const SHARDED_HEADER: u64 = 64 + SHARDS * 64;
+
+/// The error for bytes at `p` that do not read as a tree node.
+fn not_a_node(p: Ptr) -> HeapError {
+    HeapError::Corrupt { at: p.0, what: "a tree node" }
+}
+
+/// A leaf on a path: the slot that points to it, and where it is.
+type Leaf = (Slot, Ptr);
+
+/// The store, found from the pool's root slot.
+#[derive(Clone, Copy, Debug)]
+pub struct Kv {
+    header: Ptr,
+    /// Whether its count is sharded (stores of pool format 1's first writers are not).
+    sharded: bool,
+}
+
+/// Counts of a store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KvStats {
+    pub entries: u64,
+    pub nodes: u64,
+    pub depth: u32,
+    pub value_blocks: u64,
+}
+
+impl Kv {
+    /// Makes an empty store in `pool` (its root object).
+    pub fn create<R: Region>(pool: &mut Pool<R>) -> Result<Kv, HeapError> {
+        pool.tx(|tx| {
+            let header = tx.alloc(SHARDED_HEADER)?;
+            let leaf = tx.alloc(NODE)?;
+            tx.write(leaf, 0, &Node { leaf: true, ..Node::default() }.encode())?;
+            let mut h = Vec::with_capacity(SHARDED_HEADER as usize);
+            h.put_u64(MAGIC);
+            h.put_u64(leaf.0);
+            h.resize(SHARDED_HEADER as usize, 0);
+            tx.write(header, 0, &h)?;
+            let root = tx.root_slot();
+            tx.set(root, header)?;
+            Ok(Kv { header, sharded: true })
+        })
+    }
+
+    /// The store in `pool`; an error if its root object is not one.
+    pub fn open<R: Region>(pool: &Pool<R>) -> Result<Kv, HeapError> {
+        let header = pool.root();
+        let not = || HeapError::NotAPool { why: "the pool holds no key-value store".into() };
+        if header == Ptr::NULL || pool.read(header, 0, 8).map(|b| le::get_u64(b, 0)).ok() != Some(MAGIC) {
+            return Err(not());
+        }
+        Ok(Kv { header, sharded: pool.size_of(header)? >= SHARDED_HEADER })
+    }
+
+    fn root<R: Region>(&self, pool: &Pool<R>) -> Result<Ptr, HeapError> {
+        Ok(Ptr(le::get_u64(pool.read(self.header, HEADER_ROOT, 8)?, 0)))
+    }
+
+    /// Entries in the store.
+    pub fn len<R: Region>(&self, pool: &Pool<R>) -> Result<u64, HeapError> {
+        let mut n = le::get_u64(pool.read(self.header, HEADER_COUNT, 8)?, 0);
+        if self.sharded {
+            let shards = pool.read(self.header, 64, SHARDS * 64)?;
+            n = (0..SHARDS as usize).fold(n, |n, i| n.wrapping_add(le::get_u64(shards, 64 * i)));
+        }
+        Ok(n)
+    }
+
+    pub fn is_empty<R: Region>(&self, pool: &Pool<R>) -> Result<bool, HeapError> {
+        Ok(self.len(pool)? == 0)
+    }
+
+    fn node<R: Region>(pool: &Pool<R>, p: Ptr) -> Result<Node, HeapError> {
+        Node::decode(pool.read(p, 0, NODE)?).ok_or(not_a_node(p))
+    }
+
+    /// The node at `p`, read inside transaction `tx` (its writes included).
+    fn node_in<R: Region>(tx: &Tx<R>, p: Ptr) -> Result<Node, HeapError> {
+        Node::decode(tx.read(p, 0, NODE)?).ok_or(not_a_node(p))
+    }
+
+    /// The value of `key`.
+    pub fn get<R: Region>(&self, pool: &Pool<R>, key: &[u8]) -> Result<Option<Vec<u8>>, HeapError> {
+        let mut p = self.root(pool)?;
+        loop {
+            let b = pool.read(p, 0, NODE)?;
+            if let Some((_, kid)) = child_for(b, key) {
+                p = kid;
+                continue;
+            }
+            if let Some(s) = Slotted::parse(b).filter(|s| s.leaf) {
+                return match s.search(key).ok_or(not_a_node(p))? {
+                    Ok(i) => Ok(Some(Kv::value(pool, &s.leaf_entry(i).ok_or(not_a_node(p))?.1)?)),
+                    Err(_) => Ok(None),
+                };
+            }
+            // A packed leaf (pool versions 1 and 2), or damage.
+            let n = Kv::node(pool, p)?;
+            if !n.leaf {
+                return Err(not_a_node(p));
+            }
+            return match n.keys.binary_search_by(|k| k.as_slice().cmp(key)) {
+                Ok(i) => Ok(Some(Kv::value(pool, &n.vals[i])?)),
+                Err(_) => Ok(None),
+            };
+        }
+    }
+
+    fn value<R: Region>(pool: &Pool<R>, v: &Val) -> Result<Vec<u8>, HeapError> {
+        Ok(match v {
+            Val::Inline(b) => b.clone(),
+            Val::Out(p, len) => pool.read(*p, 0, *len as u64)?.to_vec(),
+        })
+    }
+
+    /// Sets `key` to `value`, one transaction.
+    pub fn put<R: Region>(&self, pool: &mut Pool<R>, key: &[u8], value: &[u8]) -> Result<(), HeapError> {
+        pool.tx(|tx| self.put_in(tx, key, value))
+    }
+
+    /// Removes `key`, one transaction; whether it was there.
+    pub fn delete<R: Region>(&self, pool: &mut Pool<R>, key: &[u8]) -> Result<bool, HeapError> {
+        pool.tx(|tx| self.delete_in(tx, key))
+    }
+
+    /// Many puts and deletes, all in one transaction.
+    pub fn batch<R: Region, T>(
+        &self,
+        pool: &mut Pool<R>,
+        f: impl FnOnce(&Kv, &mut Tx<R>) -> Result<T, HeapError>,
+    ) -> Result<T, HeapError> {
+        pool.tx(|tx| f(self, tx))
+    }
+
+    /// The path from the root to the leaf for `key`: each inner node's slot and place,
+    /// and the leaf's.
+    fn descend<R: Region>(&self, tx: &Tx<R>, key: &[u8]) -> Result<(Vec<(Slot, Ptr)>, Leaf), HeapError> {
+        let mut slot = tx.slot(self.header, HEADER_ROOT)?;
+        let mut path = Vec::new();
+        loop {
+            let p = tx.get(slot);
+            let b = tx.read(p, 0, NODE)?;
+            let Some((at, _)) = child_for(b, key) else { return Ok((path, (slot, p))) };
+            let next = tx.slot(p, at as u64)?;
+            path.push((slot, p));
+            slot = next;
+        }
+    }
+
+    /// `put` inside transaction `tx`.
+    pub fn put_in<R: Region>(&self, tx: &mut Tx<R>, key: &[u8], value: &[u8]) -> Result<(), HeapError> {
+        if key.len() > KEY_MAX || value.len() > VALUE_MAX {
+            return Err(HeapError::TooLarge {
+                len: key.len().max(value.len()) as u64,
+                max: VALUE_MAX as u64,
+            });
+        }
+        let (path, (slot, p)) = self.descend(tx, key)?;
+        let val = if value.len() <= INLINE_MAX {
+            Val::Inline(value.to_vec())
+        } else {
+            let b = tx.alloc(value.len() as u64)?;
+            tx.write(b, 0, value)?;
+            Val::Out(b, value.len() as u32)
+        };
+        let entry = leaf_entry(key, &val);
+        // The common case: the entry fits in the leaf's gap.
+        let b = tx.read(p, 0, NODE)?;
+        if let Some(s) = Slotted::parse(b).filter(|s| s.leaf) {
+            let found = s.search(key).ok_or(not_a_node(p))?;
+            let old = match found {
+                Ok(i) => Some(s.leaf_entry(i).ok_or(not_a_node(p))?),
+                Err(_) => None,
+            };
+            let i = found.unwrap_or_else(|i| i);
+            if let Some(splice) = s.splice(i, key, entry.len(), old.as_ref().map(|o| o.2)) {
+                let old = old.map(|o| o.1);
+                tx.write_unused(p, splice.entry_at, &entry)?;
+                let count = match old {
+                    None => Some(self.count_after(tx, key, 1)?),
+                    Some(_) => None,
+                };
+                let mut writes = vec![(p, SPLICE_FROM, splice.head.as_slice())];
+                writes.extend(count.as_ref().map(|(at, n)| (self.header, *at, n.as_slice())));
+                tx.write_several(&writes)?;
+                if let Some(Val::Out(old, _)) = old {
+                    tx.free(old)?;
+                }
+                return Ok(());
+            }
+        }
+        self.put_repacked(tx, (path, (slot, p)), key, val)
+    }
+
+    /// A put into a leaf whose gap is too small, or a packed leaf: the leaf is written whole
+    /// (compacted, or split).
+    fn put_repacked<R: Region>(
+        &self,
+        tx: &mut Tx<R>,
+        (path, (slot, p)): (Vec<(Slot, Ptr)>, Leaf),
+        key: &[u8],
+        val: Val,
+    ) -> Result<(), HeapError> {
+        let mut leaf = Kv::node_in(tx, p)?;
+        if !leaf.leaf {
+            return Err(not_a_node(p));
+        }
+        match leaf.keys.binary_search_by(|k| k.as_slice().cmp(key)) {
+            Ok(i) => {
+                if let Val::Out(old, _) = leaf.vals[i] {
+                    tx.free(old)?;
+                }
+                leaf.vals[i] = val;
+            }
+            Err(i) => {
+                leaf.keys.insert(i, key.to_vec());
+                leaf.vals.insert(i, val);
+                self.add_count(tx, key, 1)?;
+            }
+        }
+        self.store(tx, path, slot, leaf)
+    }
+
+    /// Writes `node` whole through `slot` (to a new block: pointer logging), splitting it,
+    /// and its parents, when it no longer fits.
+    fn store<R: Region>(
+        &self,
+        tx: &mut Tx<R>,
+        mut path: Vec<(Slot, Ptr)>,
+        slot: Slot,
+        node: Node,
+    ) -> Result<(), HeapError> {
+        if node.fits() {
+            tx.write_through(slot, 0, &node.encode())?;
+            return Ok(());
+        }
+        let (left, sep, right) = node.split();
+        let right_at = tx.alloc(NODE)?;
+        tx.write(right_at, 0, &right.encode())?;
+        tx.write_through(slot, 0, &left.encode())?;
+        match path.pop() {
+            Some((pslot, pp)) => self.insert_child(tx, path, pslot, pp, sep, right_at),
+            None => {
+                // The root split: a new root over the two halves.
+                let left_at = tx.get(slot);
+                let root = Node { leaf: false, keys: vec![sep], vals: vec![], kids: vec![left_at, right_at] };
+                let at = tx.alloc(NODE)?;
+                tx.write(at, 0, &root.encode())?;
+                tx.set(slot, at)
+            }
+        }
+    }
+
+    /// Adds child `kid`, holding the keys from `sep` on, to the inner node at `p` (through
+    /// `slot`, on `path`).
+    fn insert_child<R: Region>(
+        &self,
+        tx: &mut Tx<R>,
+        path: Vec<(Slot, Ptr)>,
+        slot: Slot,
+        p: Ptr,
+        sep: Vec<u8>,
+        kid: Ptr,
+    ) -> Result<(), HeapError> {
+        let entry = inner_entry(&sep, kid);
+        if let Some(s) = Slotted::parse(tx.read(p, 0, NODE)?).filter(|s| !s.leaf) {
+            let Err(i) = s.search(&sep).ok_or(not_a_node(p))? else { return Err(not_a_node(p)) };
+            if let Some(splice) = s.splice(i, &sep, entry.len(), None) {
+                tx.write_unused(p, splice.entry_at, &entry)?;
+                return tx.write(p, SPLICE_FROM, &splice.head);
+            }
+        }
+        let mut parent = Kv::node_in(tx, p)?;
+        if parent.leaf {
+            return Err(not_a_node(p));
+        }
+        let i = parent.keys.partition_point(|k| *k <= sep);
+        parent.keys.insert(i, sep);
+        parent.kids.insert(i + 1, kid);
+        self.store(tx, path, slot, parent)
+    }
+
+    /// Where `key`'s count is in the store's header, and its bytes once it changes by `by`.
+    fn count_after<R: Region>(&self, tx: &Tx<R>, key: &[u8], by: i64) -> Result<(u64, [u8; 8]), HeapError> {
+        let at = match self.sharded {
+            true => 64 + 64 * (bitmend_code::crc::crc32c(key) as u64 % SHARDS),
+            false => HEADER_COUNT,
+        };
+        let n = le::get_u64(tx.read(self.header, at, 8)?, 0);
+        Ok((at, n.wrapping_add_signed(by).to_le_bytes()))
+    }
+
+    /// Counts `key` in or out (`by` 1 or -1), in its shard.
+    fn add_count<R: Region>(&self, tx: &mut Tx<R>, key: &[u8], by: i64) -> Result<(), HeapError> {
+        let (at, n) = self.count_after(tx, key, by)?;
+        tx.write(self.header, at, &n)
+    }
+
+    /// `delete` inside transaction `tx`.
+    pub fn delete_in<R: Region>(&self, tx: &mut Tx<R>, key: &[u8]) -> Result<bool, HeapError> {
+        let (path, (slot, p)) = self.descend(tx, key)?;
+        if let Some(s) = Slotted::parse(tx.read(p, 0, NODE)?).filter(|s| s.leaf) {
+            let Ok(i) = s.search(key).ok_or(not_a_node(p))? else { return Ok(false) };
+            let (_, val, len) = s.leaf_entry(i).ok_or(not_a_node(p))?;
+            let head = s.remove(i, len);
+            let (at, n) = self.count_after(tx, key, -1)?;
+            tx.write_several(&[(p, SPLICE_FROM, &head), (self.header, at, &n)])?;
+            if let Val::Out(old, _) = val {
+                tx.free(old)?;
+            }
+            return Ok(true);
+        }
+        // A packed leaf: written back slotted.
+        let mut leaf = Kv::node_in(tx, p)?;
+        if !leaf.leaf {
+            return Err(not_a_node(p));
+        }
+        let Ok(i) = leaf.keys.binary_search_by(|k| k.as_slice().cmp(key)) else { return Ok(false) };
+        leaf.keys.remove(i);
+        if let Val::Out(old, _) = leaf.vals.remove(i) {
+            tx.free(old)?;
+        }
+        self.add_count(tx, key, -1)?;
+        self.store(tx, path, slot, leaf)?;
+        Ok(true)
+    }
+
+    /// Every entry with `from <= key < to` (either bound open), in key order, until `f`
+    /// returns false.
+    pub fn scan<R: Region>(
+        &self,
+        pool: &Pool<R>,
+        from: Option<&[u8]>,
+        to: Option<&[u8]>,
+        f: &mut dyn FnMut(&[u8], Vec<u8>) -> bool,
+    ) -> Result<(), HeapError> {
+        let root = self.root(pool)?;
+        self.walk(pool, root, from, to, f).map(|_| ())
+    }
+
+    fn walk<R: Region>(
+        &self,
+        pool: &Pool<R>,
+        p: Ptr,
+        from: Option<&[u8]>,
+        to: Option<&[u8]>,
+        f: &mut dyn FnMut(&[u8], Vec<u8>) -> bool,
+    ) -> Result<bool, HeapError> {
+        let n = Kv::node(pool, p)?;
+        if n.leaf {
+            for (k, v) in n.keys.iter().zip(&n.vals) {
+                if from.is_some_and(|a| k.as_slice() < a) {
+                    continue;
+                }
+                if to.is_some_and(|b| k.as_slice() >= b) {
+                    return Ok(false);
+                }
+                if !f(k, Kv::value(pool, v)?) {
+                    return Ok(false);
+                }
+            }
+            return Ok(true);
+        }
+        let first = from.map_or(0, |a| n.keys.partition_point(|k| k.as_slice() <= a));
+        for (i, &kid) in n.kids.iter().enumerate().skip(first) {
+            if i > 0 && to.is_some_and(|b| n.keys[i - 1].as_slice() >= b) {
+                return Ok(false);
+            }
+            if !self.walk(pool, kid, from, to, f)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Every entry whose key starts with `prefix`.
+    pub fn scan_prefix<R: Region>(
+        &self,
+        pool: &Pool<R>,
+        prefix: &[u8],
+        f: &mut dyn FnMut(&[u8], Vec<u8>) -> bool,
+    ) -> Result<(), HeapError> {
+        self.scan(pool, Some(prefix), None, &mut |k, v| k.starts_with(prefix) && f(k, v))
+    }
+
+    /// Checks every tree invariant (keys ordered within and between nodes, one depth for
+    /// every leaf, every pointer an allocated block) and counts.
+    pub fn check<R: Region>(&self, pool: &Pool<R>) -> Result<KvStats, HeapError> {
+        let mut st = KvStats::default();
+        let root = self.root(pool)?;
+        let mut leaf_depth = None;
+        self.check_node(pool, root, None, None, 1, &mut leaf_depth, &mut st)?;
+        st.depth = leaf_depth.unwrap_or(0);
+        if st.entries != self.len(pool)? {
+            return Err(HeapError::Corrupt { at: self.header.0, what: "the entry count" });
+        }
+        Ok(st)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn check_node<R: Region>(
+        &self,
+        pool: &Pool<R>,
+        p: Ptr,
+        low: Option<&[u8]>,
+        high: Option<&[u8]>,
+        depth: u32,
+        leaf_depth: &mut Option<u32>,
+        st: &mut KvStats,
+    ) -> Result<(), HeapError> {
+        let bad = |what| HeapError::Corrupt { at: p.0, what };
+        let n = Kv::node(pool, p)?;
+        st.nodes += 1;
+        if n.keys.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(bad("keys out of order in a node"));
+        }
+        if n.keys.first().is_some_and(|k| low.is_some_and(|l| k.as_slice() < l))
+            || n.keys.last().is_some_and(|k| high.is_some_and(|h| k.as_slice() >= h))
+        {
+            return Err(bad("a key outside its parent's range"));
+        }
+        if n.leaf {
+            if *leaf_depth.get_or_insert(depth) != depth {
+                return Err(bad("leaves at different depths"));
+            }
+            st.entries += n.keys.len() as u64;
+            for v in &n.vals {
+                if let Val::Out(b, len) = v {
+                    if pool.size_of(*b).is_ok_and(|cap| cap < *len as u64) || pool.size_of(*b).is_err() {
+                        return Err(bad("a value pointer to no allocated block"));
+                    }
+                    st.value_blocks += 1;
+                }
+            }
+            return Ok(());
+        }
+        for (i, &kid) in n.kids.iter().enumerate() {
+            let lo = if i == 0 { low } else { Some(n.keys[i - 1].as_slice()) };
+            let hi = if i == n.keys.len() { high } else { Some(n.keys[i].as_slice()) };
+            self.check_node(pool, kid, lo, hi, depth + 1, leaf_depth, st)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,670 @@
+//! The store's nodes as bytes (FORMAT.md section 9). A node is slotted: after an 8-byte
+//! header, an index in key order grows up (each entry's offset and its key's first 4 bytes,
+//! so that a search reads the index's few lines and not a line per entry it probes), and the
+//! entries grow down from the node's end. A put writes its entry into the gap between the two, where no
+//! committed state has bytes, so it needs no undo; only the header and the index are
+//! data-logged, a few dozen bytes. (A packed node, with its entries in key order, shifted half
+//! its bytes on an insert, and that copy cost more than the rest of the insert.)
+//!
+//! The packed nodes of pool versions 1 and 2 (kinds 1 and 2) are read, and written back
+//! slotted when they change.
+
+use std::cmp::Ordering;
+
+use bitmend_code::le::{self, Put, Reader};
+
+use crate::alloc::Ptr;
+
+/// Payload bytes of a node (a 4 KiB block).
+pub(super) const NODE: u64 = 4096 - 16;
+const END: usize = NODE as usize;
+const PACKED_LEAF: u8 = 1;
+const PACKED_INNER: u8 = 2;
+const LEAF: u8 = 3;
+const INNER: u8 = 4;
+/// A slotted node's header: u8 kind, u8 zero, u16 count, u16 low (where the entry area
+/// starts), u16 dead (bytes of the entry area no index entry points into).
+const HEAD: usize = 8;
+/// Where the header's changing fields start (count, low, dead): what a splice rewrites.
+pub(super) const SPLICE_FROM: u64 = 2;
+/// An inner node's first child pointer (the keys below its first key), after the header;
+/// also where a packed inner node's child pointers start.
+const FIRST_KID: usize = 8;
+/// A leaf entry's fixed part: u16 key length, u32 value length (bit 31: out of line).
+const LEAF_ENTRY: usize = 6;
+/// An inner entry's fixed part: u64 child (the keys from this entry's key on), u16 key length.
+const INNER_ENTRY: usize = 10;
+const OUT_OF_LINE: u32 = 1 << 31;
+/// An index entry: u16 the entry's offset, then the key's first 4 bytes (zero after a
+/// shorter key), big-endian, so that they order as the keys do (a tie reads the keys).
+const SLOT: usize = 6;
+
+/// The first 4 bytes of `key`, zero-padded, as a number that orders as the keys do.
+fn prefix(key: &[u8]) -> u32 {
+    let mut p = [0u8; 4];
+    let n = key.len().min(4);
+    p[..n].copy_from_slice(&key[..n]);
+    u32::from_be_bytes(p)
+}
+
+/// A value as a leaf holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Val {
+    Inline(Vec<u8>),
+    /// In a block of its own: where, and how long.
+    Out(Ptr, u32),
+}
+
+impl Val {
+    fn stored_len(&self) -> usize {
+        match self {
+            Val::Inline(b) => b.len(),
+            Val::Out(..) => 8,
+        }
+    }
+}
+
+/// A node decoded.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Node {
+    pub leaf: bool,
+    pub keys: Vec<Vec<u8>>,
+    /// Leaves: one value per key.
+    pub vals: Vec<Val>,
+    /// Inner nodes: one child more than keys (child i holds keys below keys[i]).
+    pub kids: Vec<Ptr>,
+}
+
+/// A leaf entry's bytes.
+pub(super) fn leaf_entry(key: &[u8], val: &Val) -> Vec<u8> {
+    let mut v = Vec::with_capacity(LEAF_ENTRY + key.len() + val.stored_len());
+    v.put_u16(key.len() as u16);
+    match val {
+        Val::Inline(b) => {
+            v.put_u32(b.len() as u32);
+            v.put_bytes(key);
+            v.put_bytes(b);
+        }
+        Val::Out(p, len) => {
+            v.put_u32(*len | OUT_OF_LINE);
+            v.put_bytes(key);
+            v.put_u64(p.0);
+        }
+    }
+    v
+}
+
+/// An inner entry's bytes, padded to 8 so that every child pointer is an aligned slot.
+pub(super) fn inner_entry(key: &[u8], kid: Ptr) -> Vec<u8> {
+    let mut v = Vec::with_capacity(inner_entry_len(key.len()));
+    v.put_u64(kid.0);
+    v.put_u16(key.len() as u16);
+    v.put_bytes(key);
+    v.resize(inner_entry_len(key.len()), 0);
+    v
+}
+
+fn inner_entry_len(klen: usize) -> usize {
+    (INNER_ENTRY + klen).next_multiple_of(8)
+}
+
+fn index_at(leaf: bool) -> usize {
+    if leaf {
+        HEAD
+    } else {
+        FIRST_KID + 8
+    }
+}
+
+impl Node {
+    /// Bytes entry `i` takes in a slotted node, its index entry included.
+    pub fn entry_cost(&self, i: usize) -> usize {
+        SLOT + match self.leaf {
+            true => LEAF_ENTRY + self.keys[i].len() + self.vals[i].stored_len(),
+            false => inner_entry_len(self.keys[i].len()),
+        }
+    }
+
+    /// Whether the node fits in one block.
+    pub fn fits(&self) -> bool {
+        index_at(self.leaf) + (0..self.keys.len()).map(|i| self.entry_cost(i)).sum::<usize>() <= END
+    }
+
+    /// The node's bytes, slotted, its entries packed at the end in key order (every byte of
+    /// the node: the entries end where it does).
+    pub fn encode(&self) -> Vec<u8> {
+        debug_assert!(self.fits(), "a node encodes only if it fits");
+        let mut entries = Vec::with_capacity(END);
+        let mut offsets = Vec::with_capacity(self.keys.len());
+        let size: usize = (0..self.keys.len()).map(|i| self.entry_cost(i) - SLOT).sum();
+        let low = END - size;
+        for (i, k) in self.keys.iter().enumerate() {
+            offsets.push(((low + entries.len()) as u16, prefix(k)));
+            entries.extend(match self.leaf {
+                true => leaf_entry(k, &self.vals[i]),
+                false => inner_entry(k, self.kids[i + 1]),
+            });
+        }
+        let mut v = Vec::with_capacity(END);
+        v.put_u8(if self.leaf { LEAF } else { INNER });
+        v.put_u8(0);
+        v.put_u16(self.keys.len() as u16);
+        v.put_u16(low as u16);
+        v.put_u16(0);
+        if !self.leaf {
+            v.put_u64(self.kids[0].0);
+        }
+        for (o, p) in offsets {
+            v.put_u16(o);
+            v.put_bytes(&p.to_be_bytes());
+        }
+        v.resize(low, 0);
+        v.extend(entries);
+        debug_assert_eq!(v.len(), END);
+        v
+    }
+
+    /// The node in `b`, in either format; `None` if `b` is not a whole, consistent node.
+    pub fn decode(b: &[u8]) -> Option<Node> {
+        match *b.first()? {
+            PACKED_LEAF | PACKED_INNER => decode_packed(b),
+            _ => {
+                let s = Slotted::parse(b)?;
+                if !s.consistent() {
+                    return None;
+                }
+                let mut node = Node { leaf: s.leaf, ..Node::default() };
+                if !s.leaf {
+                    node.kids.push(s.kid(0)?.1);
+                }
+                for i in 0..s.n {
+                    if s.leaf {
+                        let (k, v, _) = s.leaf_entry(i)?;
+                        node.keys.push(k.to_vec());
+                        node.vals.push(v);
+                    } else {
+                        node.keys.push(s.key(i)?.to_vec());
+                        node.kids.push(s.kid(i + 1)?.1);
+                    }
+                }
+                Some(node)
+            }
+        }
+    }
+
+    /// Splits an over-full node in two of about equal bytes: (left, separator, right), the
+    /// separator the right half's first key (leaves) or the key moved up (inner nodes).
+    pub fn split(self) -> (Node, Vec<u8>, Node) {
+        let total: usize = (0..self.keys.len()).map(|i| self.entry_cost(i)).sum();
+        let mut acc = 0;
+        let mut at = self.keys.len() / 2;
+        for i in 0..self.keys.len() {
+            acc += self.entry_cost(i);
+            if acc * 2 >= total {
+                at = i;
+                break;
+            }
+        }
+        let at = at.clamp(1, self.keys.len() - 1);
+        let Node { leaf, mut keys, mut vals, mut kids } = self;
+        if leaf {
+            let (rk, rv) = (keys.split_off(at), vals.split_off(at));
+            let sep = rk[0].clone();
+            (Node { leaf, keys, vals, kids }, sep, Node { leaf, keys: rk, vals: rv, kids: vec![] })
+        } else {
+            let mut rk = keys.split_off(at);
+            let sep = rk.remove(0);
+            let rkids = kids.split_off(at + 1);
+            (Node { leaf, keys, vals, kids }, sep, Node { leaf, keys: rk, vals: vec![], kids: rkids })
+        }
+    }
+}
+
+/// A node of pool versions 1 and 2: kind, zero, count, then a leaf's entries in key order,
+/// or an inner node's u32 zero, count + 1 child pointers and count keys.
+fn decode_packed(b: &[u8]) -> Option<Node> {
+    let mut r = Reader::new(b);
+    let kind = r.u8()?;
+    r.u8()?;
+    let n = r.u16()? as usize;
+    let mut node = Node { leaf: kind == PACKED_LEAF, ..Node::default() };
+    if node.leaf {
+        for _ in 0..n {
+            let klen = r.u16()? as usize;
+            let word = r.u32()?;
+            node.keys.push(r.take(klen)?.to_vec());
+            node.vals.push(match word & OUT_OF_LINE {
+                0 => Val::Inline(r.take(word as usize)?.to_vec()),
+                _ => Val::Out(Ptr(r.u64()?), word & !OUT_OF_LINE),
+            });
+        }
+    } else {
+        r.u32()?;
+        for _ in 0..=n {
+            node.kids.push(Ptr(r.u64()?));
+        }
+        for _ in 0..n {
+            let klen = r.u16()? as usize;
+            node.keys.push(r.take(klen)?.to_vec());
+        }
+    }
+    Some(node)
+}
+
+/// In the encoded inner node `b`: where the pointer to the child whose range holds `key` is
+/// (an offset in the node), and that child, read in place. `None` if `b` is not an inner
+/// node or is damaged.
+pub(super) fn child_for(b: &[u8], key: &[u8]) -> Option<(usize, Ptr)> {
+    if *b.first()? == PACKED_INNER {
+        return packed_child_for(b, key);
+    }
+    let s = Slotted::parse(b).filter(|s| !s.leaf)?;
+    // Child j holds the keys from key j - 1 on.
+    let i = match s.search(key)? {
+        Ok(j) => j + 1,
+        Err(j) => j,
+    };
+    s.kid(i)
+}
+
+fn packed_child_for(b: &[u8], key: &[u8]) -> Option<(usize, Ptr)> {
+    let mut r = Reader::new(b);
+    r.take(2)?;
+    let n = r.u16()? as usize;
+    let kids = r.take(4 + 8 * (n + 1))?;
+    let mut i = 0;
+    while i < n {
+        let klen = r.u16()? as usize;
+        if r.take(klen)? > key {
+            break;
+        }
+        i += 1;
+    }
+    let at = FIRST_KID + 8 * i;
+    Some((at, Ptr(le::get_u64(kids, at - 4))))
+}
+
+/// Loads one byte of every line of `b`, so that the misses overlap: a binary search's probes
+/// depend on each other and would miss one line at a time.
+fn touch(b: &[u8]) {
+    let mut x = 0u8;
+    for line in b.chunks(64) {
+        x ^= line[0];
+    }
+    std::hint::black_box(x);
+}
+
+/// A slotted node, read in place. Every accessor checks what it reads against the node's
+/// bounds, so damaged bytes read as `None`, never as a panic.
+pub(super) struct Slotted<'a> {
+    b: &'a [u8],
+    pub leaf: bool,
+    pub n: usize,
+    low: usize,
+    dead: usize,
+}
+
+/// A change to a slotted node that fits in its gap: the entry goes at `entry_at` (bytes no
+/// committed state uses, written without undo), and the node's bytes from [`SPLICE_FROM`]
+/// on become `head` (header and index, data-logged).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Splice {
+    pub entry_at: u64,
+    pub head: Vec<u8>,
+}
+
+impl<'a> Slotted<'a> {
+    /// `b` as a slotted node, if its kind is one and its header is in bounds.
+    pub fn parse(b: &'a [u8]) -> Option<Slotted<'a>> {
+        let leaf = match *b.first()? {
+            LEAF => true,
+            INNER => false,
+            _ => return None,
+        };
+        if b.len() < END {
+            return None;
+        }
+        let field = |at| le::get_u16(b, at) as usize;
+        let s = Slotted { b, leaf, n: field(2), low: field(4), dead: field(6) };
+        let sound = s.index_end() <= s.low && s.low <= END && s.dead <= END - s.low;
+        (sound && (leaf || s.low.is_multiple_of(8))).then_some(s)
+    }
+
+    fn index_end(&self) -> usize {
+        index_at(self.leaf) + SLOT * self.n
+    }
+
+    fn gap(&self) -> usize {
+        self.low - self.index_end()
+    }
+
+    /// Where entry `i` starts.
+    fn entry(&self, i: usize) -> Option<usize> {
+        if i >= self.n {
+            return None;
+        }
+        let at = le::get_u16(self.b, index_at(self.leaf) + SLOT * i) as usize;
+        (self.low <= at && at < END && (self.leaf || at.is_multiple_of(8))).then_some(at)
+    }
+
+    /// Entry `i`'s key.
+    pub fn key(&self, i: usize) -> Option<&'a [u8]> {
+        let at = self.entry(i)? + if self.leaf { 0 } else { 8 };
+        if at + 2 > END {
+            return None;
+        }
+        let klen = le::get_u16(self.b, at) as usize;
+        let from = at + if self.leaf { LEAF_ENTRY } else { 2 };
+        self.b[..END].get(from..from + klen)
+    }
+
+    /// Entry `i` of a leaf: its key, its value, and the entry's length.
+    pub fn leaf_entry(&self, i: usize) -> Option<(&'a [u8], Val, usize)> {
+        let (key, word, stored) = self.leaf_raw(i)?;
+        let val = match word & OUT_OF_LINE {
+            0 => Val::Inline(stored.to_vec()),
+            _ => Val::Out(Ptr(le::get_u64(stored, 0)), word & !OUT_OF_LINE),
+        };
+        Some((key, val, LEAF_ENTRY + key.len() + stored.len()))
+    }
+
+    /// Entry `i` of a leaf as it is stored: key, value length word, value or its pointer.
+    fn leaf_raw(&self, i: usize) -> Option<(&'a [u8], u32, &'a [u8])> {
+        let at = self.entry(i)?;
+        let mut r = Reader::new(&self.b[at..END]);
+        let klen = r.u16()? as usize;
+        let word = r.u32()?;
+        let key = r.take(klen)?;
+        let stored = r.take(if word & OUT_OF_LINE == 0 { word as usize } else { 8 })?;
+        Some((key, word, stored))
+    }
+
+    /// Where child `i`'s pointer is in an inner node, and the child.
+    pub fn kid(&self, i: usize) -> Option<(usize, Ptr)> {
+        let at = if i == 0 { FIRST_KID } else { self.entry(i - 1)? };
+        (at + 8 <= END).then(|| (at, Ptr(le::get_u64(self.b, at))))
+    }
+
+    /// The length of entry `i`.
+    fn entry_len(&self, i: usize) -> Option<usize> {
+        match self.leaf {
+            true => self.leaf_raw(i).map(|(k, _, v)| LEAF_ENTRY + k.len() + v.len()),
+            false => self.key(i).map(|k| inner_entry_len(k.len())),
+        }
+    }
+
+    /// Where `key` is among the entries (`Ok`), or where it would go (`Err`).
+    pub fn search(&self, key: &[u8]) -> Option<Result<usize, usize>> {
+        let (mut lo, mut hi) = (0, self.n);
+        let want = prefix(key);
+        let index = &self.b[index_at(self.leaf)..self.index_end()];
+        touch(index);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let at = SLOT * mid + 2;
+            let p = u32::from_be_bytes(index[at..at + 4].try_into().expect("4 bytes"));
+            let order = match p.cmp(&want) {
+                Ordering::Equal => self.key(mid)?.cmp(key),
+                order => order,
+            };
+            match order {
+                Ordering::Less => lo = mid + 1,
+                Ordering::Equal => return Some(Ok(mid)),
+                Ordering::Greater => hi = mid,
+            }
+        }
+        Some(Err(lo))
+    }
+
+    /// Whether the entries lie in the entry area, none over another, in key order, and the
+    /// dead bytes are the rest of it.
+    pub fn consistent(&self) -> bool {
+        let mut spans = Vec::with_capacity(self.n);
+        for i in 0..self.n {
+            let (Some(at), Some(len)) = (self.entry(i), self.entry_len(i)) else { return false };
+            let key = self.key(i);
+            let slot = index_at(self.leaf) + SLOT * i + 2;
+            let stamped =
+                key.map(prefix) == Some(u32::from_be_bytes(self.b[slot..slot + 4].try_into().expect("4")));
+            if at + len > END || !stamped || (i > 0 && self.key(i - 1) >= key) {
+                return false;
+            }
+            spans.push((at, len));
+        }
+        spans.sort_unstable();
+        let apart = spans.windows(2).all(|w| w[0].0 + w[0].1 <= w[1].0);
+        let live: usize = spans.iter().map(|s| s.1).sum();
+        apart && live + self.dead == END - self.low
+    }
+
+    /// An entry for `key` of `len` bytes put at index position `i`: a new one (`replaced`
+    /// `None`), or in place of entry `i`, `replaced` bytes long (which become dead). `None` if
+    /// the gap is too small.
+    pub fn splice(&self, i: usize, key: &[u8], len: usize, replaced: Option<usize>) -> Option<Splice> {
+        let need = len + if replaced.is_none() { SLOT } else { 0 };
+        if need > self.gap() || i > self.n {
+            return None;
+        }
+        let low = self.low - len;
+        let n = self.n + replaced.is_none() as usize;
+        let dead = self.dead + replaced.unwrap_or(0);
+        let mut head = self.header(n, low, dead);
+        let index = &self.b[index_at(self.leaf)..self.index_end()];
+        head.extend_from_slice(&index[..SLOT * i]);
+        head.put_u16(low as u16);
+        head.put_bytes(&prefix(key).to_be_bytes());
+        if replaced.is_none() {
+            head.extend_from_slice(&index[SLOT * i..]);
+        }
+        Some(Splice { entry_at: low as u64, head })
+    }
+
+    /// Entry `i` (of `len` bytes) removed: the node's bytes from [`SPLICE_FROM`] on, up to
+    /// the index's new end.
+    pub fn remove(&self, i: usize, len: usize) -> Vec<u8> {
+        let mut head = self.header(self.n - 1, self.low, self.dead + len);
+        let index = &self.b[index_at(self.leaf)..self.index_end()];
+        head.extend_from_slice(&index[..SLOT * i]);
+        head.extend_from_slice(&index[SLOT * i + SLOT..]);
+        head
+    }
+
+    /// The header's fields from [`SPLICE_FROM`] on (and an inner node's first child, which
+    /// lies between them and the index).
+    fn header(&self, n: usize, low: usize, dead: usize) -> Vec<u8> {
+        let mut head = Vec::with_capacity(self.index_end() + 2);
+        head.put_u16(n as u16);
+        head.put_u16(low as u16);
+        head.put_u16(dead as u16);
+        if !self.leaf {
+            head.extend_from_slice(&self.b[FIRST_KID..FIRST_KID + 8]);
+        }
+        head
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leaf(n: u8) -> Node {
+        let keys: Vec<Vec<u8>> = (0..n).map(|i| vec![b'k', i * 2]).collect();
+        Node { leaf: true, vals: keys.iter().map(|k| Val::Inline(k.repeat(3))).collect(), keys, kids: vec![] }
+    }
+
+    /// Applies a splice to a copy of `b`, as a transaction would.
+    fn apply(b: &[u8], s: &Splice, entry: &[u8]) -> Vec<u8> {
+        let mut out = b.to_vec();
+        let at = s.entry_at as usize;
+        out[at..at + entry.len()].copy_from_slice(entry);
+        out[SPLICE_FROM as usize..SPLICE_FROM as usize + s.head.len()].copy_from_slice(&s.head);
+        out
+    }
+
+    #[test]
+    fn a_spliced_leaf_decodes_as_the_leaf_with_the_entry_set() {
+        let node = leaf(20);
+        let bytes = node.encode();
+        assert_eq!(Node::decode(&bytes), Some(node.clone()));
+        for (key, val) in [
+            (vec![b'k', 7], Val::Inline(b"new".to_vec())),
+            (vec![b'k', 8], Val::Out(Ptr(4096), 9000)),
+            (vec![b'a'], Val::Inline(vec![])),
+            (vec![b'z'], Val::Inline(vec![1; 40])),
+        ] {
+            let s = Slotted::parse(&bytes).unwrap();
+            let entry = leaf_entry(&key, &val);
+            let mut want = node.clone();
+            let spliced = match s.search(&key).unwrap() {
+                Ok(i) => {
+                    want.vals[i] = val;
+                    let old = s.leaf_entry(i).unwrap().2;
+                    apply(&bytes, &s.splice(i, &key, entry.len(), Some(old)).unwrap(), &entry)
+                }
+                Err(i) => {
+                    want.keys.insert(i, key.clone());
+                    want.vals.insert(i, val);
+                    apply(&bytes, &s.splice(i, &key, entry.len(), None).unwrap(), &entry)
+                }
+            };
+            assert_eq!(Node::decode(&spliced), Some(want));
+        }
+    }
+
+    #[test]
+    fn removing_entries_leaves_dead_bytes_that_a_splice_never_reuses() {
+        let node = leaf(10);
+        let mut bytes = node.encode();
+        let mut want = node.clone();
+        for key in [vec![b'k', 0], vec![b'k', 10], vec![b'k', 18]] {
+            let s = Slotted::parse(&bytes).unwrap();
+            let i = s.search(&key).unwrap().unwrap();
+            let len = s.leaf_entry(i).unwrap().2;
+            let head = s.remove(i, len);
+            bytes[2..2 + head.len()].copy_from_slice(&head);
+            let j = want.keys.binary_search(&key).unwrap();
+            want.keys.remove(j);
+            want.vals.remove(j);
+            assert_eq!(Node::decode(&bytes), Some(want.clone()));
+        }
+        // Entries go into the gap until it is too small, never over the dead bytes.
+        let (mut fills, mut i) = (0, 0u8);
+        loop {
+            let s = Slotted::parse(&bytes).unwrap();
+            let key = vec![b'm', i];
+            let entry = leaf_entry(&key, &Val::Inline(vec![i; 100]));
+            let Some(sp) = s.splice(s.search(&key).unwrap().unwrap_err(), &key, entry.len(), None) else {
+                break;
+            };
+            assert!(sp.entry_at as usize + entry.len() <= s.low, "an entry goes below the entry area");
+            bytes = apply(&bytes, &sp, &entry);
+            want.keys.push(key);
+            want.vals.push(Val::Inline(vec![i; 100]));
+            assert_eq!(Node::decode(&bytes), Some(want.clone()));
+            fills += 1;
+            i += 1;
+        }
+        assert!(fills > 30, "{fills} entries fitted");
+    }
+
+    #[test]
+    fn inner_nodes_find_the_child_for_every_key_and_take_spliced_children() {
+        let keys: Vec<Vec<u8>> = (1..50u32).map(|i| format!("key{:03}", i * 10).into_bytes()).collect();
+        let kids = (0..50u64).map(|i| Ptr(4096 * (i + 1))).collect();
+        let node = Node { leaf: false, keys: keys.clone(), vals: vec![], kids };
+        let mut bytes = node.encode();
+        assert_eq!(Node::decode(&bytes), Some(node.clone()));
+        let want = |n: &Node, key: &[u8]| n.kids[n.keys.partition_point(|k| k.as_slice() <= key)];
+        for probe in ["a", "key010", "key011", "key489", "key490", "z"] {
+            let (at, kid) = child_for(&bytes, probe.as_bytes()).unwrap();
+            assert_eq!(kid, want(&node, probe.as_bytes()), "{probe}");
+            assert_eq!(le::get_u64(&bytes, at), kid.0);
+            assert!(at.is_multiple_of(8));
+        }
+        // A child spliced in after a split.
+        let mut grown = node.clone();
+        let s = Slotted::parse(&bytes).unwrap();
+        let sep = b"key255".to_vec();
+        let i = s.search(&sep).unwrap().unwrap_err();
+        let entry = inner_entry(&sep, Ptr(999 * 4096));
+        bytes = apply(&bytes, &s.splice(i, &sep, entry.len(), None).unwrap(), &entry);
+        grown.keys.insert(i, sep);
+        grown.kids.insert(i + 1, Ptr(999 * 4096));
+        assert_eq!(Node::decode(&bytes), Some(grown.clone()));
+        assert_eq!(child_for(&bytes, b"key256").unwrap().1, Ptr(999 * 4096));
+    }
+
+    /// A packed inner node as versions 1 and 2 wrote it.
+    fn packed_inner(keys: &[Vec<u8>], kids: &[Ptr]) -> Vec<u8> {
+        let mut v = vec![PACKED_INNER, 0];
+        v.put_u16(keys.len() as u16);
+        v.put_u32(0);
+        kids.iter().for_each(|k| v.put_u64(k.0));
+        for k in keys {
+            v.put_u16(k.len() as u16);
+            v.put_bytes(k);
+        }
+        v.resize(END, 0);
+        v
+    }
+
+    #[test]
+    fn packed_inner_nodes_of_older_pools_read_and_find_children() {
+        let keys: Vec<Vec<u8>> = (1..30u32).map(|i| format!("k{:03}", i * 10).into_bytes()).collect();
+        let kids: Vec<Ptr> = (0..30u64).map(|i| Ptr(4096 * (i + 1))).collect();
+        let b = packed_inner(&keys, &kids);
+        let node = Node::decode(&b).unwrap();
+        assert_eq!((node.leaf, &node.keys, &node.kids), (false, &keys, &kids));
+        for probe in ["a", "k010", "k011", "k289", "k290", "z"] {
+            let i = keys.partition_point(|k| k.as_slice() <= probe.as_bytes());
+            let (at, kid) = child_for(&b, probe.as_bytes()).unwrap();
+            assert_eq!((at, kid), (FIRST_KID + 8 * i, kids[i]), "{probe}");
+        }
+        // Rewritten, it is slotted and finds the same children.
+        let slotted = node.encode();
+        assert_eq!(slotted[0], INNER);
+        assert_eq!(child_for(&slotted, b"k155").unwrap().1, kids[15]);
+    }
+
+    #[test]
+    fn a_split_keeps_every_entry_and_both_halves_fit() {
+        let mut node = leaf(0);
+        for i in 0..40u32 {
+            node.keys.push(format!("key{i:03}").into_bytes());
+            node.vals.push(Val::Inline(vec![i as u8; 150]));
+        }
+        assert!(!node.fits());
+        let (l, sep, r) = node.clone().split();
+        assert!(l.fits() && r.fits());
+        assert_eq!(sep, r.keys[0]);
+        assert_eq!([l.keys, r.keys].concat(), node.keys);
+    }
+
+    #[test]
+    fn damaged_nodes_read_as_none_never_a_panic() {
+        let mut rng = bitmend_media::rng::Rng::new(17);
+        let good = [leaf(14).encode(), {
+            let keys: Vec<Vec<u8>> = (0..100u32).map(|i| i.to_be_bytes().to_vec()).collect();
+            Node { leaf: false, keys, vals: vec![], kids: (0..101).map(|i| Ptr(i * 4096)).collect() }.encode()
+        }];
+        for _ in 0..3000 {
+            let mut b = good[rng.below(2) as usize].clone();
+            for _ in 0..1 + rng.below(4) {
+                let at = rng.below(END as u64) as usize;
+                b[at] = rng.next_u64() as u8;
+            }
+            if rng.below(4) == 0 {
+                let at = 2 + rng.below(6) as usize;
+                b[at] = 0xFF;
+            }
+            let _ = Node::decode(&b);
+            let _ = child_for(&b, b"probe");
+            if let Some(s) = Slotted::parse(&b) {
+                let _ = s.search(b"probe");
+                for i in 0..s.n.min(200) {
+                    let _ = (s.key(i), s.kid(i), s.entry_len(i));
+                }
+            }
+        }
+    }
+}
