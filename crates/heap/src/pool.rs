@@ -434,6 +434,12 @@ impl<R: Region> Pool<R> {
         Ok(&self.log.region().bytes()[at..at + len as usize])
     }
 
+    /// The whole object at `p`.
+    pub fn object(&self, p: Ptr) -> Result<&[u8], HeapError> {
+        let len = self.size_of(p)?;
+        Ok(&self.log.region().bytes()[p.0 as usize..(p.0 + len) as usize])
+    }
+
     /// Bytes of the object at `p`: the length it was allocated with (its block may be
     /// larger; what lies past the object is not its, and a pointer-logged write does not
     /// copy it).

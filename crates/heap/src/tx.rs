@@ -410,6 +410,12 @@ impl<'p, R: Region> Tx<'p, R> {
         result
     }
 
+    /// The whole object at `p`, through the pool (this transaction's writes included).
+    pub fn object(&self, p: Ptr) -> Result<&[u8], HeapError> {
+        let len = self.size_of(p)?;
+        Ok(&self.pool.log.region().bytes()[p.0 as usize..(p.0 + len) as usize])
+    }
+
     /// Reads through the pool (this transaction's writes included).
     pub fn read(&self, p: Ptr, off: u64, len: u64) -> Result<&[u8], HeapError> {
         self.check(p, off, len)?;

@@ -161,7 +161,7 @@ fn a_crash_at_every_fence_of_a_batch_keeps_the_store_whole() {
         let mut pool = Pool::create(CrashRegion::new(4 << 20).with_crash_model(g, 0.5), opts()).unwrap();
         let kv = Kv::create(&mut pool).unwrap();
         // Enough entries that a put splits leaves and the root.
-        for i in 0..60u32 {
+        for i in 0..120u32 {
             kv.put(&mut pool, format!("k{i:03}").as_bytes(), &[i as u8; 90]).unwrap();
         }
         let depth = kv.check(&pool).unwrap().depth;
@@ -176,12 +176,12 @@ fn a_crash_at_every_fence_of_a_batch_keeps_the_store_whole() {
                 let mut st = states.borrow_mut();
                 st.clear();
                 let mut model: BTreeMap<Vec<u8>, Vec<u8>> =
-                    (0..60u32).map(|i| (format!("k{i:03}").into_bytes(), vec![i as u8; 90])).collect();
+                    (0..120u32).map(|i| (format!("k{i:03}").into_bytes(), vec![i as u8; 90])).collect();
                 st.push(model.clone());
                 let Ok((mut pool, _)) = Pool::open(&mut *r, opts()) else { return false };
                 let Ok(kv) = Kv::open(&pool) else { return false };
                 for step in 0..24u32 {
-                    let k = format!("k{:03}", (step * 37) % 90).into_bytes();
+                    let k = format!("k{:03}", (step * 37) % 150).into_bytes();
                     let v = vec![step as u8 + 100; if step % 3 == 0 { 700 } else { 120 }];
                     let mut next = model.clone();
                     if step % 4 == 3 {

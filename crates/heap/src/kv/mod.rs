@@ -8,12 +8,14 @@
 //! a block of their own that the leaf points to. Deleting leaves a leaf smaller, never merged:
 //! an empty leaf stays in the tree until a put lands in it.
 
+mod entries;
 mod node;
 
 use bitmend_code::le::{self, Put};
 use bitmend_media::pmem::Region;
 
-use node::{child_for, inner_entry, leaf_entry, Node, Slotted, Val, NODE, SPLICE_FROM};
+use entries::Entries;
+use node::{child_for, inline_entry, inner_entry, leaf_entry, Node, Slotted, Val, NODE, SPLICE_FROM};
 
 use crate::alloc::Ptr;
 use crate::pool::Pool;
@@ -109,19 +111,14 @@ impl Kv {
     }
 
     fn node<R: Region>(pool: &Pool<R>, p: Ptr) -> Result<Node, HeapError> {
-        Node::decode(pool.read(p, 0, NODE)?).ok_or(not_a_node(p))
-    }
-
-    /// The node at `p`, read inside transaction `tx` (its writes included).
-    fn node_in<R: Region>(tx: &Tx<R>, p: Ptr) -> Result<Node, HeapError> {
-        Node::decode(tx.read(p, 0, NODE)?).ok_or(not_a_node(p))
+        Node::decode(pool.object(p)?).ok_or(not_a_node(p))
     }
 
     /// The value of `key`.
     pub fn get<R: Region>(&self, pool: &Pool<R>, key: &[u8]) -> Result<Option<Vec<u8>>, HeapError> {
         let mut p = self.root(pool)?;
         loop {
-            let b = pool.read(p, 0, NODE)?;
+            let b = pool.object(p)?;
             if let Some((_, kid)) = child_for(b, key) {
                 p = kid;
                 continue;
@@ -177,7 +174,7 @@ impl Kv {
         let mut path = Vec::new();
         loop {
             let p = tx.get(slot);
-            let b = tx.read(p, 0, NODE)?;
+            let b = tx.object(p)?;
             let Some((at, _)) = child_for(b, key) else { return Ok((path, (slot, p))) };
             let next = tx.slot(p, at as u64)?;
             path.push((slot, p));
@@ -194,40 +191,41 @@ impl Kv {
             });
         }
         let (path, (slot, p)) = self.descend(tx, key)?;
-        let val = if value.len() <= INLINE_MAX {
-            Val::Inline(value.to_vec())
+        let entry = if value.len() <= INLINE_MAX {
+            inline_entry(key, value)
         } else {
             let b = tx.alloc(value.len() as u64)?;
             tx.write(b, 0, value)?;
-            Val::Out(b, value.len() as u32)
+            leaf_entry(key, &Val::Out(b, value.len() as u32))
         };
-        let entry = leaf_entry(key, &val);
         // The common case: the entry fits in the leaf's gap.
-        let b = tx.read(p, 0, NODE)?;
-        if let Some(s) = Slotted::parse(b).filter(|s| s.leaf) {
-            let found = s.search(key).ok_or(not_a_node(p))?;
+        if let Some(s) = Slotted::parse(tx.object(p)?).filter(|s| s.leaf) {
+            let corrupt = || not_a_node(p);
+            let found = s.search(key).ok_or_else(corrupt)?;
+            // The entry it replaces: its length, and its value's block.
             let old = match found {
-                Ok(i) => Some(s.leaf_entry(i).ok_or(not_a_node(p))?),
+                Ok(i) => Some((s.span(i).ok_or_else(corrupt)?.1, s.value_block(i).ok_or_else(corrupt)?)),
                 Err(_) => None,
             };
             let i = found.unwrap_or_else(|i| i);
-            if let Some(splice) = s.splice(i, key, entry.len(), old.as_ref().map(|o| o.2)) {
-                let old = old.map(|o| o.1);
+            if let Some(splice) = s.splice(i, key, entry.len(), old.map(|o| o.0)) {
                 tx.write_unused(p, splice.entry_at, &entry)?;
-                let count = match old {
-                    None => Some(self.count_after(tx, key, 1)?),
-                    Some(_) => None,
-                };
-                let mut writes = vec![(p, SPLICE_FROM, splice.head.as_slice())];
-                writes.extend(count.as_ref().map(|(at, n)| (self.header, *at, n.as_slice())));
-                tx.write_several(&writes)?;
-                if let Some(Val::Out(old, _)) = old {
-                    tx.free(old)?;
+                match old {
+                    None => {
+                        let (at, n) = self.count_after(tx, key, 1)?;
+                        tx.write_several(&[(p, SPLICE_FROM, &splice.head), (self.header, at, &n)])?;
+                    }
+                    Some((_, block)) => {
+                        tx.write(p, SPLICE_FROM, &splice.head)?;
+                        if let Some(b) = block {
+                            tx.free(b)?;
+                        }
+                    }
                 }
                 return Ok(());
             }
         }
-        self.put_repacked(tx, (path, (slot, p)), key, val)
+        self.put_repacked(tx, (path, (slot, p)), key, &entry)
     }
 
     /// A put into a leaf whose gap is too small, or a packed leaf: the leaf is written whole
@@ -237,26 +235,28 @@ impl Kv {
         tx: &mut Tx<R>,
         (path, (slot, p)): (Vec<(Slot, Ptr)>, Leaf),
         key: &[u8],
-        val: Val,
+        entry: &[u8],
     ) -> Result<(), HeapError> {
-        let mut leaf = Kv::node_in(tx, p)?;
-        if !leaf.leaf {
-            return Err(not_a_node(p));
-        }
-        match leaf.keys.binary_search_by(|k| k.as_slice().cmp(key)) {
+        let mut leaf = Kv::entries_in(tx, p, true)?;
+        match leaf.search(key) {
             Ok(i) => {
-                if let Val::Out(old, _) = leaf.vals[i] {
+                if let Val::Out(old, _) = leaf.val(i) {
                     tx.free(old)?;
                 }
-                leaf.vals[i] = val;
+                leaf.replace(i, entry);
             }
             Err(i) => {
-                leaf.keys.insert(i, key.to_vec());
-                leaf.vals.insert(i, val);
+                leaf.insert(i, key, entry);
                 self.add_count(tx, key, 1)?;
             }
         }
         self.store(tx, path, slot, leaf)
+    }
+
+    /// The entries of the node at `p`, read inside `tx`; an error if it is not a node of the
+    /// kind `leaf` says.
+    fn entries_in<R: Region>(tx: &Tx<R>, p: Ptr, leaf: bool) -> Result<Entries, HeapError> {
+        Entries::of(tx.object(p)?).filter(|e| e.leaf == leaf).ok_or(not_a_node(p))
     }
 
     /// Writes `node` whole through `slot` (to a new block: pointer logging), splitting it,
@@ -266,7 +266,7 @@ impl Kv {
         tx: &mut Tx<R>,
         mut path: Vec<(Slot, Ptr)>,
         slot: Slot,
-        node: Node,
+        node: Entries,
     ) -> Result<(), HeapError> {
         if node.fits() {
             tx.write_through(slot, 0, &node.encode())?;
@@ -274,8 +274,8 @@ impl Kv {
         }
         let (left, sep, right) = node.split();
         let right_at = tx.alloc(NODE)?;
-        tx.write(right_at, 0, &right.encode())?;
-        tx.write_through(slot, 0, &left.encode())?;
+        tx.write(right_at, 0, &right)?;
+        tx.write_through(slot, 0, &left)?;
         match path.pop() {
             Some((pslot, pp)) => self.insert_child(tx, path, pslot, pp, sep, right_at),
             None => {
@@ -301,20 +301,16 @@ impl Kv {
         kid: Ptr,
     ) -> Result<(), HeapError> {
         let entry = inner_entry(&sep, kid);
-        if let Some(s) = Slotted::parse(tx.read(p, 0, NODE)?).filter(|s| !s.leaf) {
+        if let Some(s) = Slotted::parse(tx.object(p)?).filter(|s| !s.leaf) {
             let Err(i) = s.search(&sep).ok_or(not_a_node(p))? else { return Err(not_a_node(p)) };
             if let Some(splice) = s.splice(i, &sep, entry.len(), None) {
                 tx.write_unused(p, splice.entry_at, &entry)?;
                 return tx.write(p, SPLICE_FROM, &splice.head);
             }
         }
-        let mut parent = Kv::node_in(tx, p)?;
-        if parent.leaf {
-            return Err(not_a_node(p));
-        }
-        let i = parent.keys.partition_point(|k| *k <= sep);
-        parent.keys.insert(i, sep);
-        parent.kids.insert(i + 1, kid);
+        let mut parent = Kv::entries_in(tx, p, false)?;
+        let Err(i) = parent.search(&sep) else { return Err(not_a_node(p)) };
+        parent.insert(i, &sep, &entry);
         self.store(tx, path, slot, parent)
     }
 
@@ -337,7 +333,7 @@ impl Kv {
     /// `delete` inside transaction `tx`.
     pub fn delete_in<R: Region>(&self, tx: &mut Tx<R>, key: &[u8]) -> Result<bool, HeapError> {
         let (path, (slot, p)) = self.descend(tx, key)?;
-        if let Some(s) = Slotted::parse(tx.read(p, 0, NODE)?).filter(|s| s.leaf) {
+        if let Some(s) = Slotted::parse(tx.object(p)?).filter(|s| s.leaf) {
             let Ok(i) = s.search(key).ok_or(not_a_node(p))? else { return Ok(false) };
             let (_, val, len) = s.leaf_entry(i).ok_or(not_a_node(p))?;
             let head = s.remove(i, len);
@@ -349,15 +345,12 @@ impl Kv {
             return Ok(true);
         }
         // A packed leaf: written back slotted.
-        let mut leaf = Kv::node_in(tx, p)?;
-        if !leaf.leaf {
-            return Err(not_a_node(p));
-        }
-        let Ok(i) = leaf.keys.binary_search_by(|k| k.as_slice().cmp(key)) else { return Ok(false) };
-        leaf.keys.remove(i);
-        if let Val::Out(old, _) = leaf.vals.remove(i) {
+        let mut leaf = Kv::entries_in(tx, p, true)?;
+        let Ok(i) = leaf.search(key) else { return Ok(false) };
+        if let Val::Out(old, _) = leaf.val(i) {
             tx.free(old)?;
         }
+        leaf.remove(i);
         self.add_count(tx, key, -1)?;
         self.store(tx, path, slot, leaf)?;
         Ok(true)

@@ -13,34 +13,37 @@ use std::cmp::Ordering;
 
 use bitmend_code::le::{self, Put, Reader};
 
+use super::entries::Entries;
 use crate::alloc::Ptr;
 
-/// Payload bytes of a node (a 4 KiB block).
-pub(super) const NODE: u64 = 4096 - 16;
-const END: usize = NODE as usize;
+/// Bytes of the nodes this build makes (an 8 KiB block). A node is the whole object it is
+/// in: the 4080-byte nodes of older pools read as they are.
+pub(super) const NODE: u64 = 8192 - 16;
+/// The longest node a 16-bit offset reaches into.
+const MAX_NODE: usize = u16::MAX as usize;
 const PACKED_LEAF: u8 = 1;
 const PACKED_INNER: u8 = 2;
-const LEAF: u8 = 3;
-const INNER: u8 = 4;
+pub(super) const LEAF: u8 = 3;
+pub(super) const INNER: u8 = 4;
 /// A slotted node's header: u8 kind, u8 zero, u16 count, u16 low (where the entry area
 /// starts), u16 dead (bytes of the entry area no index entry points into).
-const HEAD: usize = 8;
+pub(super) const HEAD: usize = 8;
 /// Where the header's changing fields start (count, low, dead): what a splice rewrites.
 pub(super) const SPLICE_FROM: u64 = 2;
 /// An inner node's first child pointer (the keys below its first key), after the header;
 /// also where a packed inner node's child pointers start.
-const FIRST_KID: usize = 8;
+pub(super) const FIRST_KID: usize = 8;
 /// A leaf entry's fixed part: u16 key length, u32 value length (bit 31: out of line).
-const LEAF_ENTRY: usize = 6;
+pub(super) const LEAF_ENTRY: usize = 6;
 /// An inner entry's fixed part: u64 child (the keys from this entry's key on), u16 key length.
 const INNER_ENTRY: usize = 10;
 const OUT_OF_LINE: u32 = 1 << 31;
 /// An index entry: u16 the entry's offset, then the key's first 4 bytes (zero after a
 /// shorter key), big-endian, so that they order as the keys do (a tie reads the keys).
-const SLOT: usize = 6;
+pub(super) const SLOT: usize = 6;
 
 /// The first 4 bytes of `key`, zero-padded, as a number that orders as the keys do.
-fn prefix(key: &[u8]) -> u32 {
+pub(super) fn prefix(key: &[u8]) -> u32 {
     let mut p = [0u8; 4];
     let n = key.len().min(4);
     p[..n].copy_from_slice(&key[..n]);
@@ -53,15 +56,6 @@ pub(super) enum Val {
     Inline(Vec<u8>),
     /// In a block of its own: where, and how long.
     Out(Ptr, u32),
-}
-
-impl Val {
-    fn stored_len(&self) -> usize {
-        match self {
-            Val::Inline(b) => b.len(),
-            Val::Out(..) => 8,
-        }
-    }
 }
 
 /// A node decoded.
@@ -77,21 +71,39 @@ pub(super) struct Node {
 
 /// A leaf entry's bytes.
 pub(super) fn leaf_entry(key: &[u8], val: &Val) -> Vec<u8> {
-    let mut v = Vec::with_capacity(LEAF_ENTRY + key.len() + val.stored_len());
-    v.put_u16(key.len() as u16);
     match val {
-        Val::Inline(b) => {
-            v.put_u32(b.len() as u32);
-            v.put_bytes(key);
-            v.put_bytes(b);
-        }
+        Val::Inline(b) => inline_entry(key, b),
         Val::Out(p, len) => {
+            let mut v = Vec::with_capacity(LEAF_ENTRY + key.len() + 8);
+            v.put_u16(key.len() as u16);
             v.put_u32(*len | OUT_OF_LINE);
             v.put_bytes(key);
             v.put_u64(p.0);
+            v
         }
     }
+}
+
+/// The bytes of a leaf entry that holds `value` inline.
+pub(super) fn inline_entry(key: &[u8], value: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(LEAF_ENTRY + key.len() + value.len());
+    v.put_u16(key.len() as u16);
+    v.put_u32(value.len() as u32);
+    v.put_bytes(key);
+    v.put_bytes(value);
     v
+}
+
+/// The value of the leaf entry `e`; `None` if `e` is too short for it.
+pub(super) fn leaf_val(e: &[u8]) -> Option<Val> {
+    let mut r = Reader::new(e);
+    let klen = r.u16()? as usize;
+    let word = r.u32()?;
+    r.take(klen)?;
+    Some(match word & OUT_OF_LINE {
+        0 => Val::Inline(r.take(word as usize)?.to_vec()),
+        _ => Val::Out(Ptr(r.u64()?), word & !OUT_OF_LINE),
+    })
 }
 
 /// An inner entry's bytes, padded to 8 so that every child pointer is an aligned slot.
@@ -117,51 +129,10 @@ fn index_at(leaf: bool) -> usize {
 }
 
 impl Node {
-    /// Bytes entry `i` takes in a slotted node, its index entry included.
-    pub fn entry_cost(&self, i: usize) -> usize {
-        SLOT + match self.leaf {
-            true => LEAF_ENTRY + self.keys[i].len() + self.vals[i].stored_len(),
-            false => inner_entry_len(self.keys[i].len()),
-        }
-    }
-
-    /// Whether the node fits in one block.
-    pub fn fits(&self) -> bool {
-        index_at(self.leaf) + (0..self.keys.len()).map(|i| self.entry_cost(i)).sum::<usize>() <= END
-    }
-
     /// The node's bytes, slotted, its entries packed at the end in key order (every byte of
     /// the node: the entries end where it does).
     pub fn encode(&self) -> Vec<u8> {
-        debug_assert!(self.fits(), "a node encodes only if it fits");
-        let mut entries = Vec::with_capacity(END);
-        let mut offsets = Vec::with_capacity(self.keys.len());
-        let size: usize = (0..self.keys.len()).map(|i| self.entry_cost(i) - SLOT).sum();
-        let low = END - size;
-        for (i, k) in self.keys.iter().enumerate() {
-            offsets.push(((low + entries.len()) as u16, prefix(k)));
-            entries.extend(match self.leaf {
-                true => leaf_entry(k, &self.vals[i]),
-                false => inner_entry(k, self.kids[i + 1]),
-            });
-        }
-        let mut v = Vec::with_capacity(END);
-        v.put_u8(if self.leaf { LEAF } else { INNER });
-        v.put_u8(0);
-        v.put_u16(self.keys.len() as u16);
-        v.put_u16(low as u16);
-        v.put_u16(0);
-        if !self.leaf {
-            v.put_u64(self.kids[0].0);
-        }
-        for (o, p) in offsets {
-            v.put_u16(o);
-            v.put_bytes(&p.to_be_bytes());
-        }
-        v.resize(low, 0);
-        v.extend(entries);
-        debug_assert_eq!(v.len(), END);
-        v
+        Entries::from_node(self).encode()
     }
 
     /// The node in `b`, in either format; `None` if `b` is not a whole, consistent node.
@@ -189,33 +160,6 @@ impl Node {
                 }
                 Some(node)
             }
-        }
-    }
-
-    /// Splits an over-full node in two of about equal bytes: (left, separator, right), the
-    /// separator the right half's first key (leaves) or the key moved up (inner nodes).
-    pub fn split(self) -> (Node, Vec<u8>, Node) {
-        let total: usize = (0..self.keys.len()).map(|i| self.entry_cost(i)).sum();
-        let mut acc = 0;
-        let mut at = self.keys.len() / 2;
-        for i in 0..self.keys.len() {
-            acc += self.entry_cost(i);
-            if acc * 2 >= total {
-                at = i;
-                break;
-            }
-        }
-        let at = at.clamp(1, self.keys.len() - 1);
-        let Node { leaf, mut keys, mut vals, mut kids } = self;
-        if leaf {
-            let (rk, rv) = (keys.split_off(at), vals.split_off(at));
-            let sep = rk[0].clone();
-            (Node { leaf, keys, vals, kids }, sep, Node { leaf, keys: rk, vals: rv, kids: vec![] })
-        } else {
-            let mut rk = keys.split_off(at);
-            let sep = rk.remove(0);
-            let rkids = kids.split_off(at + 1);
-            (Node { leaf, keys, vals, kids }, sep, Node { leaf, keys: rk, vals: vec![], kids: rkids })
         }
     }
 }
@@ -298,6 +242,8 @@ fn touch(b: &[u8]) {
 /// bounds, so damaged bytes read as `None`, never as a panic.
 pub(super) struct Slotted<'a> {
     b: &'a [u8],
+    /// The node's length: where the entry area ends.
+    end: usize,
     pub leaf: bool,
     pub n: usize,
     low: usize,
@@ -321,17 +267,28 @@ impl<'a> Slotted<'a> {
             INNER => false,
             _ => return None,
         };
-        if b.len() < END {
+        let end = b.len();
+        if !(index_at(false)..=MAX_NODE).contains(&end) {
             return None;
         }
         let field = |at| le::get_u16(b, at) as usize;
-        let s = Slotted { b, leaf, n: field(2), low: field(4), dead: field(6) };
-        let sound = s.index_end() <= s.low && s.low <= END && s.dead <= END - s.low;
+        let s = Slotted { b, end, leaf, n: field(2), low: field(4), dead: field(6) };
+        let sound = s.index_end() <= s.low && s.low <= end && s.dead <= end - s.low;
         (sound && (leaf || s.low.is_multiple_of(8))).then_some(s)
     }
 
     fn index_end(&self) -> usize {
         index_at(self.leaf) + SLOT * self.n
+    }
+
+    /// Where the entry area starts.
+    pub fn low(&self) -> usize {
+        self.low
+    }
+
+    /// Where entry `i` is, and its length.
+    pub fn span(&self, i: usize) -> Option<(usize, usize)> {
+        Some((self.entry(i)?, self.entry_len(i)?))
     }
 
     fn gap(&self) -> usize {
@@ -344,18 +301,18 @@ impl<'a> Slotted<'a> {
             return None;
         }
         let at = le::get_u16(self.b, index_at(self.leaf) + SLOT * i) as usize;
-        (self.low <= at && at < END && (self.leaf || at.is_multiple_of(8))).then_some(at)
+        (self.low <= at && at < self.end && (self.leaf || at.is_multiple_of(8))).then_some(at)
     }
 
     /// Entry `i`'s key.
     pub fn key(&self, i: usize) -> Option<&'a [u8]> {
         let at = self.entry(i)? + if self.leaf { 0 } else { 8 };
-        if at + 2 > END {
+        if at + 2 > self.end {
             return None;
         }
         let klen = le::get_u16(self.b, at) as usize;
         let from = at + if self.leaf { LEAF_ENTRY } else { 2 };
-        self.b[..END].get(from..from + klen)
+        self.b[..self.end].get(from..from + klen)
     }
 
     /// Entry `i` of a leaf: its key, its value, and the entry's length.
@@ -368,10 +325,16 @@ impl<'a> Slotted<'a> {
         Some((key, val, LEAF_ENTRY + key.len() + stored.len()))
     }
 
+    /// The block holding leaf entry `i`'s value, if it is out of line (`Some(None)`: inline).
+    pub fn value_block(&self, i: usize) -> Option<Option<Ptr>> {
+        let (_, word, stored) = self.leaf_raw(i)?;
+        Some((word & OUT_OF_LINE != 0).then(|| Ptr(le::get_u64(stored, 0))))
+    }
+
     /// Entry `i` of a leaf as it is stored: key, value length word, value or its pointer.
     fn leaf_raw(&self, i: usize) -> Option<(&'a [u8], u32, &'a [u8])> {
         let at = self.entry(i)?;
-        let mut r = Reader::new(&self.b[at..END]);
+        let mut r = Reader::new(&self.b[at..self.end]);
         let klen = r.u16()? as usize;
         let word = r.u32()?;
         let key = r.take(klen)?;
@@ -382,7 +345,7 @@ impl<'a> Slotted<'a> {
     /// Where child `i`'s pointer is in an inner node, and the child.
     pub fn kid(&self, i: usize) -> Option<(usize, Ptr)> {
         let at = if i == 0 { FIRST_KID } else { self.entry(i - 1)? };
-        (at + 8 <= END).then(|| (at, Ptr(le::get_u64(self.b, at))))
+        (at + 8 <= self.end).then(|| (at, Ptr(le::get_u64(self.b, at))))
     }
 
     /// The length of entry `i`.
@@ -426,7 +389,7 @@ impl<'a> Slotted<'a> {
             let slot = index_at(self.leaf) + SLOT * i + 2;
             let stamped =
                 key.map(prefix) == Some(u32::from_be_bytes(self.b[slot..slot + 4].try_into().expect("4")));
-            if at + len > END || !stamped || (i > 0 && self.key(i - 1) >= key) {
+            if at + len > self.end || !stamped || (i > 0 && self.key(i - 1) >= key) {
                 return false;
             }
             spans.push((at, len));
@@ -434,7 +397,7 @@ impl<'a> Slotted<'a> {
         spans.sort_unstable();
         let apart = spans.windows(2).all(|w| w[0].0 + w[0].1 <= w[1].0);
         let live: usize = spans.iter().map(|s| s.1).sum();
-        apart && live + self.dead == END - self.low
+        apart && live + self.dead == self.end - self.low
     }
 
     /// An entry for `key` of `len` bytes put at index position `i`: a new one (`replaced`
@@ -604,7 +567,7 @@ mod tests {
             v.put_u16(k.len() as u16);
             v.put_bytes(k);
         }
-        v.resize(END, 0);
+        v.resize(NODE as usize, 0);
         v
     }
 
@@ -627,20 +590,6 @@ mod tests {
     }
 
     #[test]
-    fn a_split_keeps_every_entry_and_both_halves_fit() {
-        let mut node = leaf(0);
-        for i in 0..40u32 {
-            node.keys.push(format!("key{i:03}").into_bytes());
-            node.vals.push(Val::Inline(vec![i as u8; 150]));
-        }
-        assert!(!node.fits());
-        let (l, sep, r) = node.clone().split();
-        assert!(l.fits() && r.fits());
-        assert_eq!(sep, r.keys[0]);
-        assert_eq!([l.keys, r.keys].concat(), node.keys);
-    }
-
-    #[test]
     fn damaged_nodes_read_as_none_never_a_panic() {
         let mut rng = bitmend_media::rng::Rng::new(17);
         let good = [leaf(14).encode(), {
@@ -650,7 +599,7 @@ mod tests {
         for _ in 0..3000 {
             let mut b = good[rng.below(2) as usize].clone();
             for _ in 0..1 + rng.below(4) {
-                let at = rng.below(END as u64) as usize;
+                let at = rng.below(NODE as usize as u64) as usize;
                 b[at] = rng.next_u64() as u8;
             }
             if rng.below(4) == 0 {
