@@ -21,7 +21,8 @@ pub const POOL_HEADER: u64 = 4096;
 /// Size classes: class `c` (1 to [`CLASSES`]) has blocks of `64 << (c - 1)` bytes.
 pub const CLASSES: u8 = 11;
 /// The pool format this build writes. Version 2 adds checksummed commit records and the
-/// key-value store's sharded count, version 3 slotted store nodes (FORMAT.md section 9);
+/// key-value store's sharded count, version 3 slotted store nodes and undo records of several
+/// ranges (FORMAT.md section 9);
 /// this build reads versions 1 and 2 too, and marks an older pool version 3 when it opens
 /// it, before it writes a record or a node that an older reader would misread.
 pub const HEAP_VERSION: u32 = 3;

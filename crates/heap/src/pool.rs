@@ -339,9 +339,12 @@ impl<R: Region> Pool<R> {
                 Undo::Bytes { at, len, record } => {
                     let rec = self.log.read(record)?;
                     let old = match record::decode(&rec.data) {
-                        Some((_, Rec::Undo { at: a, old })) if a == at && old.len() == len => old,
-                        _ => return Err(HeapError::Corrupt { at, what: "the undo record of a write" }),
+                        Some((_, Rec::Undo(ranges))) => {
+                            ranges.into_iter().find(|(a, old)| *a == at && old.len() == len).map(|r| r.1)
+                        }
+                        _ => None,
                     };
+                    let old = old.ok_or(HeapError::Corrupt { at, what: "the undo record of a write" })?;
                     let region = self.log.region_mut();
                     region.write(at as usize, &old)?;
                     region.flush(at as usize, len)?;

@@ -18,6 +18,8 @@ pub(crate) mod kind {
     pub const POINTER: u8 = 5;
     pub const COMMIT: u8 = 6;
     pub const FORMAT: u8 = 7;
+    /// The old bytes of several ranges, written together (pool version 3).
+    pub const UNDO_RANGES: u8 = 8;
 }
 
 /// Bytes of a record's fixed part: kind and transaction id.
@@ -62,10 +64,8 @@ impl Written {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Rec {
     Begin,
-    Undo {
-        at: u64,
-        old: Vec<u8>,
-    },
+    /// The old bytes of one range or more, in the order they were logged.
+    Undo(Vec<(u64, Vec<u8>)>),
     Alloc {
         p: Ptr,
         len: u64,
@@ -112,7 +112,8 @@ pub(crate) fn decode(b: &[u8]) -> Option<(u64, Rec)> {
     let id = r.u64()?;
     let rec = match k {
         kind::BEGIN => Rec::Begin,
-        kind::UNDO => Rec::Undo { at: r.u64()?, old: r.rest().to_vec() },
+        kind::UNDO => Rec::Undo(vec![(r.u64()?, r.rest().to_vec())]),
+        kind::UNDO_RANGES => Rec::Undo(decode_ranges(r.rest())?),
         kind::ALLOC => Rec::Alloc { p: Ptr(r.u64()?), len: r.u64()? },
         kind::FREE => Rec::Free(Ptr(r.u64()?)),
         kind::POINTER => Rec::Pointer { slot: r.u64()?, old: Ptr(r.u64()?), new: Ptr(r.u64()?) },
@@ -121,6 +122,28 @@ pub(crate) fn decode(b: &[u8]) -> Option<(u64, Rec)> {
         _ => return None,
     };
     Some((id, rec))
+}
+
+/// Bytes of a range's fixed part in an undo record of several: offset and length.
+pub(crate) const UNDO_RANGE: usize = 12;
+
+/// Puts the range of `len` bytes at `at` of `bytes` into an undo record of several.
+pub(crate) fn put_undo_range(rec: &mut Vec<u8>, bytes: &[u8], at: u64, len: usize) {
+    rec.put_u64(at);
+    rec.put_u32(len as u32);
+    rec.put_bytes(&bytes[at as usize..at as usize + len]);
+}
+
+/// The ranges of an undo record of several: each u64 offset, u32 length, the old bytes.
+fn decode_ranges(body: &[u8]) -> Option<Vec<(u64, Vec<u8>)>> {
+    let mut r = Reader::new(body);
+    let mut out = Vec::new();
+    while !r.is_empty() {
+        let at = r.u64()?;
+        let len = r.u32()? as usize;
+        out.push((at, r.take(len)?.to_vec()));
+    }
+    (!out.is_empty()).then_some(out)
 }
 
 /// A commit body: empty (fenced), or a CRC and whole ranges.
@@ -154,6 +177,24 @@ mod tests {
         assert_eq!(decode(&rec), Some((7, Rec::Commit(Some(w)))));
         // A body cut inside a range is not a commit.
         assert_eq!(decode(&rec[..rec.len() - 3]), None);
+    }
+
+    #[test]
+    fn undo_records_of_one_range_and_of_several_read_back() {
+        let bytes: Vec<u8> = (0..200u8).collect();
+        let mut rec = Vec::new();
+        start(&mut rec, kind::UNDO, 3);
+        rec.put_u64(10);
+        rec.put_bytes(&bytes[10..15]);
+        assert_eq!(decode(&rec), Some((3, Rec::Undo(vec![(10, bytes[10..15].to_vec())]))));
+        start(&mut rec, kind::UNDO_RANGES, 4);
+        put_undo_range(&mut rec, &bytes, 2, 6);
+        put_undo_range(&mut rec, &bytes, 150, 40);
+        let want = vec![(2, bytes[2..8].to_vec()), (150, bytes[150..190].to_vec())];
+        assert_eq!(decode(&rec), Some((4, Rec::Undo(want))));
+        // Cut inside a range, or with no range, it is not a record.
+        assert_eq!(decode(&rec[..rec.len() - 1]), None);
+        assert_eq!(decode(&rec[..HEAD]), None);
     }
 
     #[test]

@@ -145,16 +145,18 @@ impl<R: Region> Pool<R> {
         report.rolled_back = all.difference(&committed).count() as u64;
         // Write back what uncommitted transactions overwrote, last record first.
         for (_, r) in recs.iter().rev().filter(|(id, _)| !committed.contains(id)) {
-            let (at, bytes) = match r {
-                Rec::Undo { at, old } => (*at, old.clone()),
-                Rec::Pointer { slot, old, .. } => (*slot, old.0.to_le_bytes().to_vec()),
+            let ranges = match r {
+                Rec::Undo(ranges) => ranges.clone(),
+                Rec::Pointer { slot, old, .. } => vec![(*slot, old.0.to_le_bytes().to_vec())],
                 _ => continue,
             };
-            let region = self.log.region_mut();
-            if at as usize + bytes.len() <= region.len() {
-                region.write(at as usize, &bytes)?;
-                region.flush(at as usize, bytes.len())?;
-                report.bytes_restored += bytes.len() as u64;
+            for (at, bytes) in ranges.into_iter().rev() {
+                let region = self.log.region_mut();
+                if at as usize + bytes.len() <= region.len() {
+                    region.write(at as usize, &bytes)?;
+                    region.flush(at as usize, bytes.len())?;
+                    report.bytes_restored += bytes.len() as u64;
+                }
             }
         }
         self.log.region_mut().fence()?;

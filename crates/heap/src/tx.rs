@@ -147,7 +147,7 @@ impl<'p, R: Region> Tx<'p, R> {
         let id = result?;
         self.unfenced = true;
         match kind {
-            kind::UNDO => self.bytes.undo += len,
+            kind::UNDO | kind::UNDO_RANGES => self.bytes.undo += len,
             kind::POINTER => self.bytes.pointer += len,
             _ => self.bytes.other += len,
         }
@@ -271,12 +271,20 @@ impl<'p, R: Region> Tx<'p, R> {
     /// Several writes as [`write`](Self::write) makes them, whose undo records share one
     /// fence (each `write` takes its own).
     pub fn write_several(&mut self, writes: &[(Ptr, u64, &[u8])]) -> Result<(), HeapError> {
-        let mut logged = false;
+        let mut ranges = Vec::with_capacity(writes.len());
         for &(p, off, data) in writes {
             self.check(p, off, data.len() as u64)?;
             if self.fresh_len(p).is_none() {
-                self.log_undo(p.0 + off, data.len())?;
-                logged = true;
+                ranges.push((p.0 + off, data.len()));
+            }
+        }
+        let logged = !ranges.is_empty();
+        let together = ranges.iter().map(|r| record::UNDO_RANGE + r.1).sum::<usize>();
+        if ranges.len() > 1 && together <= self.pool.log.max_record() - HEAD {
+            self.log_undo_ranges(&ranges)?;
+        } else {
+            for (at, len) in ranges {
+                self.log_undo(at, len)?;
             }
         }
         if logged {
@@ -298,6 +306,20 @@ impl<'p, R: Region> Tx<'p, R> {
         self.check(p, off, data.len() as u64)?;
         self.bytes.redo_equivalent += (REDO_OVERHEAD + data.len()) as u64;
         self.write_in_place(p.0 + off, data)
+    }
+
+    /// Saves the bytes of several ranges in one undo record: one append where each range
+    /// would take its own.
+    fn log_undo_ranges(&mut self, ranges: &[(u64, usize)]) -> Result<(), HeapError> {
+        let record = self.log(kind::UNDO_RANGES, |rec, region| {
+            for &(at, len) in ranges {
+                record::put_undo_range(rec, region.bytes(), at, len);
+            }
+        })?;
+        for &(at, len) in ranges {
+            self.undo.push(Undo::Bytes { at, len, record });
+        }
+        Ok(())
     }
 
     /// Saves the `len` bytes at `at` in undo records (as many as the record size needs).
