@@ -5,8 +5,8 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use bitmend_heap::kv::Kv;
-use bitmend_heap::{Pool, PoolOptions};
-use bitmend_media::pmem::MmapRegion;
+use bitmend_heap::{HeapError, Pool, PoolOptions};
+use bitmend_media::pmem::{MmapRegion, Region};
 use clap::{Args, Subcommand};
 
 use crate::error::{CliError, EXIT_PROBLEMS};
@@ -185,12 +185,7 @@ fn load(file: &Path, input: &Path) -> Result<(), CliError> {
         if batch.is_empty() {
             break;
         }
-        kv.batch(&mut pool, |kv, tx| {
-            for (k, v) in &batch {
-                kv.put_in(tx, k.as_bytes(), v.as_bytes())?;
-            }
-            Ok(())
-        })?;
+        put_all(&mut pool, &kv, &batch)?;
         entries += batch.len() as u64;
         if tty {
             let pct = (done_bytes * 100 / total).min(100);
@@ -202,6 +197,25 @@ fn load(file: &Path, input: &Path) -> Result<(), CliError> {
     }
     println!("{}: {entries} entries loaded; the store holds {}", file.display(), kv.len(&pool)?);
     Ok(())
+}
+
+/// Puts `batch` in one transaction, or, when its records do not fit in the pool's journal, in
+/// halves (each all or nothing), down to one entry per transaction.
+fn put_all<R: Region>(pool: &mut Pool<R>, kv: &Kv, batch: &[(String, String)]) -> Result<(), HeapError> {
+    let r = kv.batch(pool, |kv, tx| {
+        for (k, v) in batch {
+            kv.put_in(tx, k.as_bytes(), v.as_bytes())?;
+        }
+        Ok(())
+    });
+    match r {
+        Err(HeapError::JournalFull { .. }) if batch.len() > 1 => {
+            let (a, b) = batch.split_at(batch.len() / 2);
+            put_all(pool, kv, a)?;
+            put_all(pool, kv, b)
+        }
+        r => r,
+    }
 }
 
 fn check(file: &Path, json: bool) -> Result<u8, CliError> {

@@ -21,6 +21,13 @@ pub enum HeapError {
     /// operation that asked was applied.
     #[error("the pool is full: no room for {len} more bytes")]
     Full { len: u64 },
+    /// A transaction's records filled the journal (of `journal` bytes; a transaction begins
+    /// with at least a quarter of it free): nothing of it was applied, and it must be split
+    /// into smaller ones.
+    #[error(
+        "a transaction's records fill the pool's journal of {journal} bytes: split it into smaller ones"
+    )]
+    JournalFull { journal: u64 },
     /// An object larger than the pool could ever hold.
     #[error("an object of {len} bytes is over the limit of {max}")]
     TooLarge { len: u64, max: u64 },

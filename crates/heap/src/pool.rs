@@ -262,13 +262,15 @@ impl<R: Region> Pool<R> {
 
     /// Appends a heap record to the journal, durable at the next fence (the transaction
     /// fences before it writes in place). A full journal fails the transaction with
-    /// [`HeapError::Full`] (it is then rolled back and checked out); no checkout here, which
+    /// [`HeapError::JournalFull`] (it is then rolled back and checked out); no checkout here, which
     /// would trim the running transaction's own records. Commits check out once three
     /// quarters of the journal is used, so only a transaction larger than the last quarter
     /// meets this.
     pub(crate) fn log_append(&mut self, rec: &[u8]) -> Result<RecordId, HeapError> {
         match self.log.append_unfenced(record::TAG, rec) {
-            Err(bitmend_nvlog::LogError::Full { .. }) => Err(HeapError::Full { len: rec.len() as u64 }),
+            Err(bitmend_nvlog::LogError::Full { .. }) => {
+                Err(HeapError::JournalFull { journal: self.journal_use().1 })
+            }
             r => r.map_err(Into::into),
         }
     }

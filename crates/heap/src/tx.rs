@@ -66,6 +66,8 @@ pub struct Tx<'p, R: Region> {
     unfenced: bool,
     /// Undo actions in order, for a rollback in this process.
     undo: Vec<Undo>,
+    /// The ranges whose old bytes the undo records hold.
+    saved: Saved,
     frees: Vec<Ptr>,
     /// Old blocks of pointer-logged writes, released at checkout.
     replaced: Vec<Ptr>,
@@ -117,6 +119,7 @@ impl<'p, R: Region> Tx<'p, R> {
             headers_due: Vec::new(),
             unfenced: false,
             undo: Vec::new(),
+            saved: Saved::default(),
             frees: Vec::new(),
             replaced: Vec::new(),
             written: Vec::new(),
@@ -274,23 +277,15 @@ impl<'p, R: Region> Tx<'p, R> {
         let mut ranges = Vec::with_capacity(writes.len());
         for &(p, off, data) in writes {
             self.check(p, off, data.len() as u64)?;
-            if self.fresh_len(p).is_none() {
+            if self.fresh_len(p).is_none() && !data.is_empty() {
                 ranges.push((p.0 + off, data.len()));
             }
         }
-        let logged = !ranges.is_empty();
-        let together = ranges.iter().map(|r| record::UNDO_RANGE + r.1).sum::<usize>();
-        if ranges.len() > 1 && together <= self.pool.log.max_record() - HEAD {
-            self.log_undo_ranges(&ranges)?;
-        } else {
-            for (at, len) in ranges {
-                self.log_undo(at, len)?;
-            }
-        }
+        let logged = self.log_old(&ranges)?;
         if logged {
             self.fence_records()?;
         }
-        for &(p, off, data) in writes {
+        for &(p, off, data) in writes.iter().filter(|w| !w.2.is_empty()) {
             self.bytes.redo_equivalent += (REDO_OVERHEAD + data.len()) as u64;
             self.write_in_place(p.0 + off, data)?;
         }
@@ -306,6 +301,28 @@ impl<'p, R: Region> Tx<'p, R> {
         self.check(p, off, data.len() as u64)?;
         self.bytes.redo_equivalent += (REDO_OVERHEAD + data.len()) as u64;
         self.write_in_place(p.0 + off, data)
+    }
+
+    /// Saves the old bytes of `ranges` that this transaction has not saved yet (a later
+    /// write into saved bytes needs no record: a rollback writes the first, original bytes
+    /// back last), in one record of several ranges when they fit. Whether it logged any.
+    fn log_old(&mut self, ranges: &[(u64, usize)]) -> Result<bool, HeapError> {
+        let mut fresh = Vec::with_capacity(ranges.len());
+        for &(at, len) in ranges {
+            self.saved.unsaved(at, at + len as u64, &mut fresh);
+        }
+        let together = fresh.iter().map(|r| record::UNDO_RANGE + r.1).sum::<usize>();
+        if fresh.len() > 1 && together <= self.pool.log.max_record() - HEAD {
+            self.log_undo_ranges(&fresh)?;
+        } else {
+            for &(at, len) in &fresh {
+                self.log_undo(at, len)?;
+            }
+        }
+        for &(at, len) in &fresh {
+            self.saved.add(at, at + len as u64);
+        }
+        Ok(!fresh.is_empty())
     }
 
     /// Saves the bytes of several ranges in one undo record: one append where each range
@@ -377,8 +394,9 @@ impl<'p, R: Region> Tx<'p, R> {
     /// Points `slot` at `p` (the slot's old value data-logged).
     pub fn set(&mut self, slot: Slot, p: Ptr) -> Result<(), HeapError> {
         self.bytes.redo_equivalent += (REDO_OVERHEAD + 8) as u64;
-        self.log_undo(slot.at, 8)?;
-        self.fence_records()?;
+        if self.log_old(&[(slot.at, 8)])? {
+            self.fence_records()?;
+        }
         self.write_in_place(slot.at, &p.0.to_le_bytes())
     }
 
@@ -504,5 +522,66 @@ impl<'p, R: Region> Tx<'p, R> {
         let undo = std::mem::take(&mut self.undo);
         self.pool.roll_back(&undo)?;
         self.pool.checkout()
+    }
+}
+
+/// Disjoint ranges `[start, end)` of the pool, in order.
+#[derive(Debug, Default)]
+struct Saved(Vec<(u64, u64)>);
+
+impl Saved {
+    /// The parts of `[start, end)` not in the set, appended to `out` as (offset, length).
+    fn unsaved(&self, start: u64, end: u64, out: &mut Vec<(u64, usize)>) {
+        let mut at = start;
+        let first = self.0.partition_point(|r| r.1 <= start);
+        for &(s, e) in &self.0[first..] {
+            if s >= end {
+                break;
+            }
+            if s > at {
+                out.push((at, (s - at) as usize));
+            }
+            at = at.max(e);
+        }
+        if at < end {
+            out.push((at, (end - at) as usize));
+        }
+    }
+
+    /// Adds `[start, end)`, merged with the ranges it touches.
+    fn add(&mut self, start: u64, end: u64) {
+        let from = self.0.partition_point(|r| r.1 < start);
+        let to = self.0.partition_point(|r| r.0 <= end);
+        let (mut s, mut e) = (start, end);
+        if from < to {
+            s = s.min(self.0[from].0);
+            e = e.max(self.0[to - 1].1);
+        }
+        self.0.splice(from..to, [(s, e)]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The set against a byte map, over random ranges.
+    #[test]
+    fn saved_ranges_are_what_was_added_and_nothing_else() {
+        let mut rng = bitmend_media::rng::Rng::new(9);
+        let mut set = Saved::default();
+        let mut map = vec![false; 600];
+        for _ in 0..400 {
+            let a = rng.below(580);
+            let b = a + 1 + rng.below(20);
+            let mut out = Vec::new();
+            set.unsaved(a, b, &mut out);
+            let want: Vec<u64> = (a..b).filter(|&i| !map[i as usize]).collect();
+            let got: Vec<u64> = out.iter().flat_map(|&(at, len)| at..at + len as u64).collect();
+            assert_eq!(got, want, "unsaved {a}..{b}");
+            set.add(a, b);
+            (a..b).for_each(|i| map[i as usize] = true);
+            assert!(set.0.windows(2).all(|w| w[0].1 < w[1].0), "disjoint, apart, in order: {:?}", set.0);
+        }
     }
 }

@@ -337,3 +337,33 @@ fn a_transaction_that_frees_what_it_wrote_stays_committed_through_a_crash() {
     }
     assert_eq!(kept, 64);
 }
+
+/// A transaction whose undo records fill the journal fails with its own error (not "full":
+/// the pool has room), nothing of it applied; the same writes in smaller transactions go in.
+#[test]
+fn a_transaction_too_large_for_the_journal_says_so_and_changes_nothing() {
+    let mut pool = Pool::create(CrashRegion::new(8 << 20), opts()).unwrap();
+    let (_, journal) = pool.journal_use();
+    let big = 2 * journal;
+    let p = pool
+        .tx(|tx| {
+            let p = tx.alloc(big)?;
+            tx.write(p, 0, &vec![1; big as usize])?;
+            Ok(p)
+        })
+        .unwrap();
+    pool.checkout().unwrap();
+    // Overwriting all of it in place logs every old byte: twice the journal.
+    let r = pool.tx(|tx| {
+        for off in (0..big).step_by(4096) {
+            tx.write(p, off, &[2; 4096])?;
+        }
+        Ok(())
+    });
+    assert!(matches!(r, Err(HeapError::JournalFull { journal: j }) if j == journal), "{r:?}");
+    assert!(pool.read(p, 0, big).unwrap().iter().all(|&b| b == 1), "nothing of it applied");
+    for off in (0..big).step_by(4096) {
+        pool.tx(|tx| tx.write(p, off, &[2; 4096])).unwrap();
+    }
+    assert!(pool.read(p, 0, big).unwrap().iter().all(|&b| b == 2));
+}

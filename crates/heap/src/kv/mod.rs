@@ -15,7 +15,7 @@ use bitmend_code::le::{self, Put};
 use bitmend_media::pmem::Region;
 
 use entries::Entries;
-use node::{child_for, inline_entry, inner_entry, leaf_entry, Node, Slotted, Val, NODE, SPLICE_FROM};
+use node::{child_for, inline_entry, inner_entry, leaf_entry, IndexChange, Node, Slotted, Val, NODE};
 
 use crate::alloc::Ptr;
 use crate::pool::Pool;
@@ -210,17 +210,10 @@ impl Kv {
             let i = found.unwrap_or_else(|i| i);
             if let Some(splice) = s.splice(i, key, entry.len(), old.map(|o| o.0)) {
                 tx.write_unused(p, splice.entry_at, &entry)?;
-                match old {
-                    None => {
-                        let (at, n) = self.count_after(tx, key, 1)?;
-                        tx.write_several(&[(p, SPLICE_FROM, &splice.head), (self.header, at, &n)])?;
-                    }
-                    Some((_, block)) => {
-                        tx.write(p, SPLICE_FROM, &splice.head)?;
-                        if let Some(b) = block {
-                            tx.free(b)?;
-                        }
-                    }
+                let by = if old.is_none() { 1 } else { 0 };
+                self.change_index(tx, p, &splice.index, Some((key, by)))?;
+                if let Some((_, Some(b))) = old {
+                    tx.free(b)?;
                 }
                 return Ok(());
             }
@@ -305,13 +298,32 @@ impl Kv {
             let Err(i) = s.search(&sep).ok_or(not_a_node(p))? else { return Err(not_a_node(p)) };
             if let Some(splice) = s.splice(i, &sep, entry.len(), None) {
                 tx.write_unused(p, splice.entry_at, &entry)?;
-                return tx.write(p, SPLICE_FROM, &splice.head);
+                return self.change_index(tx, p, &splice.index, None);
             }
         }
         let mut parent = Kv::entries_in(tx, p, false)?;
         let Err(i) = parent.search(&sep) else { return Err(not_a_node(p)) };
         parent.insert(i, &sep, &entry);
         self.store(tx, path, slot, parent)
+    }
+
+    /// Writes a node's header and index as `change` says, and counts `key` in or out (`by`
+    /// 1 or -1; 0 or `None`, neither), the ranges logged together.
+    fn change_index<R: Region>(
+        &self,
+        tx: &mut Tx<R>,
+        p: Ptr,
+        change: &IndexChange,
+        count: Option<(&[u8], i64)>,
+    ) -> Result<(), HeapError> {
+        let [(h, header), (t, tail)] = change.ranges();
+        match count.filter(|c| c.1 != 0) {
+            Some((key, by)) => {
+                let (at, n) = self.count_after(tx, key, by)?;
+                tx.write_several(&[(p, h, header), (p, t, tail), (self.header, at, &n)])
+            }
+            None => tx.write_several(&[(p, h, header), (p, t, tail)]),
+        }
     }
 
     /// Where `key`'s count is in the store's header, and its bytes once it changes by `by`.
@@ -336,9 +348,8 @@ impl Kv {
         if let Some(s) = Slotted::parse(tx.object(p)?).filter(|s| s.leaf) {
             let Ok(i) = s.search(key).ok_or(not_a_node(p))? else { return Ok(false) };
             let (_, val, len) = s.leaf_entry(i).ok_or(not_a_node(p))?;
-            let head = s.remove(i, len);
-            let (at, n) = self.count_after(tx, key, -1)?;
-            tx.write_several(&[(p, SPLICE_FROM, &head), (self.header, at, &n)])?;
+            let change = s.remove(i, len);
+            self.change_index(tx, p, &change, Some((key, -1)))?;
             if let Val::Out(old, _) = val {
                 tx.free(old)?;
             }

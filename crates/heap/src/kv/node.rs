@@ -28,8 +28,8 @@ pub(super) const INNER: u8 = 4;
 /// A slotted node's header: u8 kind, u8 zero, u16 count, u16 low (where the entry area
 /// starts), u16 dead (bytes of the entry area no index entry points into).
 pub(super) const HEAD: usize = 8;
-/// Where the header's changing fields start (count, low, dead): what a splice rewrites.
-pub(super) const SPLICE_FROM: u64 = 2;
+/// Where the header's changing fields start (count, low, dead).
+const HEADER_FIELDS: usize = 2;
 /// An inner node's first child pointer (the keys below its first key), after the header;
 /// also where a packed inner node's child pointers start.
 pub(super) const FIRST_KID: usize = 8;
@@ -251,12 +251,29 @@ pub(super) struct Slotted<'a> {
 }
 
 /// A change to a slotted node that fits in its gap: the entry goes at `entry_at` (bytes no
-/// committed state uses, written without undo), and the node's bytes from [`SPLICE_FROM`]
-/// on become `head` (header and index, data-logged).
+/// committed state uses, written without undo), and `index` says what becomes of the
+/// header and the index (data-logged).
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Splice {
     pub entry_at: u64,
-    pub head: Vec<u8>,
+    pub index: IndexChange,
+}
+
+/// New bytes for a slotted node's header fields (count, low, dead) and for its index from
+/// slot `from` on: the two ranges a put or a delete data-logs (the slots before `from` do not
+/// change, and are not logged again).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct IndexChange {
+    header: [u8; 6],
+    tail_at: u64,
+    tail: Vec<u8>,
+}
+
+impl IndexChange {
+    /// The ranges to write: (offset in the node, bytes); the tail may be empty.
+    pub fn ranges(&self) -> [(u64, &[u8]); 2] {
+        [(HEADER_FIELDS as u64, &self.header), (self.tail_at, &self.tail)]
+    }
 }
 
 impl<'a> Slotted<'a> {
@@ -411,38 +428,29 @@ impl<'a> Slotted<'a> {
         let low = self.low - len;
         let n = self.n + replaced.is_none() as usize;
         let dead = self.dead + replaced.unwrap_or(0);
-        let mut head = self.header(n, low, dead);
         let index = &self.b[index_at(self.leaf)..self.index_end()];
-        head.extend_from_slice(&index[..SLOT * i]);
-        head.put_u16(low as u16);
-        head.put_bytes(&prefix(key).to_be_bytes());
+        let mut tail = Vec::with_capacity(SLOT + index.len() - SLOT * i);
+        tail.put_u16(low as u16);
+        tail.put_bytes(&prefix(key).to_be_bytes());
         if replaced.is_none() {
-            head.extend_from_slice(&index[SLOT * i..]);
+            tail.extend_from_slice(&index[SLOT * i..]);
         }
-        Some(Splice { entry_at: low as u64, head })
+        Some(Splice { entry_at: low as u64, index: self.index_change(n, low, dead, i, tail) })
     }
 
-    /// Entry `i` (of `len` bytes) removed: the node's bytes from [`SPLICE_FROM`] on, up to
-    /// the index's new end.
-    pub fn remove(&self, i: usize, len: usize) -> Vec<u8> {
-        let mut head = self.header(self.n - 1, self.low, self.dead + len);
+    /// Entry `i` (of `len` bytes) removed: its slot leaves the index, its bytes are dead.
+    pub fn remove(&self, i: usize, len: usize) -> IndexChange {
         let index = &self.b[index_at(self.leaf)..self.index_end()];
-        head.extend_from_slice(&index[..SLOT * i]);
-        head.extend_from_slice(&index[SLOT * i + SLOT..]);
-        head
+        let tail = index[SLOT * i + SLOT..].to_vec();
+        self.index_change(self.n - 1, self.low, self.dead + len, i, tail)
     }
 
-    /// The header's fields from [`SPLICE_FROM`] on (and an inner node's first child, which
-    /// lies between them and the index).
-    fn header(&self, n: usize, low: usize, dead: usize) -> Vec<u8> {
-        let mut head = Vec::with_capacity(self.index_end() + 2);
-        head.put_u16(n as u16);
-        head.put_u16(low as u16);
-        head.put_u16(dead as u16);
-        if !self.leaf {
-            head.extend_from_slice(&self.b[FIRST_KID..FIRST_KID + 8]);
+    fn index_change(&self, n: usize, low: usize, dead: usize, from: usize, tail: Vec<u8>) -> IndexChange {
+        let mut header = [0u8; 6];
+        for (i, v) in [n, low, dead].into_iter().enumerate() {
+            le::put_u16(&mut header, 2 * i, v as u16);
         }
-        head
+        IndexChange { header, tail_at: (index_at(self.leaf) + SLOT * from) as u64, tail }
     }
 }
 
@@ -460,8 +468,14 @@ mod tests {
         let mut out = b.to_vec();
         let at = s.entry_at as usize;
         out[at..at + entry.len()].copy_from_slice(entry);
-        out[SPLICE_FROM as usize..SPLICE_FROM as usize + s.head.len()].copy_from_slice(&s.head);
+        change(&mut out, &s.index);
         out
+    }
+
+    fn change(b: &mut [u8], c: &IndexChange) {
+        for (at, bytes) in c.ranges() {
+            b[at as usize..at as usize + bytes.len()].copy_from_slice(bytes);
+        }
     }
 
     #[test]
@@ -503,8 +517,8 @@ mod tests {
             let s = Slotted::parse(&bytes).unwrap();
             let i = s.search(&key).unwrap().unwrap();
             let len = s.leaf_entry(i).unwrap().2;
-            let head = s.remove(i, len);
-            bytes[2..2 + head.len()].copy_from_slice(&head);
+            let c = s.remove(i, len);
+            change(&mut bytes, &c);
             let j = want.keys.binary_search(&key).unwrap();
             want.keys.remove(j);
             want.vals.remove(j);
