@@ -164,35 +164,45 @@ fn a_failed_transaction_rolls_back_from_its_undo_record_even_when_a_wild_write_h
     // back from the journal (they are not kept in DRAM). A wild write into the record between
     // its fence and the rollback is rebuilt from the journal's parity: the object gets its
     // old bytes back, never other ones. 8 spots of the record damaged, 16 bytes each.
+    // The same with an undo record of two ranges (a write of several: a put's index and
+    // count), whose ranges both come back.
     let mut restored = 0;
-    for spot in 0..8usize {
-        let (pool, ptrs) = objects(4);
-        let mut region = DamageAtFence { inner: pool.into_region(), armed: None };
-        let (mut pool, _) = Pool::open(&mut region, opts()).unwrap();
-        let cfg = pool.journal().config();
-        let tail = pool.journal().tail().0;
-        let per_seg = cfg.k as u64 * cfg.chunk_size as u64;
-        let chunk =
-            pool.journal().chunk_range(tail / per_seg, ((tail % per_seg) / cfg.chunk_size as u64) as usize);
-        // The undo record goes at the tail: its header, the kind and id, the offset, then
-        // the 150 old bytes.
-        let record = chunk.start + (tail % cfg.chunk_size as u64) as usize;
-        pool.region_mut().armed = Some((record + 24 + spot * 16, 16));
-        let r = pool.tx(|tx| {
-            tx.write(ptrs[2], 10, &[0xEE; 150])?;
-            Err::<(), _>(HeapError::Full { len: 0 })
-        });
-        assert!(matches!(r, Err(HeapError::Full { .. })), "spot {spot}: {r:?}");
-        assert!(pool.region().armed.is_none(), "spot {spot}: the damage was done");
-        assert_eq!(pool.read(ptrs[2], 0, 200).unwrap(), &[2u8; 200], "spot {spot}: the old bytes are back");
-        // The damage was found and the record's chunk rebuilt, not read past.
-        assert_eq!(pool.journal().stats().repaired_data_chunks, 1, "spot {spot}");
-        restored += 1;
+    for several in [false, true] {
+        for spot in 0..8usize {
+            let (pool, ptrs) = objects(4);
+            let mut region = DamageAtFence { inner: pool.into_region(), armed: None };
+            let (mut pool, _) = Pool::open(&mut region, opts()).unwrap();
+            let cfg = pool.journal().config();
+            let tail = pool.journal().tail().0;
+            let per_seg = cfg.k as u64 * cfg.chunk_size as u64;
+            let chunk = pool
+                .journal()
+                .chunk_range(tail / per_seg, ((tail % per_seg) / cfg.chunk_size as u64) as usize);
+            // The undo record goes at the tail: its header, the kind and id, then the ranges
+            // (150 old bytes in all).
+            let record = chunk.start + (tail % cfg.chunk_size as u64) as usize;
+            pool.region_mut().armed = Some((record + 24 + spot * 16, 16));
+            let r = pool.tx(|tx| {
+                match several {
+                    false => tx.write(ptrs[2], 10, &[0xEE; 150])?,
+                    true => tx.write_several(&[(ptrs[2], 10, &[0xEE; 75]), (ptrs[3], 100, &[0xDD; 75])])?,
+                }
+                Err::<(), _>(HeapError::Full { len: 0 })
+            });
+            let at = format!("spot {spot}, several {several}");
+            assert!(matches!(r, Err(HeapError::Full { .. })), "{at}: {r:?}");
+            assert!(pool.region().armed.is_none(), "{at}: the damage was done");
+            assert_eq!(pool.read(ptrs[2], 0, 200).unwrap(), &[2u8; 200], "{at}: the old bytes are back");
+            assert_eq!(pool.read(ptrs[3], 0, 200).unwrap(), &[3u8; 200], "{at}: the old bytes are back");
+            // The damage was found and the record's chunk rebuilt, not read past.
+            assert_eq!(pool.journal().stats().repaired_data_chunks, 1, "{at}");
+            restored += 1;
+        }
     }
     eprintln!(
-        "rollbacks from a damaged undo record: {restored} of 8, 16 bytes damaged each time, all rebuilt"
+        "rollbacks from a damaged undo record (of one range, of two): {restored} of 16, 16 bytes damaged each time, all rebuilt"
     );
-    assert_eq!(restored, 8);
+    assert_eq!(restored, 16);
 }
 
 #[test]
