@@ -49,7 +49,10 @@ impl Entries {
             let (at, len) = s.span(i)?;
             e.items.push(Item { at: at - low, len, prefix: node::prefix(s.key(i)?) });
         }
-        Some(e)
+        // Live and dead bytes must fill the entry area: entries a wild write made overlap
+        // would add up to more than a node holds, and no split could place them.
+        let live: usize = e.items.iter().map(|it| it.len).sum();
+        (live + s.dead() == b.len() - low).then_some(e)
     }
 
     /// The entries of a decoded node, for a new node.

@@ -94,16 +94,29 @@ pub(super) fn inline_entry(key: &[u8], value: &[u8]) -> Vec<u8> {
     v
 }
 
-/// The value of the leaf entry `e`; `None` if `e` is too short for it.
-pub(super) fn leaf_val(e: &[u8]) -> Option<Val> {
+/// The leaf entry at the start of `e`, as it is stored: key, value length word, and the
+/// value or its block's pointer; `None` if `e` is too short for it. The one parser of the
+/// entry format (both node formats share it).
+fn raw_leaf_entry(e: &[u8]) -> Option<(&[u8], u32, &[u8])> {
     let mut r = Reader::new(e);
     let klen = r.u16()? as usize;
     let word = r.u32()?;
-    r.take(klen)?;
-    Some(match word & OUT_OF_LINE {
-        0 => Val::Inline(r.take(word as usize)?.to_vec()),
-        _ => Val::Out(Ptr(r.u64()?), word & !OUT_OF_LINE),
-    })
+    let key = r.take(klen)?;
+    let stored = r.take(if word & OUT_OF_LINE == 0 { word as usize } else { 8 })?;
+    Some((key, word, stored))
+}
+
+/// The value a stored leaf entry holds.
+fn val_of(word: u32, stored: &[u8]) -> Val {
+    match word & OUT_OF_LINE {
+        0 => Val::Inline(stored.to_vec()),
+        _ => Val::Out(Ptr(le::get_u64(stored, 0)), word & !OUT_OF_LINE),
+    }
+}
+
+/// The value of the leaf entry `e`; `None` if `e` is too short for it.
+pub(super) fn leaf_val(e: &[u8]) -> Option<Val> {
+    raw_leaf_entry(e).map(|(_, word, stored)| val_of(word, stored))
 }
 
 /// An inner entry's bytes, padded to 8 so that every child pointer is an aligned slot.
@@ -164,6 +177,9 @@ impl Node {
     }
 }
 
+/// Bytes before a packed node's first leaf entry: kind, zero, count.
+const PACKED_HEAD: usize = 4;
+
 /// A node of pool versions 1 and 2: kind, zero, count, then a leaf's entries in key order,
 /// or an inner node's u32 zero, count + 1 child pointers and count keys.
 fn decode_packed(b: &[u8]) -> Option<Node> {
@@ -173,14 +189,12 @@ fn decode_packed(b: &[u8]) -> Option<Node> {
     let n = r.u16()? as usize;
     let mut node = Node { leaf: kind == PACKED_LEAF, ..Node::default() };
     if node.leaf {
+        let mut at = PACKED_HEAD;
         for _ in 0..n {
-            let klen = r.u16()? as usize;
-            let word = r.u32()?;
-            node.keys.push(r.take(klen)?.to_vec());
-            node.vals.push(match word & OUT_OF_LINE {
-                0 => Val::Inline(r.take(word as usize)?.to_vec()),
-                _ => Val::Out(Ptr(r.u64()?), word & !OUT_OF_LINE),
-            });
+            let (key, word, stored) = raw_leaf_entry(b.get(at..)?)?;
+            node.keys.push(key.to_vec());
+            node.vals.push(val_of(word, stored));
+            at += LEAF_ENTRY + key.len() + stored.len();
         }
     } else {
         r.u32()?;
@@ -303,6 +317,11 @@ impl<'a> Slotted<'a> {
         self.low
     }
 
+    /// Bytes of the entry area no slot points into.
+    pub fn dead(&self) -> usize {
+        self.dead
+    }
+
     /// Where entry `i` is, and its length.
     pub fn span(&self, i: usize) -> Option<(usize, usize)> {
         Some((self.entry(i)?, self.entry_len(i)?))
@@ -335,11 +354,7 @@ impl<'a> Slotted<'a> {
     /// Entry `i` of a leaf: its key, its value, and the entry's length.
     pub fn leaf_entry(&self, i: usize) -> Option<(&'a [u8], Val, usize)> {
         let (key, word, stored) = self.leaf_raw(i)?;
-        let val = match word & OUT_OF_LINE {
-            0 => Val::Inline(stored.to_vec()),
-            _ => Val::Out(Ptr(le::get_u64(stored, 0)), word & !OUT_OF_LINE),
-        };
-        Some((key, val, LEAF_ENTRY + key.len() + stored.len()))
+        Some((key, val_of(word, stored), LEAF_ENTRY + key.len() + stored.len()))
     }
 
     /// The block holding leaf entry `i`'s value, if it is out of line (`Some(None)`: inline).
@@ -350,13 +365,7 @@ impl<'a> Slotted<'a> {
 
     /// Entry `i` of a leaf as it is stored: key, value length word, value or its pointer.
     fn leaf_raw(&self, i: usize) -> Option<(&'a [u8], u32, &'a [u8])> {
-        let at = self.entry(i)?;
-        let mut r = Reader::new(&self.b[at..self.end]);
-        let klen = r.u16()? as usize;
-        let word = r.u32()?;
-        let key = r.take(klen)?;
-        let stored = r.take(if word & OUT_OF_LINE == 0 { word as usize } else { 8 })?;
-        Some((key, word, stored))
+        raw_leaf_entry(&self.b[self.entry(i)?..self.end])
     }
 
     /// Where child `i`'s pointer is in an inner node, and the child.
@@ -622,6 +631,24 @@ mod tests {
             }
             let _ = Node::decode(&b);
             let _ = child_for(&b, b"probe");
+            // What a split or a compaction reads: refused, or repacked whole.
+            if let Some(mut e) = Entries::of(&b) {
+                let key = b"zz-probe".as_slice();
+                let entry = if e.leaf {
+                    leaf_entry(key, &Val::Inline(vec![1; 300]))
+                } else {
+                    inner_entry(key, Ptr(64))
+                };
+                if let Err(i) = e.search(key) {
+                    e.insert(i, key, &entry);
+                }
+                let _ = if e.fits() {
+                    vec![e.encode()]
+                } else {
+                    let (l, _, r) = e.split();
+                    vec![l, r]
+                };
+            }
             if let Some(s) = Slotted::parse(&b) {
                 let _ = s.search(b"probe");
                 for i in 0..s.n.min(200) {
