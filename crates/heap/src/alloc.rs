@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use bitmend_media::pmem::Region;
 
 use crate::layout::{
-    class_for, class_size, BlockHeader, BlockState, HeaderFault, RunHeader, RunKind, Superblock,
-    BLOCK_HEADER, CLASSES, RUN, RUN_HEADER,
+    class_for, class_size, BlockHeader, BlockState, HeaderFault, HeaderLayout, RunHeader, RunKind,
+    Superblock, BLOCK_HEADER, CLASSES, RUN, RUN_HEADER,
 };
 use crate::HeapError;
 
@@ -140,6 +140,11 @@ pub(crate) struct Allocator {
     /// count, kept here so that writing a header never waits to read the old one: its line
     /// is cold). Grown as blocks are first counted.
     wear: Vec<Vec<u16>>,
+    layout: HeaderLayout,
+    /// Blocks whose headers were found linked, with their slots: allocated until
+    /// [`Pool::open`](crate::Pool::open) has looked at the slots (after the journal's
+    /// rollback, which may restore them).
+    pub linked: Vec<(Ptr, u64)>,
 }
 
 impl Allocator {
@@ -197,9 +202,27 @@ impl Allocator {
             };
             for at in headers {
                 let b = &bytes[at as usize..(at + BLOCK_HEADER) as usize];
-                if let Ok(h) = BlockHeader::decode(b, at, self.sb.pool_id) {
+                if let Ok(h) = BlockHeader::decode(b, at, self.sb.pool_id, self.layout) {
                     out.push(h.allocations);
                 }
+            }
+        }
+        out
+    }
+
+    /// The payload of every allocated block, in pool order.
+    pub fn allocated(&self) -> Vec<Ptr> {
+        let mut out = Vec::new();
+        for (run, r) in self.runs.iter().enumerate() {
+            let base = self.run_base(run as u32) + RUN_HEADER + BLOCK_HEADER;
+            match r {
+                RunUse::Blocks { class, slots } => out.extend(
+                    (0..slots.len())
+                        .filter(|&i| slots[i] == Slot::Allocated)
+                        .map(|i| Ptr(base + i as u64 * class_size(*class))),
+                ),
+                RunUse::Span { slot: Slot::Allocated, .. } => out.push(Ptr(base)),
+                _ => {}
             }
         }
         out
@@ -234,6 +257,8 @@ impl Allocator {
             reuse_after,
             clock,
             wear: vec![Vec::new(); sb.runs as usize],
+            layout: sb.header_layout(),
+            linked: Vec::new(),
         };
         let bytes = region.bytes();
         let mut run = 0u32;
@@ -296,7 +321,8 @@ impl Allocator {
 
     /// The state of the block whose header is at `at`, its fault recorded.
     fn read_block(&mut self, bytes: &[u8], at: u64, class: u8) -> Slot {
-        let h = BlockHeader::decode(&bytes[at as usize..(at + BLOCK_HEADER) as usize], at, self.sb.pool_id);
+        let b = &bytes[at as usize..(at + BLOCK_HEADER) as usize];
+        let h = BlockHeader::decode(b, at, self.sb.pool_id, self.layout);
         if let Some(h) = h.as_ref().ok().filter(|h| h.allocations > 0) {
             *self.wear_of(at, class) = h.allocations;
         }
@@ -306,6 +332,10 @@ impl Allocator {
                 Slot::Quarantined
             }
             Ok(h) if h.state == BlockState::Allocated => Slot::Allocated,
+            Ok(h) if h.state == BlockState::Linked && h.link != 0 => {
+                self.linked.push((Ptr(at + BLOCK_HEADER), h.link as u64 * 8));
+                Slot::Allocated
+            }
             Ok(_) => {
                 let p = Ptr(at + BLOCK_HEADER);
                 if let Some(c) = class.checked_sub(1) {
@@ -557,10 +587,10 @@ impl Allocator {
         let pool_id = self.sb.pool_id;
         for i in 0..n {
             let at = base + i as u64 * size;
-            let h = BlockHeader { state: BlockState::Free, class, allocations: 0, len: 0 };
+            let h = BlockHeader { state: BlockState::Free, class, allocations: 0, len: 0, link: 0 };
             // Non-temporal: the lines are cold (a run is formatted once), and a store that
             // bypasses the cache does not wait to read them first.
-            region.write_streaming(at as usize, &h.encode(at, pool_id))?;
+            region.write_streaming(at as usize, &h.encode(at, pool_id, self.layout))?;
         }
         region.fence()?;
         let at = self.run_base(run) as usize;
@@ -621,13 +651,8 @@ impl Allocator {
         if !self.is_allocated(p) {
             return Err(HeapError::NotAllocated { at: p.0 });
         }
-        let (run, i) = self.locate(p).expect("allocated");
         self.write_header(region, p, BlockState::Free, 0)?;
-        *self.slot_mut(run, i) = Slot::Cooling;
-        self.stats.allocated_blocks -= 1;
-        self.stats.cooling_blocks += 1;
-        self.cooling.push_back((self.clock.now(), p));
-        Ok(())
+        self.release(p)
     }
 
     /// The allocation count of the block whose header is at `at`, in a run of `class` (0: a
@@ -658,23 +683,119 @@ impl Allocator {
         state: BlockState,
         len: u64,
     ) -> Result<(), HeapError> {
+        self.write_header_linked(region, p, state, len, 0)
+    }
+
+    /// [`write_header`](Self::write_header), with a link (version 4: the slot's offset / 8).
+    fn write_header_linked<R: Region>(
+        &mut self,
+        region: &mut R,
+        p: Ptr,
+        state: BlockState,
+        len: u64,
+        link: u32,
+    ) -> Result<(), HeapError> {
         let at = p.header();
-        let (run, _) = self.locate(p).expect("a block");
-        let class = match self.runs[run as usize] {
-            RunUse::Blocks { class, .. } => class,
-            _ => 0,
-        };
+        let class = self.class_of(p);
         let count = self.wear_of(at, class);
-        if state == BlockState::Allocated {
+        if state != BlockState::Free {
             *count = count.saturating_add(1);
         }
         let allocations = *count;
         // A length past 32 bits is recorded as u32::MAX: "the whole block".
-        let h = BlockHeader { state, class, allocations, len: len.min(u32::MAX as u64) as u32 };
-        region.write(at as usize, &h.encode(at, self.sb.pool_id))?;
+        let h = BlockHeader { state, class, allocations, len: len.min(u32::MAX as u64) as u32, link };
+        region.write(at as usize, &h.encode(at, self.sb.pool_id, self.layout))?;
         region.flush(at as usize, BLOCK_HEADER as usize)?;
         self.stats.header_writes += 1;
         Ok(())
+    }
+
+    /// The class of the run block `p` is in (0: a span's block).
+    fn class_of(&self, p: Ptr) -> u8 {
+        let (run, _) = self.locate(p).expect("a block");
+        match self.runs[run as usize] {
+            RunUse::Blocks { class, .. } => class,
+            _ => 0,
+        }
+    }
+
+    /// Whether this pool's headers can link a block to a slot (version 4), and a block of
+    /// `len` bytes would be a run's (a span's header has no room for a link).
+    pub fn links(&self, len: u64) -> bool {
+        self.layout == HeaderLayout::Words && class_for(len).is_some()
+    }
+
+    /// Writes the header of picked block `p` linked to the slot at `slot`: allocated once
+    /// the slot points at it (one line, flushed; the caller fences before it writes the slot).
+    pub fn mark_linked<R: Region>(
+        &mut self,
+        region: &mut R,
+        p: Ptr,
+        len: u64,
+        slot: u64,
+    ) -> Result<(), HeapError> {
+        debug_assert!(self.links(len) && slot.is_multiple_of(8) && slot / 8 <= u32::MAX as u64);
+        self.write_header_linked(region, p, BlockState::Linked, len, (slot / 8) as u32)
+    }
+
+    /// Whether the header of allocated block `p` says it is linked to the slot at `slot`.
+    pub fn is_linked_to<R: Region>(&self, region: &R, p: Ptr, slot: u64) -> bool {
+        self.is_allocated(p)
+            && self
+                .read_header(region, p)
+                .is_ok_and(|h| h.state == BlockState::Linked && h.link as u64 * 8 == slot)
+    }
+
+    fn read_header<R: Region>(&self, region: &R, p: Ptr) -> Result<BlockHeader, HeaderFault> {
+        let at = p.header();
+        BlockHeader::decode(
+            &region.bytes()[at as usize..(at + BLOCK_HEADER) as usize],
+            at,
+            self.sb.pool_id,
+            self.layout,
+        )
+    }
+
+    /// Makes linked block `p` plainly allocated: its header's word 0 rewritten, one aligned
+    /// 8-byte store (atomic), flushed. For a slot about to point elsewhere, or to move.
+    pub fn unlink<R: Region>(&mut self, region: &mut R, p: Ptr) -> Result<(), HeapError> {
+        let h = self
+            .read_header(region, p)
+            .map_err(|_| HeapError::Corrupt { at: p.header(), what: "a linked block's header" })?;
+        debug_assert_eq!(h.state, BlockState::Linked);
+        let word = BlockHeader { state: BlockState::Allocated, ..h }.word_0(p.header(), self.sb.pool_id);
+        region.write(p.header() as usize, &word)?;
+        region.flush(p.header() as usize, 8)?;
+        self.stats.header_writes += 1;
+        Ok(())
+    }
+
+    /// Frees allocated block `p` in the working state only: its header stays linked to a
+    /// slot that no longer points at it, which says free (the caller cleared the slot).
+    pub fn release(&mut self, p: Ptr) -> Result<(), HeapError> {
+        if !self.is_allocated(p) {
+            return Err(HeapError::NotAllocated { at: p.0 });
+        }
+        let (run, i) = self.locate(p).expect("allocated");
+        *self.slot_mut(run, i) = Slot::Cooling;
+        self.stats.allocated_blocks -= 1;
+        self.stats.cooling_blocks += 1;
+        self.cooling.push_back((self.clock.now(), p));
+        Ok(())
+    }
+
+    /// At open: a linked block whose slot does not point at it is free (the allocation
+    /// into it never finished, or it was freed from it); handed out at once.
+    pub fn free_unlinked(&mut self, p: Ptr) {
+        let Some((run, i)) = self.locate(p) else { return };
+        if *self.slot_mut(run, i) != Slot::Allocated {
+            return;
+        }
+        *self.slot_mut(run, i) = Slot::Free;
+        self.stats.allocated_blocks -= 1;
+        self.stats.free_blocks += 1;
+        let class = self.class_of(p);
+        self.free[class as usize - 1].push_back(p);
     }
 }
 
@@ -686,15 +807,13 @@ mod tests {
     const POOL_ID: u64 = 0xB17;
 
     fn fresh(runs: u32, reuse_after: Duration, clock: Clock) -> (CrashRegion, Allocator) {
+        fresh_of(crate::layout::HEAP_VERSION, runs, reuse_after, clock)
+    }
+
+    fn fresh_of(version: u32, runs: u32, reuse_after: Duration, clock: Clock) -> (CrashRegion, Allocator) {
         let first_run = 4096;
         let region = CrashRegion::new((first_run + runs as u64 * RUN) as usize);
-        let sb = Superblock {
-            version: crate::layout::HEAP_VERSION,
-            first_run,
-            runs,
-            journal: 0,
-            pool_id: POOL_ID,
-        };
+        let sb = Superblock { version, first_run, runs, journal: 0, pool_id: POOL_ID };
         let a = Allocator::rebuild(&region, sb, reuse_after, clock);
         (region, a)
     }
@@ -753,34 +872,40 @@ mod tests {
         assert!(!handed.contains(&next), "a block came back before its period was out");
     }
 
+    /// Both header layouts: a version 3 header copied onto another block is told apart as
+    /// misplaced (it stores its location); a version 4 one fails its checks (the location is
+    /// in them, not stored).
     #[test]
     fn damaged_headers_are_quarantined_with_the_check_that_failed() {
-        let (mut r, mut a) = fresh(4, Duration::ZERO, Clock::System);
-        let p: Vec<Ptr> = (0..4).map(|_| a.alloc(&mut r, 200).unwrap()).collect();
-        // Three faults: a flipped bit, a header copied onto another block, a zeroed header.
-        let h0 = p[0].header() as usize;
-        r.corrupt(h0 + 4, &[r.bytes()[h0 + 4] ^ 1]).unwrap();
-        let copy = r.bytes()[p[1].header() as usize..p[1].header() as usize + 16].to_vec();
-        r.corrupt(p[2].header() as usize, &copy).unwrap();
-        r.corrupt(p[3].header() as usize, &[0u8; 16]).unwrap();
-        let again = Allocator::rebuild(&r, a.sb, Duration::ZERO, Clock::System);
-        let got: Vec<(u64, HeaderFault)> = again.faults.iter().map(|f| (f.at, f.fault)).collect();
-        assert_eq!(
-            got,
-            vec![
-                (p[0].header(), HeaderFault::Checksum),
-                (p[2].header(), HeaderFault::Misplaced),
-                (p[3].header(), HeaderFault::Checksum),
-            ]
-        );
-        // Quarantined blocks are neither allocated nor handed out again.
-        let mut again = again;
-        assert!(!again.is_allocated(p[0]) && again.is_allocated(p[1]));
-        for _ in 0..2000 {
-            let q = again.alloc(&mut r, 200).unwrap();
-            assert!(![p[0], p[2], p[3]].contains(&q), "a quarantined block was handed out");
+        for (version, copied) in [(3, HeaderFault::Misplaced), (4, HeaderFault::Checksum)] {
+            let (mut r, mut a) = fresh_of(version, 4, Duration::ZERO, Clock::System);
+            let p: Vec<Ptr> = (0..4).map(|_| a.alloc(&mut r, 200).unwrap()).collect();
+            // Three faults: a flipped bit, a header copied onto another block, a zeroed header.
+            let h0 = p[0].header() as usize;
+            r.corrupt(h0 + 2, &[r.bytes()[h0 + 2] ^ 1]).unwrap();
+            let copy = r.bytes()[p[1].header() as usize..p[1].header() as usize + 16].to_vec();
+            r.corrupt(p[2].header() as usize, &copy).unwrap();
+            r.corrupt(p[3].header() as usize, &[0u8; 16]).unwrap();
+            let again = Allocator::rebuild(&r, a.sb, Duration::ZERO, Clock::System);
+            let got: Vec<(u64, HeaderFault)> = again.faults.iter().map(|f| (f.at, f.fault)).collect();
+            assert_eq!(
+                got,
+                vec![
+                    (p[0].header(), HeaderFault::Checksum),
+                    (p[2].header(), copied),
+                    (p[3].header(), HeaderFault::Checksum),
+                ],
+                "version {version}"
+            );
+            // Quarantined blocks are neither allocated nor handed out again.
+            let mut again = again;
+            assert!(!again.is_allocated(p[0]) && again.is_allocated(p[1]));
+            for _ in 0..2000 {
+                let q = again.alloc(&mut r, 200).unwrap();
+                assert!(![p[0], p[2], p[3]].contains(&q), "a quarantined block was handed out");
+            }
+            assert_eq!(again.stats.quarantined_blocks, 3);
         }
-        assert_eq!(again.stats.quarantined_blocks, 3);
     }
 
     #[test]

@@ -22,10 +22,14 @@ pub const POOL_HEADER: u64 = 4096;
 pub const CLASSES: u8 = 11;
 /// The pool format this build writes. Version 2 adds checksummed commit records and the
 /// key-value store's sharded count, version 3 slotted store nodes and undo records of several
-/// ranges (FORMAT.md section 9);
-/// this build reads versions 1 and 2 too, and marks an older pool version 3 when it opens
-/// it, before it writes a record or a node that an older reader would misread.
-pub const HEAP_VERSION: u32 = 3;
+/// ranges, version 4 block headers of two words checked apart, which can link a block to the
+/// slot that points at it (FORMAT.md section 9). This build reads versions 1 to 3 too, and
+/// marks a version 1 or 2 pool version 3 when it opens it, before it writes a record or a
+/// node that an older reader would misread. A pool keeps the block header layout it was
+/// made with: only pools made as version 4 have linked headers.
+pub const HEAP_VERSION: u32 = 4;
+/// The version an older pool is marked with at open (its headers keep their layout).
+pub const HEAP_VERSION_UPGRADED: u32 = 3;
 /// The oldest pool format this build reads.
 pub const HEAP_VERSION_MIN: u32 = 1;
 
@@ -110,6 +114,25 @@ impl Superblock {
             pool_id: le::get_u64(b, at::POOL_ID),
         })
     }
+
+    /// How this pool's block headers are laid out.
+    pub fn header_layout(&self) -> HeaderLayout {
+        match self.version {
+            ..=3 => HeaderLayout::Whole,
+            _ => HeaderLayout::Words,
+        }
+    }
+}
+
+/// How a pool's block headers are laid out (FORMAT.md section 9, "Block header").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeaderLayout {
+    /// Versions 1 to 3: one CRC over the whole header, the location stored.
+    Whole,
+    /// Version 4: two 8-byte words, each with a check of its own (the location in both), so
+    /// that a crash tearing a header between its words leaves two words that each read (an
+    /// aligned 8-byte store is never torn), and a state change written as one word is atomic.
+    Words,
 }
 
 byte_enum! {
@@ -190,6 +213,10 @@ byte_enum! {
     pub enum BlockState {
         Allocated = 1,
         Free = 2,
+        /// Version 4: allocated if the pointer slot the header names points at the block,
+        /// else free (an allocation into a slot, made without the journal: see
+        /// `Pool::alloc_into`).
+        Linked = 3,
     }
 }
 
@@ -214,6 +241,8 @@ pub struct BlockHeader {
     pub allocations: u16,
     /// Payload bytes asked for (allocated), else 0.
     pub len: u32,
+    /// Version 4: the slot a linked block was allocated into, as its offset / 8 (0: none).
+    pub link: u32,
 }
 
 /// Which check a header failed.
@@ -247,17 +276,67 @@ fn block_crc(b: &[u8], pool_id: u64) -> u32 {
     bitmend_code::crc::crc32c_append(crc32c(&b[..block_at::CRC]), &pool_id.to_le_bytes())
 }
 
+/// Where a version 4 header's fields are: word 0 (bytes 0..8) is state, class, length and
+/// its CRC; word 1 (bytes 8..16) the link (or a span's length), the allocations and its check.
+mod word_at {
+    pub const STATE: usize = 0;
+    pub const CLASS: usize = 1;
+    pub const LEN: usize = 2;
+    pub const CRC: usize = 4;
+    pub const LINK: usize = 8;
+    pub const ALLOCATIONS: usize = 12;
+    pub const CHECK: usize = 14;
+}
+
+/// Word 0's length field for "the length is in word 1" (a span's block).
+const LEN_IN_WORD_1: u16 = u16::MAX;
+
+/// The check of a version 4 header word: CRC-32C of its fields, then of the header's offset,
+/// the pool id and the word's number (so that neither word reads as the other, nor as any
+/// other block's).
+fn word_crc(fields: &[u8], offset: u64, pool_id: u64, word: u8) -> u32 {
+    let mut b = [0u8; 6 + 8 + 8 + 1];
+    let n = fields.len();
+    debug_assert!(n <= 6);
+    b[..n].copy_from_slice(fields);
+    b[n..n + 8].copy_from_slice(&offset.to_le_bytes());
+    b[n + 8..n + 16].copy_from_slice(&pool_id.to_le_bytes());
+    b[n + 16] = word;
+    crc32c(&b[..n + 17])
+}
+
 /// The length a block's header records, unchecked (a fast path for bounds; `None` for the
 /// "whole block" mark of objects past 32 bits). Loads of a damaged header can only shrink
 /// what a caller may touch: callers clamp it to the block's capacity.
-pub fn recorded_len(bytes: &[u8], header: u64) -> Option<u64> {
-    let len = le::get_u32(bytes, header as usize + block_at::LEN);
+pub fn recorded_len(bytes: &[u8], header: u64, layout: HeaderLayout) -> Option<u64> {
+    let at = header as usize;
+    let len = match layout {
+        HeaderLayout::Whole => le::get_u32(bytes, at + block_at::LEN),
+        HeaderLayout::Words => match le::get_u16(bytes, at + word_at::LEN) {
+            LEN_IN_WORD_1 => le::get_u32(bytes, at + word_at::LINK),
+            short => short as u32,
+        },
+    };
     (len != u32::MAX).then_some(len as u64)
 }
 
 impl BlockHeader {
     /// The header of the block at `offset` of pool `pool_id`.
-    pub fn encode(&self, offset: u64, pool_id: u64) -> [u8; BLOCK_HEADER as usize] {
+    pub fn encode(&self, offset: u64, pool_id: u64, layout: HeaderLayout) -> [u8; BLOCK_HEADER as usize] {
+        let b = match layout {
+            HeaderLayout::Whole => self.encode_whole(offset, pool_id),
+            HeaderLayout::Words => self.encode_words(offset, pool_id),
+        };
+        debug_assert_eq!(
+            BlockHeader::decode(&b, offset, pool_id, layout),
+            Ok(*self),
+            "a block header reads back"
+        );
+        b
+    }
+
+    fn encode_whole(&self, offset: u64, pool_id: u64) -> [u8; BLOCK_HEADER as usize] {
+        debug_assert!(self.state != BlockState::Linked && self.link == 0, "version 4 only");
         let mut b = [0u8; BLOCK_HEADER as usize];
         b[block_at::STATE] = self.state as u8;
         b[block_at::CLASS] = self.class;
@@ -266,24 +345,90 @@ impl BlockHeader {
         le::put_u32(&mut b, block_at::LOCATION, location(offset));
         let crc = block_crc(&b, pool_id);
         le::put_u32(&mut b, block_at::CRC, crc);
-        debug_assert_eq!(BlockHeader::decode(&b, offset, pool_id), Ok(*self), "a block header reads back");
         b
     }
 
-    pub fn decode(b: &[u8], offset: u64, pool_id: u64) -> Result<BlockHeader, HeaderFault> {
+    fn encode_words(&self, offset: u64, pool_id: u64) -> [u8; BLOCK_HEADER as usize] {
+        use word_at as at;
+        let short = self.len < LEN_IN_WORD_1 as u32;
+        debug_assert!(short || self.link == 0, "a span's block is never linked");
+        let mut b = [0u8; BLOCK_HEADER as usize];
+        b[at::STATE] = self.state as u8;
+        b[at::CLASS] = self.class;
+        le::put_u16(&mut b, at::LEN, if short { self.len as u16 } else { LEN_IN_WORD_1 });
+        let crc = word_crc(&b[..at::CRC], offset, pool_id, 0);
+        le::put_u32(&mut b, at::CRC, crc);
+        le::put_u32(&mut b, at::LINK, if short { self.link } else { self.len });
+        le::put_u16(&mut b, at::ALLOCATIONS, self.allocations);
+        let check = word_crc(&b[at::LINK..at::CHECK], offset, pool_id, 1) as u16;
+        le::put_u16(&mut b, at::CHECK, check);
+        b
+    }
+
+    pub fn decode(
+        b: &[u8],
+        offset: u64,
+        pool_id: u64,
+        layout: HeaderLayout,
+    ) -> Result<BlockHeader, HeaderFault> {
+        match layout {
+            HeaderLayout::Whole => Self::decode_whole(b, offset, pool_id),
+            HeaderLayout::Words => Self::decode_words(b, offset, pool_id),
+        }
+    }
+
+    fn decode_whole(b: &[u8], offset: u64, pool_id: u64) -> Result<BlockHeader, HeaderFault> {
         if le::get_u32(b, block_at::CRC) != block_crc(b, pool_id) {
             return Err(HeaderFault::Checksum);
         }
         if le::get_u32(b, block_at::LOCATION) != location(offset) {
             return Err(HeaderFault::Misplaced);
         }
-        let state = BlockState::from_u8(b[block_at::STATE]).ok_or(HeaderFault::Contents)?;
+        let state = BlockState::from_u8(b[block_at::STATE])
+            .filter(|&s| s != BlockState::Linked)
+            .ok_or(HeaderFault::Contents)?;
         Ok(BlockHeader {
             state,
             class: b[block_at::CLASS],
             allocations: le::get_u16(b, block_at::ALLOCATIONS),
             len: le::get_u32(b, block_at::LEN),
+            link: 0,
         })
+    }
+
+    /// A version 4 header: both words must pass their checks (a header copied from another
+    /// place fails them too: the location is in both). Each word reads alone, so a header
+    /// torn between them reads as its old state or its new one (see `Pool::alloc_into`).
+    fn decode_words(b: &[u8], offset: u64, pool_id: u64) -> Result<BlockHeader, HeaderFault> {
+        use word_at as at;
+        if le::get_u32(b, at::CRC) != word_crc(&b[..at::CRC], offset, pool_id, 0)
+            || le::get_u16(b, at::CHECK) != word_crc(&b[at::LINK..at::CHECK], offset, pool_id, 1) as u16
+        {
+            return Err(HeaderFault::Checksum);
+        }
+        let state = BlockState::from_u8(b[at::STATE]).ok_or(HeaderFault::Contents)?;
+        let short = le::get_u16(b, at::LEN);
+        let spill = le::get_u32(b, at::LINK);
+        if short == LEN_IN_WORD_1 && state == BlockState::Linked {
+            return Err(HeaderFault::Contents);
+        }
+        let (len, link) = match short {
+            LEN_IN_WORD_1 => (spill, 0),
+            _ => (short as u32, spill),
+        };
+        Ok(BlockHeader {
+            state,
+            class: b[at::CLASS],
+            allocations: le::get_u16(b, at::ALLOCATIONS),
+            len,
+            link,
+        })
+    }
+
+    /// Version 4: word 0 alone (bytes 0..8) of this header, for a state change written as
+    /// one aligned 8-byte store (word 1 unchanged).
+    pub fn word_0(&self, offset: u64, pool_id: u64) -> [u8; 8] {
+        self.encode_words(offset, pool_id)[..8].try_into().expect("8 bytes")
     }
 }
 
@@ -305,19 +450,62 @@ mod tests {
 
     #[test]
     fn a_block_header_tells_damage_from_a_misplaced_copy() {
-        let h = BlockHeader { state: BlockState::Allocated, class: 3, allocations: 7, len: 200 };
-        let b = h.encode(4096 + 64, 99);
-        assert_eq!(BlockHeader::decode(&b, 4096 + 64, 99), Ok(h));
+        let h = BlockHeader { state: BlockState::Allocated, class: 3, allocations: 7, len: 200, link: 0 };
+        let w = HeaderLayout::Whole;
+        let b = h.encode(4096 + 64, 99, w);
+        assert_eq!(BlockHeader::decode(&b, 4096 + 64, 99, w), Ok(h));
         // The same bytes at another block: whole, but not this block's.
-        assert_eq!(BlockHeader::decode(&b, 4096 + 64 + 256, 99), Err(HeaderFault::Misplaced));
+        assert_eq!(BlockHeader::decode(&b, 4096 + 64 + 256, 99, w), Err(HeaderFault::Misplaced));
         // Another pool's header: its checksum (seeded with the pool id) fails.
-        assert_eq!(BlockHeader::decode(&b, 4096 + 64, 98), Err(HeaderFault::Checksum));
+        assert_eq!(BlockHeader::decode(&b, 4096 + 64, 98, w), Err(HeaderFault::Checksum));
         for bit in 0..128 {
             let mut bad = b;
             bad[bit / 8] ^= 1 << (bit % 8);
-            assert!(BlockHeader::decode(&bad, 4096 + 64, 99).is_err(), "bit {bit}");
+            assert!(BlockHeader::decode(&bad, 4096 + 64, 99, w).is_err(), "bit {bit}");
         }
-        assert_eq!(BlockHeader::decode(&[0u8; 16], 4096 + 64, 99), Err(HeaderFault::Checksum));
+        assert_eq!(BlockHeader::decode(&[0u8; 16], 4096 + 64, 99, w), Err(HeaderFault::Checksum));
+    }
+
+    /// Version 4 headers: every bit flip, a copy from another block or pool, a zeroed header
+    /// fail; a span's length past 16 bits lives in word 1; a header torn between its words
+    /// (each word whole, from different writes) reads as one of its writes' states.
+    #[test]
+    fn a_two_word_header_checks_each_word_and_reads_torn_as_old_or_new() {
+        let l = HeaderLayout::Words;
+        let at = 4096 + 64;
+        let free = BlockHeader { state: BlockState::Free, class: 3, allocations: 7, len: 0, link: 0 };
+        let linked = BlockHeader { state: BlockState::Linked, allocations: 8, len: 200, link: 1234, ..free };
+        let span =
+            BlockHeader { state: BlockState::Allocated, class: 0, allocations: 1, len: 1 << 20, link: 0 };
+        for h in [free, linked, span, BlockHeader { len: u32::MAX, ..span }] {
+            let b = h.encode(at, 99, l);
+            assert_eq!(BlockHeader::decode(&b, at, 99, l), Ok(h));
+            assert_eq!(recorded_len(&b, 0, l), (h.len != u32::MAX).then_some(h.len as u64));
+            assert_eq!(BlockHeader::decode(&b, at + 256, 99, l), Err(HeaderFault::Checksum), "a copy");
+            assert_eq!(BlockHeader::decode(&b, at, 98, l), Err(HeaderFault::Checksum), "another pool");
+            for bit in 0..128 {
+                let mut bad = b;
+                bad[bit / 8] ^= 1 << (bit % 8);
+                assert!(BlockHeader::decode(&bad, at, 99, l).is_err(), "bit {bit}");
+            }
+        }
+        assert_eq!(BlockHeader::decode(&[0u8; 16], at, 99, l), Err(HeaderFault::Checksum));
+        let (old, new) = (free.encode(at, 99, l), linked.encode(at, 99, l));
+        let torn = |a: &[u8; 16], b: &[u8; 16]| {
+            let mut t = *a;
+            t[8..].copy_from_slice(&b[8..]);
+            BlockHeader::decode(&t, at, 99, l).unwrap()
+        };
+        // Word 0 new: linked, but to the old link (none); word 1 new: free.
+        assert_eq!(torn(&new, &old), BlockHeader { allocations: 7, link: 0, ..linked });
+        assert_eq!(torn(&old, &new), BlockHeader { allocations: 8, link: 1234, ..free });
+        // Word 0 alone turns a linked header allocated.
+        let mut settled = new;
+        settled[..8].copy_from_slice(&BlockHeader { state: BlockState::Allocated, ..linked }.word_0(at, 99));
+        assert_eq!(
+            BlockHeader::decode(&settled, at, 99, l),
+            Ok(BlockHeader { state: BlockState::Allocated, ..linked })
+        );
     }
 
     #[test]
@@ -342,7 +530,7 @@ mod tests {
             b[60..].copy_from_slice(&crc.to_le_bytes());
             b
         };
-        assert!(matches!(Superblock::decode(&with_version(4)), Err(HeapError::Version { found: 4, .. })));
+        assert!(matches!(Superblock::decode(&with_version(5)), Err(HeapError::Version { found: 5, .. })));
         assert!(matches!(Superblock::decode(&with_version(0)), Err(HeapError::Version { found: 0, .. })));
         assert_eq!(Superblock::decode(&with_version(1)).unwrap(), Superblock { version: 1, ..sb });
         assert_eq!(Superblock::decode(&with_version(2)).unwrap(), Superblock { version: 2, ..sb });

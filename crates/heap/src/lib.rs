@@ -15,6 +15,7 @@ mod alloc;
 mod error;
 pub mod kv;
 mod layout;
+mod link;
 mod pool;
 mod record;
 mod recover;

@@ -1,15 +1,16 @@
 //! The pool: one region holding the journal (an nvlog from offset 0), the pool header page
 //! (two superblock copies and the root slot) and the runs of blocks.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bitmend_media::pmem::Region;
 use bitmend_nvlog::{LogConfig, NvLog, RecordId, RecoveryReport};
 
 use crate::alloc::{AllocStats, Allocator, BadHeader, Clock, Plan, Ptr};
-use crate::layout::{recorded_len, Superblock, HEAP_VERSION, POOL_HEADER, RUN};
+use crate::layout::{recorded_len, Superblock, HEAP_VERSION, HEAP_VERSION_UPGRADED, POOL_HEADER, RUN};
 use crate::record::{self, Rec};
-use crate::tx::{LogBytes, Tx, TxState, Undo};
+use crate::tx::{LogBytes, Slot, Tx, TxState, Undo};
 use crate::HeapError;
 
 /// Choices that are not on the medium.
@@ -50,9 +51,13 @@ pub struct OpenReport {
     /// The last transaction's commit record survived the crash but some of its writes did
     /// not (they shared a fence): it was rolled back with the uncommitted ones.
     pub torn_commit: bool,
-    /// The pool format version the pool had, when it was older than this build's (it is
-    /// now this build's).
+    /// The pool format version the pool had, when it was older than version 3 (it is now
+    /// version 3).
     pub upgraded_from: Option<u32>,
+    /// Blocks whose headers were linked to a slot that did not point at them (an
+    /// [`alloc_into`](Pool::alloc_into) a crash cut short, or a block freed from its slot):
+    /// free.
+    pub links_freed: u64,
 }
 
 /// How often a checkout runs at the least.
@@ -89,6 +94,15 @@ pub struct Pool<R: Region> {
     /// Reused buffers: a journal record being built, bytes being copied within the region.
     pub(crate) rec: Vec<u8>,
     pub(crate) copy: Vec<u8>,
+    /// Slots that blocks allocated into them are linked to, by slot offset (version 4): such
+    /// a block is allocated only while its slot points at it, so anything that writes the
+    /// slot, or frees or moves the object holding it, first unlinks the block
+    /// ([`Pool::unlink_within`]).
+    pub(crate) links: BTreeMap<u64, Ptr>,
+    /// The ranges the journal's last record, a checksummed commit, vouches for: a write
+    /// outside a transaction that changes them would make recovery take that commit for torn
+    /// ([`Pool::keep_vouched`]).
+    pub(crate) vouched: Vec<(u64, u32)>,
 }
 
 impl<R: Region> std::fmt::Debug for Pool<R> {
@@ -164,6 +178,8 @@ impl<R: Region> Pool<R> {
             finished: 0,
             rec: Vec::new(),
             copy: Vec::new(),
+            links: BTreeMap::new(),
+            vouched: Vec::new(),
         }
     }
 
@@ -202,12 +218,13 @@ impl<R: Region> Pool<R> {
             log.region_mut().write(at, &sb.encode())?;
             log.region_mut().persist(at, 64)?;
         }
-        // An older pool is marked with this build's version (copy A, then B: a crash between
-        // leaves A, read first, new) before anything this build writes that its readers
-        // would misread.
-        let upgraded_from = (sb.version < HEAP_VERSION).then_some(sb.version);
+        // A version 1 or 2 pool is marked version 3 (copy A, then B: a crash between leaves
+        // A, read first, new) before anything this build writes that its readers would
+        // misread. Version 3 stays: version 4 differs in its block headers' layout, which a
+        // pool keeps.
+        let upgraded_from = (sb.version < HEAP_VERSION_UPGRADED).then_some(sb.version);
         if upgraded_from.is_some() {
-            sb.version = HEAP_VERSION;
+            sb.version = HEAP_VERSION_UPGRADED;
             for copy in [SUPERBLOCK_A, SUPERBLOCK_B] {
                 let at = (header + copy) as usize;
                 log.region_mut().write(at, &sb.encode())?;
@@ -327,8 +344,11 @@ impl<R: Region> Pool<R> {
         for p in std::mem::take(&mut self.replaced) {
             self.alloc.free(self.log.region_mut(), p)?;
         }
+        // The released headers durable before the records that stand for them are gone.
+        self.log.region_mut().fence()?;
         let tail = self.log.tail();
         self.log.trim(tail)?;
+        self.vouched.clear();
         self.last_checkout = std::time::Instant::now();
         self.checkouts += 1;
         Ok(())
@@ -369,6 +389,11 @@ impl<R: Region> Pool<R> {
     /// The allocator's counts.
     pub fn stats(&self) -> AllocStats {
         self.alloc.stats
+    }
+
+    /// Every allocated object, in pool order (for checks: each should be reachable).
+    pub fn allocated(&self) -> Vec<Ptr> {
+        self.alloc.allocated()
     }
 
     /// The pool's identity (random at create).
@@ -427,9 +452,28 @@ impl<R: Region> Pool<R> {
         Ptr(bitmend_code::le::get_u64(self.log.region().bytes(), at))
     }
 
-    /// Where the root slot is (a persistent pointer slot, written through a transaction).
-    pub(crate) fn root_slot(&self) -> u64 {
+    /// Where the root slot is (a persistent pointer slot).
+    pub(crate) fn root_slot_at(&self) -> u64 {
         self.header + ROOT_SLOT
+    }
+
+    /// The pool's root slot.
+    pub fn root_slot(&self) -> Slot {
+        Slot { at: self.root_slot_at() }
+    }
+
+    /// The 8-byte pointer slot at `off` of the object at `obj`.
+    pub fn slot(&self, obj: Ptr, off: u64) -> Result<Slot, HeapError> {
+        self.check(obj, off, 8)?;
+        if !(obj.0 + off).is_multiple_of(8) {
+            return Err(HeapError::Misaligned { at: obj.0 + off });
+        }
+        Ok(Slot { at: obj.0 + off })
+    }
+
+    /// What a pointer slot holds.
+    pub fn get(&self, slot: Slot) -> Ptr {
+        Ptr(bitmend_code::le::get_u64(self.log.region().bytes(), slot.at as usize))
     }
 
     /// `len` bytes at `off` of the object at `p`.
@@ -453,7 +497,8 @@ impl<R: Region> Pool<R> {
             return Err(HeapError::NotAllocated { at: p.0 });
         }
         let cap = self.alloc.capacity(p).unwrap_or(0);
-        Ok(recorded_len(self.log.region().bytes(), p.header()).map_or(cap, |len| len.min(cap)))
+        let len = recorded_len(self.log.region().bytes(), p.header(), self.sb.header_layout());
+        Ok(len.map_or(cap, |len| len.min(cap)))
     }
 
     pub(crate) fn check(&self, p: Ptr, off: u64, len: u64) -> Result<(), HeapError> {

@@ -68,15 +68,29 @@ pub(crate) fn finish_formats<R: Region>(
             if run as u64 + runs as u64 > sb.runs as u64 || runs == 0 || class > CLASSES {
                 continue;
             }
-            touched = true;
             if class > 0 {
+                // A run header in place says the format finished: its block headers were
+                // fenced before it. A header of the run that does not decode now is damage
+                // (or an allocation's, settled below), not a torn format: left to the
+                // allocator to report.
+                let at = run_base(run) as usize;
+                let header =
+                    RunHeader::decode(&region.bytes()[at..at + RUN_HEADER as usize], run, sb.pool_id);
+                if header == Ok(Some(RunHeader { kind: RunKind::Blocks, class, arg: 0 })) {
+                    continue;
+                }
+                touched = true;
                 let size = class_size(class);
                 for i in 0..(RUN - RUN_HEADER) / size {
                     mend_block(region, sb, run_base(run) + RUN_HEADER + i * size, class)?;
                 }
+                // As a format does it: the block headers durable before the run header that
+                // says they are all there.
+                region.fence()?;
                 let h = RunHeader { kind: RunKind::Blocks, class, arg: 0 };
                 write_line(region, run_base(run), &h.encode(run, sb.pool_id))?;
             } else {
+                touched = true;
                 let h = RunHeader { kind: RunKind::SpanHead, class: 0, arg: runs };
                 write_line(region, run_base(run), &h.encode(run, sb.pool_id))?;
                 mend_block(region, sb, run_base(run) + RUN_HEADER, 0)?;
@@ -114,11 +128,12 @@ pub(crate) fn finish_formats<R: Region>(
 /// class `class`; returns whether it wrote.
 fn mend_block<R: Region>(region: &mut R, sb: Superblock, at: u64, class: u8) -> Result<bool, HeapError> {
     let bytes = &region.bytes()[at as usize..(at + BLOCK_HEADER) as usize];
-    if BlockHeader::decode(bytes, at, sb.pool_id).is_ok_and(|h| h.class == class) {
+    let layout = sb.header_layout();
+    if BlockHeader::decode(bytes, at, sb.pool_id, layout).is_ok_and(|h| h.class == class) {
         return Ok(false);
     }
-    let h = BlockHeader { state: BlockState::Free, class, allocations: 0, len: 0 };
-    region.write(at as usize, &h.encode(at, sb.pool_id))?;
+    let h = BlockHeader { state: BlockState::Free, class, allocations: 0, len: 0, link: 0 };
+    region.write(at as usize, &h.encode(at, sb.pool_id, layout))?;
     region.flush(at as usize, BLOCK_HEADER as usize)?;
     Ok(true)
 }
@@ -136,6 +151,7 @@ impl<R: Region> Pool<R> {
         report: &mut OpenReport,
     ) -> Result<(), HeapError> {
         if recs.is_empty() {
+            self.resolve_links(report);
             return Ok(());
         }
         let committed: BTreeSet<u64> =
@@ -160,6 +176,9 @@ impl<R: Region> Pool<R> {
             }
         }
         self.log.region_mut().fence()?;
+        // Before the journal's blocks are settled: a block a committed transaction allocated
+        // whose header a crash tore to a linked one is settled allocated below.
+        self.resolve_links(report);
         // Every block the journal names, settled to where the records leave it.
         let mut state: BTreeMap<Ptr, Option<u64>> = BTreeMap::new();
         for (id, r) in &recs {
@@ -188,9 +207,28 @@ impl<R: Region> Pool<R> {
                 report.blocks_settled += 1;
             }
         }
+        // The settled headers durable before the records that stand for them are trimmed.
+        self.log.region_mut().fence()?;
         let tail = self.log.tail();
         self.log.trim(tail)?;
         self.next_tx = all.iter().max().map_or(1, |m| m + 1);
         Ok(())
+    }
+
+    /// Each block whose header is linked to a slot is allocated if the slot (as the rollback
+    /// left it) points at it, else free: an allocation into the slot that a crash cut short,
+    /// or a block freed from its slot. Writes nothing: a free block's header may stay linked.
+    fn resolve_links(&mut self, report: &mut OpenReport) {
+        for (p, slot) in std::mem::take(&mut self.alloc.linked) {
+            let bytes = self.log.region().bytes();
+            let points =
+                slot as usize + 8 <= bytes.len() && bitmend_code::le::get_u64(bytes, slot as usize) == p.0;
+            if points {
+                self.links.insert(slot, p);
+            } else {
+                self.alloc.free_unlinked(p);
+                report.links_freed += 1;
+            }
+        }
     }
 }

@@ -262,7 +262,18 @@ impl<'p, R: Region> Tx<'p, R> {
         }
         self.log(kind::FREE, |rec, _| rec.put_u64(p.0))?;
         self.frees.push(p);
+        // Blocks linked to slots inside the object: unlinked, durable by the commit's fence.
+        let len = self.size_of(p)?;
+        self.unlink_within(p.0, p.0 + len)?;
         Ok(())
+    }
+
+    /// Unlinks the blocks linked to slots in `[start, end)` (see `link.rs`); the next fence,
+    /// which comes before any write in place, makes that durable.
+    fn unlink_within(&mut self, start: u64, end: u64) -> Result<bool, HeapError> {
+        let unlinked = self.pool.unlink_within(start, end)?;
+        self.unfenced |= unlinked;
+        Ok(unlinked)
     }
 
     /// Writes `data` at `off` of the object at `p`: data logging (the bytes it overwrites go
@@ -281,8 +292,12 @@ impl<'p, R: Region> Tx<'p, R> {
                 ranges.push((p.0 + off, data.len()));
             }
         }
+        let mut unlinked = false;
+        for &(at, len) in &ranges {
+            unlinked |= self.unlink_within(at, at + len as u64)?;
+        }
         let logged = self.log_old(&ranges)?;
-        if logged {
+        if logged || unlinked {
             self.fence_records()?;
         }
         for &(p, off, data) in writes.iter().filter(|w| !w.2.is_empty()) {
@@ -383,7 +398,7 @@ impl<'p, R: Region> Tx<'p, R> {
 
     /// The pool's root slot.
     pub fn root_slot(&self) -> Slot {
-        Slot { at: self.pool.root_slot() }
+        self.pool.root_slot()
     }
 
     /// What a pointer slot holds.
@@ -394,7 +409,8 @@ impl<'p, R: Region> Tx<'p, R> {
     /// Points `slot` at `p` (the slot's old value data-logged).
     pub fn set(&mut self, slot: Slot, p: Ptr) -> Result<(), HeapError> {
         self.bytes.redo_equivalent += (REDO_OVERHEAD + 8) as u64;
-        if self.log_old(&[(slot.at, 8)])? {
+        let unlinked = self.unlink_within(slot.at, slot.at + 8)?;
+        if self.log_old(&[(slot.at, 8)])? || unlinked {
             self.fence_records()?;
         }
         self.write_in_place(slot.at, &p.0.to_le_bytes())
@@ -413,6 +429,10 @@ impl<'p, R: Region> Tx<'p, R> {
             return Ok(old);
         }
         self.bytes.redo_equivalent += (REDO_OVERHEAD + data.len()) as u64;
+        // The slot is swung, and the old object's slots move with it: their links go
+        // (durable by the fence before the swing).
+        self.unlink_within(slot.at, slot.at + 8)?;
+        self.unlink_within(old.0, old.0 + len)?;
         let new = self.take_block(len)?;
         let logged = self.log(kind::POINTER, |rec, _| {
             rec.put_u64(slot.at);
@@ -482,9 +502,11 @@ impl<'p, R: Region> Tx<'p, R> {
             let w = Written { crc, ranges };
             debug_assert!(w.matches(self.pool.log.region().bytes()), "a commit vouches for what is there");
             self.log(kind::COMMIT, |rec, _| record::put_written(rec, &w))?;
+            self.pool.vouched = w.ranges;
         } else {
             self.pool.log.region_mut().fence()?;
             self.log(kind::COMMIT, |_, _| {})?;
+            self.pool.vouched.clear();
         }
         self.pool.log.region_mut().fence()?;
         self.unfenced = false;

@@ -1,7 +1,9 @@
 //! The golden pools, checked in and read by this build: `pool-v1.bin`, format version 1
 //! (written by session 11's build: a store whose entries are counted in one field),
-//! `pool-v2.bin`, version 2 (session 12's: checksummed commits, the count in 64 shards), and
-//! `pool-v3.bin`, version 3 (written by the ignored test below: slotted nodes). A change to any persistent byte of the pool breaks these tests, and
+//! `pool-v2.bin`, version 2 (session 12's: checksummed commits, the count in 64 shards),
+//! `pool-v3.bin`, version 3 (session 13's: slotted nodes), and `pool-v4.bin`, version 4
+//! (written by the ignored test below: two-word block headers, three of them linked to the
+//! root array's slots and one linked to a slot it was freed from). A change to any persistent byte of the pool breaks these tests, and
 //! docs/FORMAT.md section 9 must say why.
 
 use bitmend_heap::kv::Kv;
@@ -11,6 +13,7 @@ use bitmend_media::pmem::{CrashRegion, Region};
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/pool-v1.bin");
 const GOLDEN_V2: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/pool-v2.bin");
 const GOLDEN_V3: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/pool-v3.bin");
+const GOLDEN_V4: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/pool-v4.bin");
 
 /// What the golden pool's store holds: small values inline, one out of line, a deleted key.
 fn entries() -> Vec<(Vec<u8>, Vec<u8>)> {
@@ -21,18 +24,70 @@ fn entries() -> Vec<(Vec<u8>, Vec<u8>)> {
     v
 }
 
+/// The version 4 golden pool's objects, by root array slot: length and fill (slot 3 null).
+const LINKED: [Option<(u64, u8)>; 4] = [Some((100, 0xA1)), Some((110, 0xB2)), Some((40, 0xC3)), None];
+
 #[test]
 #[ignore = "writes the golden pool; run by hand when the format changes"]
 fn write_golden_pool() {
     let mut pool = Pool::create(CrashRegion::new(1 << 20), PoolOptions::default()).unwrap();
-    let kv = Kv::create(&mut pool).unwrap();
-    for (k, v) in entries() {
-        kv.put(&mut pool, &k, &v).unwrap();
-    }
-    kv.put(&mut pool, b"gone", b"deleted below").unwrap();
-    kv.delete(&mut pool, b"gone").unwrap();
+    let root = pool
+        .tx(|tx| {
+            let r = tx.alloc(32)?;
+            tx.write(r, 0, &[0; 32])?;
+            let slot = tx.root_slot();
+            tx.set(slot, r)?;
+            Ok(r)
+        })
+        .unwrap();
+    // The 128-byte class's run formatted first, by a transaction, so that the objects below
+    // are linked (the root's class has its run).
+    let spare = pool.slot(root, 24).unwrap();
+    let warm = pool.tx(|tx| tx.alloc(100)).unwrap();
+    pool.tx(|tx| tx.free(warm)).unwrap();
     pool.checkout().unwrap();
-    std::fs::write(GOLDEN_V3, pool.region().bytes()).unwrap();
+    // A block freed from slot 3 (its header still linked to it), then the three objects.
+    pool.alloc_into(spare, 100).unwrap();
+    pool.free_from(spare).unwrap();
+    for (i, obj) in LINKED.iter().enumerate() {
+        if let Some((len, fill)) = *obj {
+            let p = pool.alloc_into(pool.slot(root, 8 * i as u64).unwrap(), len).unwrap();
+            pool.tx(|tx| tx.write(p, 0, &vec![fill; len as usize])).unwrap();
+        }
+    }
+    pool.checkout().unwrap();
+    std::fs::write(GOLDEN_V4, pool.region().bytes()).unwrap();
+}
+
+#[test]
+fn the_version_4_golden_pool_reads_its_linked_objects_back() {
+    let bytes = std::fs::read(GOLDEN_V4).expect("the golden pool is checked in");
+    let mut region = CrashRegion::new(bytes.len());
+    region.corrupt(0, &bytes).unwrap();
+    let (mut pool, report) = Pool::open(region, PoolOptions::default()).unwrap();
+    assert!(report.bad_headers.is_empty() && report.rolled_back == 0, "{report:?}");
+    assert_eq!(report.links_freed, 1, "the block freed from slot 3");
+    assert_eq!(pool.linked_blocks(), 3);
+    let root = pool.root();
+    let mut live = vec![root];
+    for (i, obj) in LINKED.iter().enumerate() {
+        let p = pool.get(pool.slot(root, 8 * i as u64).unwrap());
+        match *obj {
+            None => assert_eq!(p, bitmend_heap::Ptr::NULL),
+            Some((len, fill)) => {
+                assert_eq!(pool.read(p, 0, len).unwrap(), &vec![fill; len as usize][..], "slot {i}");
+                assert_eq!(pool.size_of(p).unwrap(), len);
+                live.push(p);
+            }
+        }
+    }
+    live.sort();
+    assert_eq!(pool.allocated(), live);
+    // Freed from its slot, linked or not, and gone after a reopen.
+    let slot = pool.slot(root, 8).unwrap();
+    pool.free_from(slot).unwrap();
+    let (pool, _) = Pool::open(pool.into_region(), PoolOptions::default()).unwrap();
+    assert_eq!(pool.allocated().len(), 3);
 }
 
 #[test]
