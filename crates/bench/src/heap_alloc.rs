@@ -1,8 +1,10 @@
 //! `bitmend bench heap`, the allocation trace (NVMalloc's): 10,000 live objects of 10 B to
 //! 4 KiB, then operations that are half allocations and half frees of random live objects,
 //! the same trace for every contender:
-//! - the heap: each operation a transaction that allocates a block and links it into a slot
-//!   of a root array (or frees one and clears its slot), so that a crash leaks nothing;
+//! - the heap, two ways: `alloc_into` a slot of a root array and `free_from` it (atomic, no
+//!   journal record: the block's header is linked to the slot), and each operation a
+//!   transaction that allocates a block and sets the slot (or frees one and clears it);
+//!   either way a crash leaks nothing;
 //! - PMDK: `pmemobj_alloc` into a slot of its root object, `pmemobj_free` of one (its
 //!   allocations are linked atomically too);
 //! - glibc malloc on DRAM, for scale (not persistent).
@@ -83,7 +85,18 @@ impl Heap {
         Heap { pool, root, path }
     }
 
+    /// The operation as PMDK's atomic calls make it: into the slot, from the slot.
     fn apply(&mut self, op: Op) {
+        let slot = |pool: &Pool<MmapRegion>, s: usize| pool.slot(self.root, 8 * s as u64).expect("a slot");
+        match op {
+            Op::Alloc { slot: s, size } => self.pool.alloc_into(slot(&self.pool, s), size as u64).map(|_| ()),
+            Op::Free { slot: s } => self.pool.free_from(slot(&self.pool, s)),
+        }
+        .expect("heap operation");
+    }
+
+    /// The operation as a transaction.
+    fn apply_tx(&mut self, op: Op) {
         let root = self.root;
         self.pool
             .tx(|tx| match op {
@@ -149,7 +162,16 @@ fn buckets(lines: &[u32]) -> Vec<u64> {
 #[derive(Default)]
 struct Measured {
     ns: Vec<f64>,
+    /// Ours: as transactions.
+    tx_ns: Vec<f64>,
     lines: Vec<u32>,
+}
+
+/// Which of the heap's ways a run takes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Way {
+    Atomic,
+    Transactions,
 }
 
 /// Runs the trace on each contender, `runs` times, and emits the rows.
@@ -158,7 +180,8 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
     let (setup, trace) = trace(ops);
     let (mut ours, mut anchor, mut malloc) = (Measured::default(), Measured::default(), Vec::new());
     for _ in 0..runs {
-        ours.ns.push(heap_run(&setup, &trace, opts, LineCounts::Timed).0);
+        ours.ns.push(heap_run(&setup, &trace, opts, LineCounts::Timed, Way::Atomic).0);
+        ours.tx_ns.push(heap_run(&setup, &trace, opts, LineCounts::Timed, Way::Transactions).0);
         let path = shm("pmdk");
         let _ = std::fs::remove_file(&path);
         if let Some(Ok(mut p)) = pmdk::Pool::create(&path, 1 << 30, 16 * SLOTS) {
@@ -172,18 +195,24 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
         }
         malloc.push(malloc_run(&setup, &trace));
     }
-    ours.lines = heap_run(&setup, &trace, opts, LineCounts::Counted).1;
+    ours.lines = heap_run(&setup, &trace, opts, LineCounts::Counted, Way::Atomic).1;
     emit_rows(ops, &mut ours, &mut anchor, &mut malloc, emit);
 }
 
 /// Ns per operation of the trace on the heap, and the line writes it made (counted runs).
-fn heap_run(setup: &[Op], trace: &[Op], opts: &Options, lines: LineCounts) -> (f64, Vec<u32>) {
+fn heap_run(setup: &[Op], trace: &[Op], opts: &Options, lines: LineCounts, way: Way) -> (f64, Vec<u32>) {
     // Every block freed during the trace cools for 0.2 s: the pool holds them all.
     let mut heap = Heap::new(if opts.quick { 256 << 20 } else { 1 << 30 }, lines);
-    setup.iter().for_each(|&op| heap.apply(op));
+    let apply = match way {
+        Way::Atomic => Heap::apply,
+        Way::Transactions => Heap::apply_tx,
+    };
+    setup.iter().for_each(|&op| apply(&mut heap, op));
+    // The setup's last transaction vouches for its bytes until the journal moves on.
+    heap.pool.checkout().expect("checkout");
     let before = heap.pool.region().line_writes().to_vec();
     let t = Instant::now();
-    trace.iter().for_each(|&op| heap.apply(op));
+    trace.iter().for_each(|&op| apply(&mut heap, op));
     let ns = t.elapsed().as_secs_f64() * 1e9 / trace.len() as f64;
     (ns, line_writes_during(&before, heap.pool.region().line_writes()))
 }
@@ -215,8 +244,18 @@ fn emit_rows(
 ) {
     let pmdk_ns = (!anchor.ns.is_empty()).then(|| median(&mut anchor.ns));
     let ns = median(&mut ours.ns);
-    let case = "alloc trace: ns per alloc or free (a transaction linking it)";
+    let case = "alloc trace: ns per alloc_into or free_from a slot";
     emit(Row::latency(format!("{case} vs pmdk"), ns, "pmemobj_alloc/free", pmdk_ns).in_bench("heap"));
+    let tx_ns = median(&mut ours.tx_ns);
+    emit(
+        Row::latency(
+            "alloc trace: ns per transaction allocating and setting a slot (or freeing and clearing)".into(),
+            tx_ns,
+            "pmemobj_alloc/free",
+            pmdk_ns,
+        )
+        .in_bench("heap"),
+    );
     emit(
         Row::latency(format!("{case} vs malloc"), ns, "glibc malloc (DRAM)", Some(median(malloc)))
             .in_bench("heap"),
@@ -226,8 +265,13 @@ fn emit_rows(
     let hottest = |lines: &[u32]| lines.iter().copied().max().unwrap_or(0) as f64;
     let pmdk_lines = counted.then(|| per_op(&anchor.lines));
     emit(
-        Row::count("alloc trace: line writes per operation", per_op(&ours.lines), "pmdk", pmdk_lines)
-            .in_bench("heap"),
+        Row::count(
+            "alloc trace: line writes per alloc_into or free_from",
+            per_op(&ours.lines),
+            "pmdk",
+            pmdk_lines,
+        )
+        .in_bench("heap"),
     );
     let pmdk_hot = counted.then(|| hottest(&anchor.lines));
     emit(

@@ -141,6 +141,8 @@ pub(crate) struct Allocator {
     /// is cold). Grown as blocks are first counted.
     wear: Vec<Vec<u16>>,
     layout: HeaderLayout,
+    /// Plans made (the clock is read every 16th).
+    plans: u32,
     /// Blocks whose headers were found linked, with their slots: allocated until
     /// [`Pool::open`](crate::Pool::open) has looked at the slots (after the journal's
     /// rollback, which may restore them).
@@ -228,6 +230,26 @@ impl Allocator {
         out
     }
 
+    /// The block whose payload holds offset `off` (allocated or not), if any.
+    pub fn holder_of(&self, off: u64) -> Option<Ptr> {
+        let mut run = (off.checked_sub(self.sb.first_run)? / RUN) as usize;
+        // A span's later run: its block starts in the span's first run.
+        while matches!(self.runs.get(run)?, RunUse::Tail) {
+            run = run.checked_sub(1)?;
+        }
+        let base = self.run_base(run as u32) + RUN_HEADER;
+        let p = match &self.runs[run] {
+            RunUse::Blocks { class, slots } => {
+                let size = class_size(*class);
+                let i = off.checked_sub(base)? / size;
+                (i < slots.len() as u64).then_some(Ptr(base + i * size + BLOCK_HEADER))?
+            }
+            RunUse::Span { .. } => Ptr(base + BLOCK_HEADER),
+            _ => return None,
+        };
+        (off >= p.0).then_some(p)
+    }
+
     /// Whether `p` is the payload of an allocated block.
     pub fn is_allocated(&self, p: Ptr) -> bool {
         self.locate(p).is_some_and(|(run, i)| match &self.runs[run as usize] {
@@ -258,6 +280,7 @@ impl Allocator {
             clock,
             wear: vec![Vec::new(); sb.runs as usize],
             layout: sb.header_layout(),
+            plans: 0,
             linked: Vec::new(),
         };
         let bytes = region.bytes();
@@ -436,8 +459,15 @@ impl Allocator {
     /// recovery can finish one a crash tore). Until [`realize`](Self::realize) or
     /// [`unplan`](Self::unplan), what it names is out of the free lists.
     pub fn plan(&mut self, len: u64) -> Result<Plan, HeapError> {
-        self.warm_up();
-        match class_for(len) {
+        // The clock is read every 16th plan, or when a class has no free block: reading it
+        // costs a tenth of an allocation, and a block that waits longer than its period
+        // only waits longer.
+        self.plans = self.plans.wrapping_add(1);
+        let class = class_for(len);
+        if self.plans.is_multiple_of(16) || class.is_none_or(|c| self.free[c as usize - 1].is_empty()) {
+            self.warm_up();
+        }
+        match class {
             Some(class) => match self.free[class as usize - 1].pop_front() {
                 Some(p) => Ok(Plan::Block(p)),
                 None => {
@@ -744,6 +774,17 @@ impl Allocator {
             && self
                 .read_header(region, p)
                 .is_ok_and(|h| h.state == BlockState::Linked && h.link as u64 * 8 == slot)
+    }
+
+    /// Whether allocated block `p`'s header says linked to `slot`, from its state and link
+    /// fields alone (their checks are left to the next open: a fast path for a free).
+    pub fn names_link<R: Region>(&self, region: &R, p: Ptr, slot: u64) -> bool {
+        let at = p.header() as usize;
+        let b = &region.bytes()[at..at + BLOCK_HEADER as usize];
+        self.layout == HeaderLayout::Words
+            && self.is_allocated(p)
+            && b[0] == BlockState::Linked as u8
+            && bitmend_code::le::get_u32(b, 8) as u64 * 8 == slot
     }
 
     fn read_header<R: Region>(&self, region: &R, p: Ptr) -> Result<BlockHeader, HeaderFault> {

@@ -1,7 +1,6 @@
 //! The pool: one region holding the journal (an nvlog from offset 0), the pool header page
 //! (two superblock copies and the root slot) and the runs of blocks.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bitmend_media::pmem::Region;
@@ -98,7 +97,7 @@ pub struct Pool<R: Region> {
     /// a block is allocated only while its slot points at it, so anything that writes the
     /// slot, or frees or moves the object holding it, first unlinks the block
     /// ([`Pool::unlink_within`]).
-    pub(crate) links: BTreeMap<u64, Ptr>,
+    pub(crate) links: crate::link::Links,
     /// The ranges the journal's last record, a checksummed commit, vouches for: a write
     /// outside a transaction that changes them would make recovery take that commit for torn
     /// ([`Pool::keep_vouched`]).
@@ -178,7 +177,7 @@ impl<R: Region> Pool<R> {
             finished: 0,
             rec: Vec::new(),
             copy: Vec::new(),
-            links: BTreeMap::new(),
+            links: Default::default(),
             vouched: Vec::new(),
         }
     }

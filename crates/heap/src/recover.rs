@@ -224,7 +224,7 @@ impl<R: Region> Pool<R> {
             let points =
                 slot as usize + 8 <= bytes.len() && bitmend_code::le::get_u64(bytes, slot as usize) == p.0;
             if points {
-                self.links.insert(slot, p);
+                self.links.insert(&self.alloc, slot, p);
             } else {
                 self.alloc.free_unlinked(p);
                 report.links_freed += 1;

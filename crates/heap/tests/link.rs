@@ -353,3 +353,50 @@ fn wild_writes_into_linked_headers_are_reported_and_never_reused() {
         pool.free_from(spare).unwrap();
     }
 }
+
+/// An object holding a linked slot, freed while another slot points at the linked block
+/// too: the free unlinks the block, so reusing the object's bytes cannot free it.
+#[test]
+fn freeing_an_object_unlinks_the_blocks_linked_to_slots_inside_it() {
+    let (mut pool, _) = Pool::open(base(CrashGranularity::Line), opts()).unwrap();
+    let root = pool.root();
+    let slot = |pool: &Pool<CrashRegion>, s: u64| pool.slot(root, 8 * s).unwrap();
+    // Runs for both classes formatted first (transactions), so that what follows is linked.
+    for len in [256, 100] {
+        pool.alloc_into(slot(&pool, 5), len).unwrap();
+        pool.free_from(slot(&pool, 5)).unwrap();
+    }
+    let holder = pool.alloc_into(slot(&pool, 0), 256).unwrap();
+    pool.tx(|tx| tx.write(holder, 0, &[0; 256])).unwrap();
+    let inner = pool.slot(holder, 64).unwrap();
+    let b = pool.alloc_into(inner, 100).unwrap();
+    pool.tx(|tx| tx.write(b, 0, &[0xBB; 100])).unwrap();
+    // A second pointer to b, written by a transaction that leaves the inner slot alone.
+    let second = slot(&pool, 1);
+    pool.tx(|tx| tx.set(second, b)).unwrap();
+    assert_eq!(pool.linked_blocks(), 2);
+    pool.free_from(slot(&pool, 0)).unwrap();
+    assert_eq!(pool.linked_blocks(), 0, "the holder freed, b unlinked");
+    // The holder's bytes reused: blocks of its class taken until it comes back, each
+    // overwritten (the old inner slot with them).
+    let taken = pool
+        .tx(|tx| {
+            let mut taken = Vec::new();
+            while !taken.contains(&holder) {
+                let q = tx.alloc(256)?;
+                tx.write(q, 0, &[0x77; 256])?;
+                taken.push(q);
+            }
+            Ok(taken)
+        })
+        .unwrap();
+    let (pool, report) = Pool::open(pool.into_region(), opts()).unwrap();
+    assert_eq!(
+        report.links_freed, 1,
+        "the 100-byte block freed from slot 5 (the root array had made its class's run)"
+    );
+    assert_eq!(pool.read(b, 0, 100).unwrap(), &[0xBB; 100][..]);
+    let mut live: Vec<Ptr> = taken.into_iter().chain([root, b]).collect();
+    live.sort();
+    assert_eq!(pool.allocated(), live);
+}
