@@ -111,9 +111,10 @@ fn bench_heap_quick_json_rows_beside_pmdk_and_the_floor() {
     }
     // The allocation trace, beside PMDK and malloc, with line-write counts and histogram.
     for case in [
-        "vs pmdk",
+        "alloc_into or free_from a slot vs pmdk",
+        "per transaction allocating and setting a slot",
         "vs malloc",
-        "line writes per operation",
+        "line writes per alloc_into or free_from",
         "hottest line",
         "% of written lines written 1..1",
     ] {
