@@ -395,6 +395,11 @@ impl<R: Region> Pool<R> {
         self.alloc.allocated()
     }
 
+    /// The pool's format version (FORMAT.md section 9).
+    pub fn version(&self) -> u32 {
+        self.sb.version
+    }
+
     /// The pool's identity (random at create).
     pub fn pool_id(&self) -> u64 {
         self.sb.pool_id

@@ -41,6 +41,8 @@ fn assert_same(kv: &Kv, pool: &Pool<CrashRegion>, model: &BTreeMap<Vec<u8>, Vec<
     assert!(got == want, "{when}: the store holds {} entries, the model {}", got.len(), want.len());
     let st = kv.check(pool).unwrap_or_else(|e| panic!("{when}: {e}"));
     assert_eq!(st.entries, model.len() as u64, "{when}");
+    // A store of a version 4 pool keeps no count: its length is its leaves' counts.
+    assert_eq!(kv.len(pool).unwrap(), model.len() as u64, "{when}: len");
 }
 
 #[test]

@@ -38,6 +38,22 @@ const HEADER_COUNT: u64 = 16;
 const SHARDS: u64 = 64;
 /// The header object of a sharded store.
 const SHARDED_HEADER: u64 = 64 + SHARDS * 64;
+/// The header object of a store that keeps no count (magic and root): its entries are the
+/// sum of its leaves' counts. Stores made in version 4 pools are such: a count written by
+/// every put and delete cost an eighth of an insert (the count's line, flushed, is a miss the
+/// next time), and `len` is rare.
+const UNCOUNTED_HEADER: u64 = 16;
+
+/// How a store counts its entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Count {
+    /// One field (the golden version 1 pool's store).
+    One,
+    /// 64 shards after the header's first line (stores of pool versions 2 and 3).
+    Sharded,
+    /// Not kept: the leaves' counts are summed.
+    Leaves,
+}
 
 /// The error for bytes at `p` that do not read as a tree node.
 fn not_a_node(p: Ptr) -> HeapError {
@@ -51,8 +67,7 @@ type Leaf = (Slot, Ptr);
 #[derive(Clone, Copy, Debug)]
 pub struct Kv {
     header: Ptr,
-    /// Whether its count is sharded (stores of pool format 1's first writers are not).
-    sharded: bool,
+    count: Count,
 }
 
 /// Counts of a store.
@@ -67,18 +82,23 @@ pub struct KvStats {
 impl Kv {
     /// Makes an empty store in `pool` (its root object).
     pub fn create<R: Region>(pool: &mut Pool<R>) -> Result<Kv, HeapError> {
+        // A version 3 pool may be opened by an older build, which reads a sharded count.
+        let (count, len) = match pool.version() {
+            ..=3 => (Count::Sharded, SHARDED_HEADER),
+            _ => (Count::Leaves, UNCOUNTED_HEADER),
+        };
         pool.tx(|tx| {
-            let header = tx.alloc(SHARDED_HEADER)?;
+            let header = tx.alloc(len)?;
             let leaf = tx.alloc(NODE)?;
             tx.write(leaf, 0, &Node { leaf: true, ..Node::default() }.encode())?;
-            let mut h = Vec::with_capacity(SHARDED_HEADER as usize);
+            let mut h = Vec::with_capacity(len as usize);
             h.put_u64(MAGIC);
             h.put_u64(leaf.0);
-            h.resize(SHARDED_HEADER as usize, 0);
+            h.resize(len as usize, 0);
             tx.write(header, 0, &h)?;
             let root = tx.root_slot();
             tx.set(root, header)?;
-            Ok(Kv { header, sharded: true })
+            Ok(Kv { header, count })
         })
     }
 
@@ -89,7 +109,12 @@ impl Kv {
         if header == Ptr::NULL || pool.read(header, 0, 8).map(|b| le::get_u64(b, 0)).ok() != Some(MAGIC) {
             return Err(not());
         }
-        Ok(Kv { header, sharded: pool.size_of(header)? >= SHARDED_HEADER })
+        let count = match pool.size_of(header)? {
+            SHARDED_HEADER.. => Count::Sharded,
+            UNCOUNTED_HEADER => Count::Leaves,
+            _ => Count::One,
+        };
+        Ok(Kv { header, count })
     }
 
     fn root<R: Region>(&self, pool: &Pool<R>) -> Result<Ptr, HeapError> {
@@ -98,12 +123,35 @@ impl Kv {
 
     /// Entries in the store.
     pub fn len<R: Region>(&self, pool: &Pool<R>) -> Result<u64, HeapError> {
+        if self.count == Count::Leaves {
+            return self.leaf_counts(pool, self.root(pool)?);
+        }
         let mut n = le::get_u64(pool.read(self.header, HEADER_COUNT, 8)?, 0);
-        if self.sharded {
+        if self.count == Count::Sharded {
             let shards = pool.read(self.header, 64, SHARDS * 64)?;
             n = (0..SHARDS as usize).fold(n, |n, i| n.wrapping_add(le::get_u64(shards, 64 * i)));
         }
         Ok(n)
+    }
+
+    /// The sum of the counts of the leaves under the node at `p`.
+    fn leaf_counts<R: Region>(&self, pool: &Pool<R>, p: Ptr) -> Result<u64, HeapError> {
+        let b = pool.object(p)?;
+        match Slotted::parse(b) {
+            Some(s) if s.leaf => Ok(s.n as u64),
+            Some(s) => (0..=s.n).try_fold(0, |sum, i| {
+                let (_, kid) = s.kid(i).ok_or(not_a_node(p))?;
+                Ok(sum + self.leaf_counts(pool, kid)?)
+            }),
+            // A packed node (pool versions 1 and 2, whose stores keep a count): decoded.
+            None => {
+                let n = Kv::node(pool, p)?;
+                match n.leaf {
+                    true => Ok(n.keys.len() as u64),
+                    false => n.kids.iter().try_fold(0, |sum, &kid| Ok(sum + self.leaf_counts(pool, kid)?)),
+                }
+            }
+        }
     }
 
     pub fn is_empty<R: Region>(&self, pool: &Pool<R>) -> Result<bool, HeapError> {
@@ -317,7 +365,7 @@ impl Kv {
         count: Option<(&[u8], i64)>,
     ) -> Result<(), HeapError> {
         let [(h, header), (t, tail)] = change.ranges();
-        match count.filter(|c| c.1 != 0) {
+        match count.filter(|c| c.1 != 0 && self.count != Count::Leaves) {
             Some((key, by)) => {
                 let (at, n) = self.count_after(tx, key, by)?;
                 tx.write_several(&[(p, h, header), (p, t, tail), (self.header, at, &n)])
@@ -328,9 +376,9 @@ impl Kv {
 
     /// Where `key`'s count is in the store's header, and its bytes once it changes by `by`.
     fn count_after<R: Region>(&self, tx: &Tx<R>, key: &[u8], by: i64) -> Result<(u64, [u8; 8]), HeapError> {
-        let at = match self.sharded {
-            true => 64 + 64 * (bitmend_code::crc::crc32c(key) as u64 % SHARDS),
-            false => HEADER_COUNT,
+        let at = match self.count {
+            Count::Sharded => 64 + 64 * (bitmend_code::crc::crc32c(key) as u64 % SHARDS),
+            _ => HEADER_COUNT,
         };
         let n = le::get_u64(tx.read(self.header, at, 8)?, 0);
         Ok((at, n.wrapping_add_signed(by).to_le_bytes()))
@@ -338,6 +386,9 @@ impl Kv {
 
     /// Counts `key` in or out (`by` 1 or -1), in its shard.
     fn add_count<R: Region>(&self, tx: &mut Tx<R>, key: &[u8], by: i64) -> Result<(), HeapError> {
+        if self.count == Count::Leaves {
+            return Ok(());
+        }
         let (at, n) = self.count_after(tx, key, by)?;
         tx.write(self.header, at, &n)
     }
