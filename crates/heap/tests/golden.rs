@@ -4,7 +4,8 @@
 //! `pool-v3.bin`, version 3 (session 13's: slotted nodes), and `pool-v4.bin`, version 4
 //! (written by the ignored test below: two-word block headers, three of them linked to the
 //! root array's slots and one linked to a slot it was freed from; and `pool-v4-kv.bin`, the
-//! store of the older ones in a version 4 pool, which keeps no count). A change to any persistent byte of the pool breaks these tests, and
+//! store of the older ones in a version 4 pool, which keeps no count and has appended
+//! leaves). A change to any persistent byte of the pool breaks these tests, and
 //! docs/FORMAT.md section 9 must say why.
 
 use bitmend_heap::kv::Kv;
@@ -77,6 +78,8 @@ fn the_version_4_golden_store_reads_back_and_counts_its_leaves() {
     assert_eq!(read_golden(GOLDEN_V4_KV), None);
     let pool = open_golden(GOLDEN_V4_KV);
     assert_eq!(pool.size_of(pool.root()).unwrap(), 16, "a store that keeps no count");
+    let root = u64::from_le_bytes(pool.read(pool.root(), 8, 8).unwrap().try_into().unwrap());
+    assert_eq!(pool.read(bitmend_heap::Ptr(root), 0, 1).unwrap()[0], 5, "an appended leaf");
 }
 
 #[test]

@@ -7,12 +7,14 @@ use std::cmp::Ordering;
 
 use bitmend_code::le::{self, Put};
 
-use super::node::{self, Node, Slotted, Val, FIRST_KID, INNER, LEAF, NODE, SLOT};
+use super::node::{self, Node, Slotted, Val, FIRST_KID, INNER, LEAF, LEAF_APPENDED, NODE, SLOT};
 use crate::alloc::Ptr;
 
 /// Entries of one node, in key order.
 pub(super) struct Entries {
     pub leaf: bool,
+    /// A leaf written as an appended one (kind 5: stores of version 4 pools).
+    pub appended: bool,
     /// The length of the node they came from, which a compaction keeps (a pointer-logged
     /// rewrite takes a block like the old one).
     end: usize,
@@ -40,6 +42,7 @@ impl Entries {
         let low = s.low();
         let mut e = Entries {
             leaf: s.leaf,
+            appended: !s.ordered,
             end: b.len(),
             first: if s.leaf { Ptr::NULL } else { s.kid(0)?.1 },
             bytes: b[low..].to_vec(),
@@ -48,6 +51,14 @@ impl Entries {
         for i in 0..s.n {
             let (at, len) = s.span(i)?;
             e.items.push(Item { at: at - low, len, prefix: node::prefix(s.key(i)?) });
+        }
+        if e.appended {
+            let bytes = &e.bytes;
+            let key = |it: &Item| {
+                let entry = &bytes[it.at..it.at + it.len];
+                &entry[node::LEAF_ENTRY..node::LEAF_ENTRY + le::get_u16(entry, 0) as usize]
+            };
+            e.items.sort_unstable_by(|a, b| a.prefix.cmp(&b.prefix).then_with(|| key(a).cmp(key(b))));
         }
         // Live and dead bytes must fill the entry area: entries a wild write made overlap
         // would add up to more than a node holds, and no split could place them.
@@ -59,6 +70,7 @@ impl Entries {
     pub fn from_node(n: &Node) -> Entries {
         let mut e = Entries {
             leaf: n.leaf,
+            appended: false,
             end: NODE as usize,
             first: n.kids.first().copied().unwrap_or(Ptr::NULL),
             bytes: Vec::new(),
@@ -160,7 +172,11 @@ impl Entries {
         let n = range.len();
         let low = end - self.cost(range.clone()) + SLOT * n;
         let mut v = Vec::with_capacity(end);
-        v.put_u8(if self.leaf { LEAF } else { INNER });
+        v.put_u8(match (self.leaf, self.appended) {
+            (true, true) => LEAF_APPENDED,
+            (true, false) => LEAF,
+            (false, _) => INNER,
+        });
         v.put_u8(0);
         v.put_u16(n as u16);
         v.put_u16(low as u16);

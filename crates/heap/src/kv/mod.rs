@@ -90,7 +90,10 @@ impl Kv {
         pool.tx(|tx| {
             let header = tx.alloc(len)?;
             let leaf = tx.alloc(NODE)?;
-            tx.write(leaf, 0, &Node { leaf: true, ..Node::default() }.encode())?;
+            // A version 4 pool's store has appended leaves (the splits of this one are too).
+            let mut empty = Entries::from_node(&Node { leaf: true, ..Node::default() });
+            empty.appended = count == Count::Leaves;
+            tx.write(leaf, 0, &empty.encode())?;
             let mut h = Vec::with_capacity(len as usize);
             h.put_u64(MAGIC);
             h.put_u64(leaf.0);

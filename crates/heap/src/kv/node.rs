@@ -25,6 +25,10 @@ const PACKED_LEAF: u8 = 1;
 const PACKED_INNER: u8 = 2;
 pub(super) const LEAF: u8 = 3;
 pub(super) const INNER: u8 = 4;
+/// A leaf whose index is in the order its entries were put, not in key order (stores of
+/// version 4 pools): a put appends its slot, so it logs the header and that one slot, not
+/// the index from the new key's place on; a search reads the index through.
+pub(super) const LEAF_APPENDED: u8 = 5;
 /// A slotted node's header: u8 kind, u8 zero, u16 count, u16 low (where the entry area
 /// starts), u16 dead (bytes of the entry area no index entry points into).
 pub(super) const HEAD: usize = 8;
@@ -171,6 +175,11 @@ impl Node {
                         node.kids.push(s.kid(i + 1)?.1);
                     }
                 }
+                if !s.ordered {
+                    let mut pairs: Vec<(Vec<u8>, Val)> = node.keys.into_iter().zip(node.vals).collect();
+                    pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                    (node.keys, node.vals) = pairs.into_iter().unzip();
+                }
                 Some(node)
             }
         }
@@ -259,6 +268,8 @@ pub(super) struct Slotted<'a> {
     /// The node's length: where the entry area ends.
     end: usize,
     pub leaf: bool,
+    /// Whether the index is in key order (every kind but [`LEAF_APPENDED`]).
+    pub ordered: bool,
     pub n: usize,
     low: usize,
     dead: usize,
@@ -293,9 +304,10 @@ impl IndexChange {
 impl<'a> Slotted<'a> {
     /// `b` as a slotted node, if its kind is one and its header is in bounds.
     pub fn parse(b: &'a [u8]) -> Option<Slotted<'a>> {
-        let leaf = match *b.first()? {
-            LEAF => true,
-            INNER => false,
+        let (leaf, ordered) = match *b.first()? {
+            LEAF => (true, true),
+            INNER => (false, true),
+            LEAF_APPENDED => (true, false),
             _ => return None,
         };
         let end = b.len();
@@ -303,7 +315,7 @@ impl<'a> Slotted<'a> {
             return None;
         }
         let field = |at| le::get_u16(b, at) as usize;
-        let s = Slotted { b, end, leaf, n: field(2), low: field(4), dead: field(6) };
+        let s = Slotted { b, end, leaf, ordered, n: field(2), low: field(4), dead: field(6) };
         let sound = s.index_end() <= s.low && s.low <= end && s.dead <= end - s.low;
         (sound && (leaf || s.low.is_multiple_of(8))).then_some(s)
     }
@@ -382,17 +394,26 @@ impl<'a> Slotted<'a> {
         }
     }
 
-    /// Where `key` is among the entries (`Ok`), or where it would go (`Err`).
+    /// Where `key` is among the entries (`Ok`), or where it would go (`Err`: at the end of an
+    /// appended leaf's index).
     pub fn search(&self, key: &[u8]) -> Option<Result<usize, usize>> {
-        let (mut lo, mut hi) = (0, self.n);
         let want = prefix(key);
         let index = &self.b[index_at(self.leaf)..self.index_end()];
         touch(index);
+        let prefix_at =
+            |i: usize| u32::from_be_bytes(index[SLOT * i + 2..SLOT * i + 6].try_into().expect("4 bytes"));
+        if !self.ordered {
+            for i in 0..self.n {
+                if prefix_at(i) == want && self.key(i)? == key {
+                    return Some(Ok(i));
+                }
+            }
+            return Some(Err(self.n));
+        }
+        let (mut lo, mut hi) = (0, self.n);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            let at = SLOT * mid + 2;
-            let p = u32::from_be_bytes(index[at..at + 4].try_into().expect("4 bytes"));
-            let order = match p.cmp(&want) {
+            let order = match prefix_at(mid).cmp(&want) {
                 Ordering::Equal => self.key(mid)?.cmp(key),
                 order => order,
             };
@@ -409,16 +430,25 @@ impl<'a> Slotted<'a> {
     /// dead bytes are the rest of it.
     pub fn consistent(&self) -> bool {
         let mut spans = Vec::with_capacity(self.n);
+        let mut keys = Vec::with_capacity(self.n);
         for i in 0..self.n {
-            let (Some(at), Some(len)) = (self.entry(i), self.entry_len(i)) else { return false };
-            let key = self.key(i);
+            let (Some(at), Some(len), Some(key)) = (self.entry(i), self.entry_len(i), self.key(i)) else {
+                return false;
+            };
             let slot = index_at(self.leaf) + SLOT * i + 2;
-            let stamped =
-                key.map(prefix) == Some(u32::from_be_bytes(self.b[slot..slot + 4].try_into().expect("4")));
-            if at + len > self.end || !stamped || (i > 0 && self.key(i - 1) >= key) {
+            let stamped = prefix(key) == u32::from_be_bytes(self.b[slot..slot + 4].try_into().expect("4"));
+            if at + len > self.end || !stamped {
                 return false;
             }
             spans.push((at, len));
+            keys.push(key);
+        }
+        // Keys in order (an appended leaf's once sorted), none twice.
+        if !self.ordered {
+            keys.sort_unstable();
+        }
+        if keys.windows(2).any(|w| w[0] >= w[1]) {
+            return false;
         }
         spans.sort_unstable();
         let apart = spans.windows(2).all(|w| w[0].0 + w[0].1 <= w[1].0);
@@ -431,7 +461,7 @@ impl<'a> Slotted<'a> {
     /// the gap is too small.
     pub fn splice(&self, i: usize, key: &[u8], len: usize, replaced: Option<usize>) -> Option<Splice> {
         let need = len + if replaced.is_none() { SLOT } else { 0 };
-        if need > self.gap() || i > self.n {
+        if need > self.gap() || i > self.n || (!self.ordered && replaced.is_none() && i != self.n) {
             return None;
         }
         let low = self.low - len;
@@ -447,10 +477,15 @@ impl<'a> Slotted<'a> {
         Some(Splice { entry_at: low as u64, index: self.index_change(n, low, dead, i, tail) })
     }
 
-    /// Entry `i` (of `len` bytes) removed: its slot leaves the index, its bytes are dead.
+    /// Entry `i` (of `len` bytes) removed: its slot leaves the index (an ordered index's later
+    /// slots move down; an appended leaf's last slot takes its place), its bytes are dead.
     pub fn remove(&self, i: usize, len: usize) -> IndexChange {
         let index = &self.b[index_at(self.leaf)..self.index_end()];
-        let tail = index[SLOT * i + SLOT..].to_vec();
+        let tail = match self.ordered {
+            true => index[SLOT * i + SLOT..].to_vec(),
+            false if i + 1 == self.n => Vec::new(),
+            false => index[index.len() - SLOT..].to_vec(),
+        };
         self.index_change(self.n - 1, self.low, self.dead + len, i, tail)
     }
 
@@ -466,6 +501,7 @@ impl<'a> Slotted<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kv::entries::Entries;
 
     fn leaf(n: u8) -> Node {
         let keys: Vec<Vec<u8>> = (0..n).map(|i| vec![b'k', i * 2]).collect();
@@ -514,6 +550,73 @@ mod tests {
                 }
             };
             assert_eq!(Node::decode(&spliced), Some(want));
+        }
+    }
+
+    /// An appended leaf (kind 5) under random puts, replacements and deletes, each a splice
+    /// or a removal as a transaction applies it, against a map: it decodes as the map, in key
+    /// order; a search finds every key; a new key's slot goes last and logs the header and
+    /// that slot alone; when the gap runs out, the entries repack (as a compaction would) into
+    /// an appended leaf again.
+    #[test]
+    fn an_appended_leaf_takes_puts_and_deletes_like_a_map() {
+        let mut rng = bitmend_media::rng::Rng::new(55);
+        let mut model = std::collections::BTreeMap::<Vec<u8>, Val>::new();
+        let mut e = Entries::from_node(&Node { leaf: true, ..Node::default() });
+        e.appended = true;
+        let mut bytes = e.encode();
+        assert_eq!(bytes[0], LEAF_APPENDED);
+        for step in 0..3000 {
+            let key = vec![b'k', rng.below(3) as u8, rng.below(60) as u8];
+            let s = Slotted::parse(&bytes).unwrap();
+            assert!(!s.ordered);
+            let found = s.search(&key).unwrap();
+            assert_eq!(found.is_ok(), model.contains_key(&key), "step {step}");
+            if rng.below(3) == 0 {
+                if let Ok(i) = found {
+                    let c = s.remove(i, s.leaf_entry(i).unwrap().2);
+                    change(&mut bytes, &c);
+                    model.remove(&key);
+                }
+            } else {
+                let val = Val::Inline(vec![step as u8; rng.below(40) as usize]);
+                let entry = leaf_entry(&key, &val);
+                let old = found.ok().map(|i| s.leaf_entry(i).unwrap().2);
+                let at = found.unwrap_or_else(|n| n);
+                match s.splice(at, &key, entry.len(), old) {
+                    Some(splice) => {
+                        if old.is_none() {
+                            let [_, (tail_at, tail)] = splice.index.ranges();
+                            assert_eq!(
+                                (tail_at as usize, tail.len()),
+                                (HEAD + SLOT * s.n, SLOT),
+                                "one slot, last"
+                            );
+                        }
+                        bytes = apply(&bytes, &splice, &entry);
+                    }
+                    None => {
+                        let mut all = Entries::of(&bytes).unwrap();
+                        match all.search(&key) {
+                            Ok(i) => all.replace(i, &entry),
+                            Err(i) => all.insert(i, &key, &entry),
+                        }
+                        if !all.fits() {
+                            continue;
+                        }
+                        bytes = all.encode();
+                        assert_eq!(bytes[0], LEAF_APPENDED, "a compaction keeps the kind");
+                    }
+                }
+                model.insert(key, val);
+            }
+            let want = Node {
+                leaf: true,
+                keys: model.keys().cloned().collect(),
+                vals: model.values().cloned().collect(),
+                kids: vec![],
+            };
+            assert_eq!(Node::decode(&bytes), Some(want), "step {step}");
         }
     }
 
@@ -615,12 +718,19 @@ mod tests {
     #[test]
     fn damaged_nodes_read_as_none_never_a_panic() {
         let mut rng = bitmend_media::rng::Rng::new(17);
-        let good = [leaf(14).encode(), {
-            let keys: Vec<Vec<u8>> = (0..100u32).map(|i| i.to_be_bytes().to_vec()).collect();
-            Node { leaf: false, keys, vals: vec![], kids: (0..101).map(|i| Ptr(i * 4096)).collect() }.encode()
-        }];
-        for _ in 0..3000 {
-            let mut b = good[rng.below(2) as usize].clone();
+        let mut appended = Entries::from_node(&leaf(14));
+        appended.appended = true;
+        let good = [
+            leaf(14).encode(),
+            {
+                let keys: Vec<Vec<u8>> = (0..100u32).map(|i| i.to_be_bytes().to_vec()).collect();
+                Node { leaf: false, keys, vals: vec![], kids: (0..101).map(|i| Ptr(i * 4096)).collect() }
+                    .encode()
+            },
+            appended.encode(),
+        ];
+        for _ in 0..4500 {
+            let mut b = good[rng.below(3) as usize].clone();
             for _ in 0..1 + rng.below(4) {
                 let at = rng.below(NODE as usize as u64) as usize;
                 b[at] = rng.next_u64() as u8;
@@ -650,7 +760,9 @@ mod tests {
                 };
             }
             if let Some(s) = Slotted::parse(&b) {
-                let _ = s.search(b"probe");
+                if let Some(found) = s.search(b"probe") {
+                    let _ = s.splice(found.unwrap_or_else(|i| i), b"probe", 40, None);
+                }
                 for i in 0..s.n.min(200) {
                     let _ = (s.key(i), s.kid(i), s.entry_len(i));
                 }
