@@ -9,7 +9,7 @@ use bitmend_nvlog::{LogConfig, NvLog, RecordId, RecoveryReport};
 use crate::alloc::{AllocStats, Allocator, BadHeader, Clock, Plan, Ptr};
 use crate::layout::{recorded_len, Superblock, HEAP_VERSION, HEAP_VERSION_UPGRADED, POOL_HEADER, RUN};
 use crate::record::{self, Rec};
-use crate::tx::{LogBytes, Slot, Tx, TxState, Undo};
+use crate::tx::{LogBytes, Slot, Tx, TxBuffers, TxState, Undo};
 use crate::HeapError;
 
 /// Choices that are not on the medium.
@@ -102,6 +102,8 @@ pub struct Pool<R: Region> {
     /// outside a transaction that changes them would make recovery take that commit for torn
     /// ([`Pool::keep_vouched`]).
     pub(crate) vouched: Vec<(u64, u32)>,
+    /// The vectors of the last transaction, emptied, for the next.
+    pub(crate) tx_buffers: TxBuffers,
 }
 
 impl<R: Region> std::fmt::Debug for Pool<R> {
@@ -179,6 +181,7 @@ impl<R: Region> Pool<R> {
             copy: Vec::new(),
             links: Default::default(),
             vouched: Vec::new(),
+            tx_buffers: TxBuffers::default(),
         }
     }
 
@@ -317,8 +320,12 @@ impl<R: Region> Pool<R> {
 
     /// A transaction committed: its pointer-logged old blocks wait for the checkout, which
     /// runs when less than a quarter of the journal is free, and every 5 s.
-    pub(crate) fn note_finished(&mut self, replaced: Vec<Ptr>, bytes: LogBytes) -> Result<(), HeapError> {
-        self.replaced.extend(replaced);
+    pub(crate) fn note_finished(
+        &mut self,
+        replaced: &mut Vec<Ptr>,
+        bytes: LogBytes,
+    ) -> Result<(), HeapError> {
+        self.replaced.append(replaced);
         let b = &mut self.log_bytes;
         b.undo += bytes.undo;
         b.pointer += bytes.pointer;

@@ -83,6 +83,19 @@ pub struct Tx<'p, R: Region> {
     pub(crate) bytes: LogBytes,
 }
 
+/// A transaction's vectors, kept by the pool between transactions (empty), so that a small
+/// transaction allocates nothing on the heap.
+#[derive(Debug, Default)]
+pub(crate) struct TxBuffers {
+    fresh: Vec<(Ptr, u64)>,
+    headers_due: Vec<(Ptr, u64)>,
+    undo: Vec<Undo>,
+    saved: Vec<(u64, u64)>,
+    frees: Vec<Ptr>,
+    replaced: Vec<Ptr>,
+    written: Vec<(u64, u32)>,
+}
+
 #[derive(Clone, Debug)]
 pub(crate) enum Undo {
     /// `len` bytes at `at`, whose old bytes are in journal record `record`.
@@ -111,18 +124,20 @@ const CHECKSUM_MAX: u64 = 8192;
 
 impl<'p, R: Region> Tx<'p, R> {
     pub(crate) fn new(pool: &'p mut Pool<R>, id: u64) -> Tx<'p, R> {
+        let b = std::mem::take(&mut pool.tx_buffers);
+        debug_assert!(b.undo.is_empty() && b.written.is_empty(), "buffers come back empty");
         Tx {
             pool,
             id,
             state: TxState::Begin,
-            fresh: Vec::new(),
-            headers_due: Vec::new(),
+            fresh: b.fresh,
+            headers_due: b.headers_due,
             unfenced: false,
-            undo: Vec::new(),
-            saved: Saved::default(),
-            frees: Vec::new(),
-            replaced: Vec::new(),
-            written: Vec::new(),
+            undo: b.undo,
+            saved: Saved(b.saved),
+            frees: b.frees,
+            replaced: b.replaced,
+            written: b.written,
             written_bytes: 0,
             written_crc: 0,
             overlap: false,
@@ -168,13 +183,16 @@ impl<'p, R: Region> Tx<'p, R> {
             self.pool.log.region_mut().fence()?;
             self.unfenced = false;
         }
-        for (p, len) in std::mem::take(&mut self.headers_due) {
+        let mut due = std::mem::take(&mut self.headers_due);
+        for &(p, len) in &due {
             self.pool.alloc.mark_allocated(self.pool.log.region_mut(), p, len)?;
             let at = p.header() as usize;
             let header: [u8; BLOCK_HEADER as usize] =
                 self.pool.log.region().bytes()[at..at + BLOCK_HEADER as usize].try_into().expect("a header");
             self.note_written(p.header(), &header);
         }
+        due.clear();
+        self.headers_due = due;
         Ok(())
     }
 
@@ -502,7 +520,8 @@ impl<'p, R: Region> Tx<'p, R> {
             let w = Written { crc, ranges };
             debug_assert!(w.matches(self.pool.log.region().bytes()), "a commit vouches for what is there");
             self.log(kind::COMMIT, |rec, _| record::put_written(rec, &w))?;
-            self.pool.vouched = w.ranges;
+            // The vouched ranges' old vector comes back as this one's (no allocation).
+            self.written = std::mem::replace(&mut self.pool.vouched, w.ranges);
         } else {
             self.pool.log.region_mut().fence()?;
             self.log(kind::COMMIT, |_, _| {})?;
@@ -512,10 +531,10 @@ impl<'p, R: Region> Tx<'p, R> {
         self.unfenced = false;
         self.state = TxState::Commit;
         let region = self.pool.log.region_mut();
-        for p in std::mem::take(&mut self.frees) {
+        for &p in &self.frees {
             self.pool.alloc.free(region, p)?;
         }
-        self.pool.note_finished(std::mem::take(&mut self.replaced), self.bytes)?;
+        self.pool.note_finished(&mut self.replaced, self.bytes)?;
         Ok(self.bytes)
     }
 
@@ -544,6 +563,29 @@ impl<'p, R: Region> Tx<'p, R> {
         let undo = std::mem::take(&mut self.undo);
         self.pool.roll_back(&undo)?;
         self.pool.checkout()
+    }
+}
+
+impl<R: Region> Drop for Tx<'_, R> {
+    /// The vectors go back to the pool, emptied, for the next transaction.
+    fn drop(&mut self) {
+        let mut b = TxBuffers {
+            fresh: std::mem::take(&mut self.fresh),
+            headers_due: std::mem::take(&mut self.headers_due),
+            undo: std::mem::take(&mut self.undo),
+            saved: std::mem::take(&mut self.saved.0),
+            frees: std::mem::take(&mut self.frees),
+            replaced: std::mem::take(&mut self.replaced),
+            written: std::mem::take(&mut self.written),
+        };
+        b.fresh.clear();
+        b.headers_due.clear();
+        b.undo.clear();
+        b.saved.clear();
+        b.frees.clear();
+        b.replaced.clear();
+        b.written.clear();
+        self.pool.tx_buffers = b;
     }
 }
 
