@@ -181,11 +181,27 @@ impl Allocator {
     /// Payload bytes of the block at `p` (allocated or not).
     pub fn capacity(&self, p: Ptr) -> Option<u64> {
         let (run, _) = self.locate(p)?;
-        Some(match &self.runs[run as usize] {
+        Some(self.capacity_in(run))
+    }
+
+    fn capacity_in(&self, run: u32) -> u64 {
+        match &self.runs[run as usize] {
             RunUse::Blocks { class, .. } => class_size(*class) - BLOCK_HEADER,
             RunUse::Span { runs, .. } => *runs as u64 * RUN - RUN_HEADER - BLOCK_HEADER,
             _ => 0,
-        })
+        }
+    }
+
+    /// Payload bytes of the block at `p` if it is allocated (one lookup for both: every
+    /// read through the pool asks).
+    pub fn allocated_capacity(&self, p: Ptr) -> Option<u64> {
+        let (run, i) = self.locate(p)?;
+        let allocated = match &self.runs[run as usize] {
+            RunUse::Blocks { slots, .. } => slots[i] == Slot::Allocated,
+            RunUse::Span { slot, .. } => *slot == Slot::Allocated,
+            _ => false,
+        };
+        allocated.then(|| self.capacity_in(run))
     }
 
     /// How often each block of the assigned runs has been allocated, from its header (its

@@ -504,10 +504,7 @@ impl<R: Region> Pool<R> {
     /// larger; what lies past the object is not its, and a pointer-logged write does not
     /// copy it).
     pub fn size_of(&self, p: Ptr) -> Result<u64, HeapError> {
-        if !self.alloc.is_allocated(p) {
-            return Err(HeapError::NotAllocated { at: p.0 });
-        }
-        let cap = self.alloc.capacity(p).unwrap_or(0);
+        let cap = self.alloc.allocated_capacity(p).ok_or(HeapError::NotAllocated { at: p.0 })?;
         let len = recorded_len(self.log.region().bytes(), p.header(), self.sb.header_layout());
         Ok(len.map_or(cap, |len| len.min(cap)))
     }

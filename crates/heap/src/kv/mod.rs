@@ -1,4 +1,4 @@
-//! An ordered key-value store in the pool: a B+tree of 4 KiB slotted nodes ([`node`]), each
+//! An ordered key-value store in the pool: a B+tree of 8 KiB slotted nodes ([`node`]), each
 //! mutation one transaction (or many in a batch). A put or a delete that fits in its node's
 //! gap writes the entry there without undo and data-logs the node's header and index; a node
 //! that must be compacted or split is written whole to a new block, through its parent's
