@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use bitmend_heap::{HeaderFault, HeapError, Pool, PoolOptions, Ptr};
 use bitmend_media::campaign::{self, Schedule};
-use bitmend_media::pmem::{CrashGranularity, CrashPoint, CrashRegion, Region};
+use bitmend_media::pmem::{CrashGranularity, CrashRegion, Region};
 use bitmend_media::rng::Rng;
+
+mod common;
 
 fn opts() -> PoolOptions {
     PoolOptions { reuse_after: Duration::ZERO, ..PoolOptions::default() }
@@ -233,34 +235,12 @@ fn crashes_at_random_stores_tear_headers_and_recovery_repeats() {
     let mut rng = Rng::new(4242);
     let (mut crashes, mut during_recovery) = (0, 0);
     for g in [CrashGranularity::Line, CrashGranularity::Word] {
-        let base = base(g);
-        let (s0, s1) = {
-            let mut r = base.clone();
-            let s0 = r.stores();
-            assert!(workload(&mut r, &mut Progress::default()));
-            (s0, r.stores())
-        };
-        for _ in 0..std::env::var("LINK_CRASHES").map_or(60, |v| v.parse().unwrap()) {
-            let mut r = base.clone();
-            r.arm_crash(CrashPoint::Store(s0 + rng.below(s1 - s0)));
-            let mut progress = Progress::default();
-            assert!(!workload(&mut r, &mut progress), "the crash struck");
-            r.crash(rng.next_u64());
-            crashes += 1;
-            for _ in 0..rng.below(4) {
-                let f = r.fences();
-                r.arm_crash(CrashPoint::Fence(f + rng.below(4)));
-                let opened = Pool::open(&mut r, opts()).is_ok();
-                if r.powered() {
-                    assert!(opened, "a recovery with the power on failed");
-                    r.disarm();
-                    break;
-                }
-                r.crash(rng.next_u64());
-                during_recovery += 1;
-            }
-            check_recovered(r, &progress, &format!("{g:?} random store"));
-        }
+        let cuts = std::env::var("LINK_CRASHES").map_or(60, |v| v.parse().unwrap());
+        let (c, d) = common::at_random_stores(&base(g), &mut rng, cuts, opts, workload, |r, p: &Progress| {
+            check_recovered(r, p, &format!("{g:?} random store"));
+        });
+        crashes += c;
+        during_recovery += d;
     }
     eprintln!("linked allocations: {crashes} crashes at random stores, {during_recovery} more during recovery; none half done");
 }
