@@ -380,3 +380,45 @@ fn freeing_an_object_unlinks_the_blocks_linked_to_slots_inside_it() {
     live.sort();
     assert_eq!(pool.allocated(), live);
 }
+
+/// A full pool: `alloc_into` says so, leaves the slot as it was and writes nothing; every
+/// object allocated before reads back after a reopen, and freeing one makes room again.
+#[test]
+fn a_full_pool_refuses_an_allocation_into_a_slot_and_keeps_everything_else() {
+    let (mut pool, _) = Pool::open(base(CrashGranularity::Line), opts()).unwrap();
+    let root = pool.root();
+    let spare = pool.slot(root, 8 * (SLOTS - 1)).unwrap();
+    // Objects chained through their first 8 bytes (each the next one's slot), until full.
+    let mut slot = pool.slot(root, 0).unwrap();
+    let mut objects = Vec::new();
+    let full = loop {
+        match pool.alloc_into(slot, 4000) {
+            Ok(p) => {
+                let fill = objects.len() as u8;
+                pool.tx(|tx| tx.write(p, 0, &[0; 8]).and_then(|_| tx.write(p, 8, &[fill; 3992]))).unwrap();
+                objects.push(p);
+                slot = pool.slot(p, 0).unwrap();
+            }
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(full, HeapError::Full { .. }), "{full}");
+    assert!(objects.len() > 100, "{} objects", objects.len());
+    let before = pool.region().bytes().to_vec();
+    assert!(matches!(pool.alloc_into(spare, 4000), Err(HeapError::Full { .. })));
+    assert_eq!(pool.region().bytes(), &before[..], "a refused allocation writes nothing");
+    assert_eq!(pool.get(spare), Ptr::NULL);
+    pool.free_from(spare).unwrap(); // a null slot: nothing to free
+    let (mut pool, report) = Pool::open(pool.into_region(), opts()).unwrap();
+    assert!(report.bad_headers.is_empty());
+    for (i, &p) in objects.iter().enumerate() {
+        assert_eq!(pool.read(p, 8, 3992).unwrap(), &[i as u8; 3992][..], "object {i}");
+    }
+    // The last object freed from its slot (the one before it): room for one more.
+    let last_slot = match objects.len() {
+        1 => pool.slot(root, 0).unwrap(),
+        n => pool.slot(objects[n - 2], 0).unwrap(),
+    };
+    pool.free_from(last_slot).unwrap();
+    pool.alloc_into(spare, 4000).unwrap();
+}
