@@ -61,11 +61,13 @@ impl Links {
     /// Takes out the link of the slot at `slot`, if it has one.
     fn take(&mut self, alloc: &Allocator, slot: u64) -> Option<Ptr> {
         let p = self.by_slot.remove(&slot)?;
+        // (A slot's holder never changes: runs keep their class, spans their runs.)
         if let Some(h) = alloc.holder_of(slot) {
-            let n = self.held.get_mut(&h).expect("counted");
-            *n -= 1;
-            if *n == 0 {
-                self.held.remove(&h);
+            if let Some(n) = self.held.get_mut(&h) {
+                *n -= 1;
+                if *n == 0 {
+                    self.held.remove(&h);
+                }
             }
         }
         Some(p)
