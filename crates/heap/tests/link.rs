@@ -422,3 +422,39 @@ fn a_full_pool_refuses_an_allocation_into_a_slot_and_keeps_everything_else() {
     pool.free_from(last_slot).unwrap();
     pool.alloc_into(spare, 4000).unwrap();
 }
+
+/// Wild writes into linked headers while the pool is open, then frees from their slots
+/// (which read the state and link without their checks): a damaged link sends the free
+/// through a transaction, which rewrites the header free; a damaged check with the link
+/// intact frees from the slot, and the next open reports that header and quarantines its
+/// block. Never a panic, never a block handed out twice.
+#[test]
+fn freeing_from_a_slot_whose_header_a_wild_write_hit() {
+    let (mut pool, _) = Pool::open(base(CrashGranularity::Line), opts()).unwrap();
+    let root = pool.root();
+    let slot = |pool: &Pool<CrashRegion>, s: u64| pool.slot(root, 8 * s).unwrap();
+    // The class's run formatted first (a transaction), so that what follows is linked.
+    pool.alloc_into(slot(&pool, 0), 300).unwrap();
+    pool.free_from(slot(&pool, 0)).unwrap();
+    let a = pool.alloc_into(slot(&pool, 1), 300).unwrap();
+    let b = pool.alloc_into(slot(&pool, 2), 300).unwrap();
+    assert_eq!(pool.linked_blocks(), 2);
+    let injected = 2;
+    // a: a bit of its link (byte 8); b: a bit of word 1's check (byte 14).
+    for (p, at) in [(a, 8), (b, 14)] {
+        let h = (p.0 - 16) as usize + at;
+        let x = pool.region().bytes()[h] ^ 0x04;
+        pool.region_mut().corrupt(h, &[x]).unwrap();
+    }
+    pool.free_from(slot(&pool, 1)).unwrap();
+    pool.free_from(slot(&pool, 2)).unwrap();
+    assert!(pool.size_of(a).is_err() && pool.size_of(b).is_err());
+    let (mut pool, report) = Pool::open(pool.into_region(), opts()).unwrap();
+    let bad: Vec<u64> = report.bad_headers.iter().map(|h| h.at).collect();
+    assert_eq!(bad, vec![b.0 - 16], "{injected} faults injected: a's header was rewritten free");
+    for _ in 0..300 {
+        let q = pool.alloc_into(slot(&pool, 3), 300).unwrap();
+        assert_ne!(q, b, "a quarantined block handed out");
+        pool.free_from(slot(&pool, 3)).unwrap();
+    }
+}
