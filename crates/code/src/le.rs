@@ -137,6 +137,19 @@ macro_rules! byte_enum {
     };
 }
 
+/// Whether every byte of `b` is zero: an unwritten area of a format (a log chunk's tail, a
+/// never-used header). Blocks of 256 bytes are OR-ed whole, which compiles to vector code;
+/// a byte-at-a-time scan with an early exit does not, and was a fifth of a journal append.
+pub fn is_zero(b: &[u8]) -> bool {
+    let mut blocks = b.chunks_exact(256);
+    for block in &mut blocks {
+        if block.iter().fold(0u8, |acc, &x| acc | x) != 0 {
+            return false;
+        }
+    }
+    blocks.remainder().iter().all(|&x| x == 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,5 +203,20 @@ mod tests {
         }
         let known = (0..=255u8).filter(|&b| Shade::from_u8(b).is_some()).count();
         assert_eq!(known, 2);
+    }
+
+    #[test]
+    fn is_zero_sees_one_set_bit_anywhere() {
+        for len in [0usize, 1, 255, 256, 257, 1000, 4096] {
+            let mut b = vec![0u8; len];
+            assert!(is_zero(&b), "len {len}");
+            for at in [0, len / 3, len.saturating_sub(1)] {
+                if at < len {
+                    b[at] = 0x10;
+                    assert!(!is_zero(&b), "len {len}, set byte {at}");
+                    b[at] = 0;
+                }
+            }
+        }
     }
 }

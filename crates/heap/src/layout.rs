@@ -185,7 +185,7 @@ impl RunHeader {
 
     /// `Ok(None)` for an unassigned run (all zeros); `Err` says which check failed.
     pub fn decode(b: &[u8], index: u32, pool_id: u64) -> Result<Option<RunHeader>, HeaderFault> {
-        if b.iter().all(|&x| x == 0) {
+        if bitmend_code::le::is_zero(b) {
             return Ok(None);
         }
         if le::get_u32(b, run_at::CRC) != crc32c(&b[..run_at::CRC]) || b[..4] != RUN_MAGIC {

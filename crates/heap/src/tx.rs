@@ -81,6 +81,10 @@ pub struct Tx<'p, R: Region> {
     written_crc: u32,
     overlap: bool,
     pub(crate) bytes: LogBytes,
+    /// Scratch for `write_several`: the ranges it writes, and those not saved yet (kept
+    /// from call to call: two allocations per write were a tenth of a B+tree insert).
+    ranges: Vec<(u64, usize)>,
+    unsaved: Vec<(u64, usize)>,
 }
 
 /// A transaction's vectors, kept by the pool between transactions (empty), so that a small
@@ -94,6 +98,8 @@ pub(crate) struct TxBuffers {
     frees: Vec<Ptr>,
     replaced: Vec<Ptr>,
     written: Vec<(u64, u32)>,
+    ranges: Vec<(u64, usize)>,
+    unsaved: Vec<(u64, usize)>,
 }
 
 #[derive(Clone, Debug)]
@@ -142,6 +148,8 @@ impl<'p, R: Region> Tx<'p, R> {
             written_crc: 0,
             overlap: false,
             bytes: LogBytes::default(),
+            ranges: b.ranges,
+            unsaved: b.unsaved,
         }
     }
 
@@ -303,7 +311,19 @@ impl<'p, R: Region> Tx<'p, R> {
     /// Several writes as [`write`](Self::write) makes them, whose undo records share one
     /// fence (each `write` takes its own).
     pub fn write_several(&mut self, writes: &[(Ptr, u64, &[u8])]) -> Result<(), HeapError> {
-        let mut ranges = Vec::with_capacity(writes.len());
+        let mut ranges = std::mem::take(&mut self.ranges);
+        ranges.clear();
+        let result = self.write_ranges(writes, &mut ranges);
+        self.ranges = ranges;
+        result
+    }
+
+    /// `write_several`, with `ranges` to fill.
+    fn write_ranges(
+        &mut self,
+        writes: &[(Ptr, u64, &[u8])],
+        ranges: &mut Vec<(u64, usize)>,
+    ) -> Result<(), HeapError> {
         for &(p, off, data) in writes {
             self.check(p, off, data.len() as u64)?;
             if self.fresh_len(p).is_none() && !data.is_empty() {
@@ -311,10 +331,10 @@ impl<'p, R: Region> Tx<'p, R> {
             }
         }
         let mut unlinked = false;
-        for &(at, len) in &ranges {
+        for &(at, len) in ranges.iter() {
             unlinked |= self.unlink_within(at, at + len as u64)?;
         }
-        let logged = self.log_old(&ranges)?;
+        let logged = self.log_old(ranges)?;
         if logged || unlinked {
             self.fence_records()?;
         }
@@ -340,19 +360,27 @@ impl<'p, R: Region> Tx<'p, R> {
     /// write into saved bytes needs no record: a rollback writes the first, original bytes
     /// back last), in one record of several ranges when they fit. Whether it logged any.
     fn log_old(&mut self, ranges: &[(u64, usize)]) -> Result<bool, HeapError> {
-        let mut fresh = Vec::with_capacity(ranges.len());
+        let mut fresh = std::mem::take(&mut self.unsaved);
+        fresh.clear();
         for &(at, len) in ranges {
             self.saved.unsaved(at, at + len as u64, &mut fresh);
         }
+        let result = self.log_unsaved(&fresh);
+        self.unsaved = fresh;
+        result
+    }
+
+    /// `log_old` for the ranges not saved yet.
+    fn log_unsaved(&mut self, fresh: &[(u64, usize)]) -> Result<bool, HeapError> {
         let together = fresh.iter().map(|r| record::UNDO_RANGE + r.1).sum::<usize>();
         if fresh.len() > 1 && together <= self.pool.log.max_record() - HEAD {
-            self.log_undo_ranges(&fresh)?;
+            self.log_undo_ranges(fresh)?;
         } else {
-            for &(at, len) in &fresh {
+            for &(at, len) in fresh {
                 self.log_undo(at, len)?;
             }
         }
-        for &(at, len) in &fresh {
+        for &(at, len) in fresh {
             self.saved.add(at, at + len as u64);
         }
         Ok(!fresh.is_empty())
@@ -577,6 +605,8 @@ impl<R: Region> Drop for Tx<'_, R> {
             frees: std::mem::take(&mut self.frees),
             replaced: std::mem::take(&mut self.replaced),
             written: std::mem::take(&mut self.written),
+            ranges: std::mem::take(&mut self.ranges),
+            unsaved: std::mem::take(&mut self.unsaved),
         };
         b.fresh.clear();
         b.headers_due.clear();

@@ -310,9 +310,11 @@ impl<R: Region> NvLog<R> {
     ///
     /// The parity of the live segment is updated in a DRAM copy (`shadow`) and the changed
     /// window is streamed to the medium with the record: non-temporal stores need no flush
-    /// and no read of lines that the previous append's write-back just evicted. The window is
-    /// rounded out to 32 bytes (zeros around the record add nothing) so the engine runs whole
-    /// vectors; the record is padded with the zeros that follow it to whole 8-byte words.
+    /// and no read of lines that the previous append's write-back just evicted. The window
+    /// starts on 32 bytes and ends on a whole line (zeros around the record add nothing to
+    /// the parity) so the engine runs whole vectors, and the record's last line is streamed
+    /// whole with the zeros that follow it: a partial line of non-temporal stores costs a
+    /// partial write-combining flush.
     fn store_record(&mut self, p: usize, t: Tail, rec: &[u8]) -> Result<(), LogError> {
         let (k, m, cs) = (self.layout.cfg.k, self.layout.cfg.m, self.layout.cfg.chunk_size);
         if self.shadow_seg != Some(t.seg) {
@@ -320,12 +322,12 @@ impl<R: Region> NvLog<R> {
         }
         let at = self.layout.chunk(p, t.chunk) + t.off;
         let lo = t.off & !31;
-        let hi = (t.off + rec.len()).next_multiple_of(32).min(cs);
+        let hi = (t.off + rec.len()).next_multiple_of(64).min(cs);
         let mut window = std::mem::take(&mut self.window);
         window.clear();
         window.resize(hi - lo, 0);
         window[t.off - lo..t.off - lo + rec.len()].copy_from_slice(rec);
-        let padded = rec.len().next_multiple_of(8).min(cs - t.off);
+        let padded = hi - t.off;
         let mut result = self.region.write_streaming(at, &window[t.off - lo..t.off - lo + padded]);
         // One pass over the delta for up to 8 parity chunks at a time (the engine splits
         // each source vector once and applies every coefficient to it); no allocation.

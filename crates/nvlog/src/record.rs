@@ -69,7 +69,7 @@ pub(crate) fn at(chunk: &[u8], chunk_id: u64, off: usize) -> At {
         return At::End;
     }
     let h = &chunk[off..off + HEADER];
-    if h.iter().all(|&b| b == 0) {
+    if le::is_zero(h) {
         return At::End;
     }
     let word = le::get_u32(h, header_at::LEN);
@@ -114,7 +114,7 @@ pub(crate) fn chain(chunk: &[u8], chunk_id: u64, block: usize) -> Chain {
             At::Invalid => break true,
         }
     };
-    let clean_tail = chunk[off..].iter().all(|&b| b == 0);
+    let clean_tail = le::is_zero(&chunk[off..]);
     Chain { records, end: off, broken, clean_tail }
 }
 

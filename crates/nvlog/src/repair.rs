@@ -13,6 +13,7 @@
 //! signatures. Bytes that should be zero and are not (stray writes past the tail) are zeroed:
 //! the parity already describes zeros there.
 
+use bitmend_code::le;
 use bitmend_code::sig::Sig64;
 use bitmend_media::pmem::Region;
 
@@ -104,7 +105,7 @@ impl<R: Region> NvLog<R> {
                 let c = record::chain(bytes, self.id_at(seg, i, 0), block);
                 !c.broken && c.clean_tail
             }
-            Expect::Zero => bytes.iter().all(|&b| b == 0),
+            Expect::Zero => le::is_zero(bytes),
             Expect::Any => true,
         }
     }

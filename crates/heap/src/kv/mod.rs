@@ -221,14 +221,25 @@ impl Kv {
     /// The path from the root to the leaf for `key`: each inner node's slot and place,
     /// and the leaf's.
     fn descend<R: Region>(&self, tx: &Tx<R>, key: &[u8]) -> Result<(Vec<(Slot, Ptr)>, Leaf), HeapError> {
-        let mut slot = tx.slot(self.header, HEADER_ROOT)?;
         let mut path = Vec::new();
+        let leaf = self.leaf_for(tx, key, |step| path.push(step))?;
+        Ok((path, leaf))
+    }
+
+    /// The leaf for `key`, each inner node on the way handed to `step` with its slot.
+    fn leaf_for<R: Region>(
+        &self,
+        tx: &Tx<R>,
+        key: &[u8],
+        mut step: impl FnMut((Slot, Ptr)),
+    ) -> Result<Leaf, HeapError> {
+        let mut slot = tx.slot(self.header, HEADER_ROOT)?;
         loop {
             let p = tx.get(slot);
             let b = tx.object(p)?;
-            let Some((at, _)) = child_for(b, key) else { return Ok((path, (slot, p))) };
+            let Some((at, _)) = child_for(b, key) else { return Ok((slot, p)) };
             let next = tx.slot(p, at as u64)?;
-            path.push((slot, p));
+            step((slot, p));
             slot = next;
         }
     }
@@ -241,7 +252,8 @@ impl Kv {
                 max: VALUE_MAX as u64,
             });
         }
-        let (path, (slot, p)) = self.descend(tx, key)?;
+        // The path is kept only when the leaf must be repacked (one put in dozens).
+        let (_, p) = self.leaf_for(tx, key, |_| {})?;
         let entry = if value.len() <= INLINE_MAX {
             inline_entry(key, value)
         } else {
@@ -269,7 +281,8 @@ impl Kv {
                 return Ok(());
             }
         }
-        self.put_repacked(tx, (path, (slot, p)), key, &entry)
+        let (path, leaf) = self.descend(tx, key)?;
+        self.put_repacked(tx, (path, leaf), key, &entry)
     }
 
     /// A put into a leaf whose gap is too small, or a packed leaf: the leaf is written whole
