@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 
+use bitmend_code::le;
 use bitmend_code::rs::Codec;
 use bitmend_code::sig::{Sig64, Signer};
 use bitmend_media::pmem::Region;
@@ -62,10 +63,13 @@ pub struct NvLog<R: Region> {
     pub(crate) stats: LogStats,
     pub(crate) repairs: Vec<Repair>,
     scratch: Vec<u8>,
-    window: Vec<u8>,
     /// The live segment's parity chunks, as the append path last wrote them.
     pub(crate) shadow: Vec<u8>,
     pub(crate) shadow_seg: Option<u64>,
+    /// A copy of the live chunk as the append path wrote it, and which (segment, chunk)
+    /// it is of.
+    live: Vec<u8>,
+    live_at: Option<(u64, usize)>,
 }
 
 impl<R: Region> std::fmt::Debug for NvLog<R> {
@@ -95,9 +99,10 @@ impl<R: Region> NvLog<R> {
             stats: LogStats::default(),
             repairs: Vec::new(),
             scratch: Vec::new(),
-            window: Vec::new(),
             shadow: Vec::new(),
             shadow_seg: None,
+            live: Vec::new(),
+            live_at: None,
         })
     }
 
@@ -308,27 +313,26 @@ impl<R: Region> NvLog<R> {
     /// The record's bytes into the live chunk, the parity delta into each parity chunk
     /// (the bytes there were zero, so the delta is the record itself); the caller fences.
     ///
-    /// The parity of the live segment is updated in a DRAM copy (`shadow`) and the changed
-    /// window is streamed to the medium with the record: non-temporal stores need no flush
-    /// and no read of lines that the previous append's write-back just evicted. The window
-    /// starts on 32 bytes and ends on a whole line (zeros around the record add nothing to
-    /// the parity) so the engine runs whole vectors, and the record's last line is streamed
-    /// whole with the zeros that follow it: a partial line of non-temporal stores costs a
-    /// partial write-combining flush.
+    /// The live chunk and the live segment's parity are kept in DRAM copies (`live`,
+    /// `shadow`), and the changed bytes are streamed to the medium from them: non-temporal
+    /// stores need no flush and no read of lines that the previous append's write-back just
+    /// evicted, and the chunk is signed from its copy when it closes, never read back. The
+    /// record's last line is streamed whole with the zeros that follow it: a partial line
+    /// of non-temporal stores costs a partial write-combining flush.
     fn store_record(&mut self, p: usize, t: Tail, rec: &[u8]) -> Result<(), LogError> {
         let (k, m, cs) = (self.layout.cfg.k, self.layout.cfg.m, self.layout.cfg.chunk_size);
         if self.shadow_seg != Some(t.seg) {
             self.load_shadow(t.seg);
         }
+        if self.live_at != Some((t.seg, t.chunk)) {
+            self.load_live(t)?;
+        }
         let at = self.layout.chunk(p, t.chunk) + t.off;
-        let lo = t.off & !31;
-        let hi = (t.off + rec.len()).next_multiple_of(64).min(cs);
-        let mut window = std::mem::take(&mut self.window);
-        window.clear();
-        window.resize(hi - lo, 0);
-        window[t.off - lo..t.off - lo + rec.len()].copy_from_slice(rec);
-        let padded = hi - t.off;
-        let mut result = self.region.write_streaming(at, &window[t.off - lo..t.off - lo + padded]);
+        let end = (t.off + rec.len()).next_multiple_of(64).min(cs);
+        debug_assert!(le::is_zero(&self.live[t.off..end]), "a record goes where the chunk is unwritten");
+        self.live[t.off..t.off + rec.len()].copy_from_slice(rec);
+        let delta = &self.live[t.off..end];
+        let mut result = self.region.write_streaming(at, delta);
         // One pass over the delta for up to 8 parity chunks at a time (the engine splits
         // each source vector once and applies every coefficient to it); no allocation.
         let column = self.codec.parity_column(t.chunk);
@@ -340,25 +344,42 @@ impl<R: Region> NvLog<R> {
             for slot in outs.iter_mut().take(n) {
                 // Split rather than `chunks_mut`: that divides by the chunk size each call.
                 let (chunk, after) = std::mem::take(&mut rest).split_at_mut(cs);
-                *slot = &mut chunk[lo..hi];
+                *slot = &mut chunk[t.off..end];
                 rest = after;
             }
-            engine.dot_prod(&column[g..g + n], &[&window], &mut outs[..n], true);
+            engine.dot_prod(&column[g..g + n], &[delta], &mut outs[..n], true);
         }
         for j in 0..m {
             if result.is_err() {
                 break;
             }
-            // Whole cache lines from the copy (the bytes around the window are what the medium
+            // Whole cache lines from the copy (the bytes around the delta are what the medium
             // holds): a partial line of non-temporal stores costs a partial write-combining
             // flush, which made a 100-byte append take twice a 50-byte one.
             let base = self.layout.chunk(p, k + j);
-            let from = ((base + lo) & !63).max(base) - base;
-            let to = ((base + hi).next_multiple_of(64) - base).min(cs);
+            let from = ((base + t.off) & !63).max(base) - base;
+            let to = ((base + end).next_multiple_of(64) - base).min(cs);
             result = self.region.write_streaming(base + from, &self.shadow[j * cs + from..j * cs + to]);
         }
-        self.window = window;
         result?;
+        Ok(())
+    }
+
+    /// Makes `live` the copy of the tail's chunk: zeros for a chunk that starts empty, else
+    /// its bytes on the medium, checked first (repaired if need be), as a reopened log finds
+    /// its live chunk.
+    fn load_live(&mut self, t: Tail) -> Result<(), LogError> {
+        let cs = self.layout.cfg.chunk_size;
+        self.live_at = None;
+        self.live.clear();
+        if t.off == 0 {
+            self.live.resize(cs, 0);
+        } else {
+            self.verify_chunk(t.seg, t.chunk)?;
+            let at = self.layout.chunk(t.p, t.chunk);
+            self.live.extend_from_slice(&self.region.bytes()[at..at + cs]);
+        }
+        self.live_at = Some((t.seg, t.chunk));
         Ok(())
     }
 
@@ -401,15 +422,20 @@ impl<R: Region> NvLog<R> {
         Ok(())
     }
 
-    /// Closes the live chunk: checks its records, signs it, records the signature.
+    /// Closes the live chunk: signs it, from its copy, and records the signature.
     fn close_chunk(&mut self, t: Tail) -> Result<(), LogError> {
         // Records appended without a fence become durable first: the header written next
         // vouches for them (and a crash that kept it but lost them, with their parity,
         // would leave a closed chunk nothing can rebuild).
         self.region.fence()?;
         let p = self.layout.physical(t.seg);
-        self.verify_chunk(t.seg, t.chunk)?;
-        let sig = self.signer.sign(self.chunk_bytes(p, t.chunk));
+        if self.live_at != Some((t.seg, t.chunk)) {
+            self.load_live(t)?;
+        }
+        // From what was meant to be written, never read back: a stray write into the chunk
+        // since fails this signature at the chunk's next check, and the parity (from the
+        // same bytes) rebuilds it there.
+        let sig = self.signer.sign(&self.live);
         let h = self.headers[p].as_mut().expect("live header");
         h.sigs[t.chunk] = sig;
         h.closed = t.chunk + 1;

@@ -107,8 +107,15 @@ pub(crate) fn chain(chunk: &[u8], chunk_id: u64, block: usize) -> Chain {
     let broken = loop {
         match at(chunk, chunk_id, off) {
             At::Record(f) => {
+                // The padding to the next record is zero as written: a stray byte there is
+                // damage like any other (the chunk's signature, taken when it closes, from
+                // what was written, counts those bytes too).
+                let (end, next) = (off + HEADER + f.len, align(off + HEADER + f.len, block).min(chunk.len()));
+                if !le::is_zero(&chunk[end..next]) {
+                    break true;
+                }
                 records.push(f);
-                off = align(off + HEADER + f.len, block).min(chunk.len());
+                off = next;
             }
             At::End => break false,
             At::Invalid => break true,
