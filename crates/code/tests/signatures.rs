@@ -164,39 +164,6 @@ fn incremental_update_equals_resigning() {
 }
 
 #[test]
-fn a_chunk_signed_piece_by_piece_equals_the_chunk_signed_whole() {
-    let mut rng = Rng::new(6);
-    for e in gf::available() {
-        let s = Signer::<4>::with_engine(e);
-        let len = 16384;
-        let mut chunk = vec![0u8; len];
-        let mut sig = Sig64::ZERO;
-        let mut at = 0;
-        // Appends of odd lengths at 64-byte offsets, each signed with the zeros around it
-        // (as the log's window holds it), until the chunk is full.
-        while at < len {
-            let n = (1 + rng.below(3000)).min(len - at);
-            let piece = rng.bytes(n);
-            chunk[at..at + n].copy_from_slice(&piece);
-            let mut window = piece.clone();
-            window.resize(n.next_multiple_of(64).min(len - at), 0);
-            sig = sig.xor(s.sign_at(&window, at));
-            assert_eq!(sig, s.sign(&chunk), "{} after a piece at {at}", e.name());
-            at += n.next_multiple_of(64);
-        }
-        // A changed byte anywhere makes them differ.
-        chunk[len / 3] ^= 0x40;
-        assert_ne!(sig, s.sign(&chunk), "{}", e.name());
-    }
-}
-
-#[test]
-#[should_panic(expected = "not a multiple of 64")]
-fn sign_at_refuses_an_offset_inside_a_group() {
-    Signer::<4>::new().sign_at(&[1, 2, 3], 8);
-}
-
-#[test]
 fn storage_forms_round_trip() {
     let s = Signer::<4>::new().sign(b"bitmend");
     assert_eq!(Sig64::from_u64(s.to_u64()), s);

@@ -173,14 +173,6 @@ impl<const N: usize> Signer<N> {
         Signature(words)
     }
 
-    /// The signature of a chunk holding `data` from byte `off` (a multiple of 64) and zeros
-    /// elsewhere. Signatures are linear, so a chunk filled by appends is signed by XOR-ing
-    /// these as each append is made, from bytes still in the cache, and never read back.
-    pub fn sign_at(&self, data: &[u8], off: usize) -> Signature<N> {
-        assert!(off.is_multiple_of(64), "sign_at: offset {off} is not a multiple of 64");
-        self.shift(self.sign(data).0, off / 64)
-    }
-
     /// The signature after bytes [off, off + old.len()) changed from `old` to `new`, from the
     /// signature before: O(len), the rest of the chunk is not read.
     pub fn update(&self, sig: Signature<N>, off: usize, old: &[u8], new: &[u8]) -> Signature<N> {
