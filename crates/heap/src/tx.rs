@@ -71,8 +71,8 @@ pub struct Tx<'p, R: Region> {
     frees: Vec<Ptr>,
     /// Old blocks of pointer-logged writes, released at checkout.
     replaced: Vec<Ptr>,
-    /// Every range written in place, in order (block headers included): what a checksummed
-    /// commit record vouches for.
+    /// Every range written in place since the last fence, in order (block headers
+    /// included): what a checksummed commit record vouches for.
     written: Vec<(u64, u32)>,
     written_bytes: u64,
     /// The CRC of those ranges, kept as they are written (from the bytes in hand, which
@@ -190,6 +190,13 @@ impl<'p, R: Region> Tx<'p, R> {
         if self.unfenced {
             self.pool.log.region_mut().fence()?;
             self.unfenced = false;
+            // What was written in place so far is durable now, before the commit record is
+            // appended: the commit need not vouch for it (a pointer-logged write's new block,
+            // filled before this fence, is not checksummed again).
+            self.written.clear();
+            self.written_bytes = 0;
+            self.written_crc = 0;
+            self.overlap = false;
         }
         let mut due = std::mem::take(&mut self.headers_due);
         for &(p, len) in &due {

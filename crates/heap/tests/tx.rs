@@ -260,10 +260,12 @@ fn a_crash_at_every_fence_keeps_exactly_the_committed_transactions() {
 fn crashes_at_random_stores_and_again_during_recovery() {
     let mut rng = Rng::new(2026);
     let (mut crashes, mut during_recovery) = (0, 0);
+    // Per granularity; `TX_CRASHES=N` runs a longer campaign outside CI.
+    let cuts = std::env::var("TX_CRASHES").map_or(60, |v| v.parse().expect("TX_CRASHES: a count"));
     for g in [CrashGranularity::Line, CrashGranularity::Word] {
         let base = Pool::create(region(g), opts()).unwrap().into_region();
         // Each crash followed by recoveries cut short, again and again, at a fence of their own.
-        let (c, d) = common::at_random_stores(&base, &mut rng, 60, opts, workload, |r, p: &Progress| {
+        let (c, d) = common::at_random_stores(&base, &mut rng, cuts, opts, workload, |r, p: &Progress| {
             check_recovered(r, p, &format!("{g:?} random store"));
         });
         crashes += c;
