@@ -254,6 +254,11 @@ impl<'p, R: Region> Tx<'p, R> {
 
     /// Adds `data`, just written at `at`, to what the commit vouches for.
     fn note_written(&mut self, at: u64, data: &[u8]) {
+        // With records waiting for a fence, that fence comes before the commit record (the
+        // commit fences them first), and makes this write durable with them.
+        if self.unfenced {
+            return;
+        }
         // Past either limit the commit is fenced, and needs no CRC.
         if self.written.len() < MAX_RANGES && self.written_bytes + data.len() as u64 <= CHECKSUM_MAX {
             let end = at + data.len() as u64;
