@@ -151,6 +151,44 @@ fn wild_writes_into_the_open_chunk_are_repaired_after_it_closes() {
     eprintln!("open-chunk campaign: {injected} wild writes (1..40 B) into open chunks ({written_over} into their records), m=1,2, blocks of 8 and 64 B; {repaired} chunk repairs; 0 records lost, 0 wrong bytes");
 }
 
+/// A reopened log has no copy of its live chunk: its first append reads the chunk from the
+/// region, and checks it first, so damage there is repaired, not copied and signed.
+#[test]
+fn a_reopened_log_checks_its_live_chunk_before_appending_to_it() {
+    let cfg = LogConfig { k: 4, m: 1, chunk_size: 2048, block_size: 64, segments: 8 };
+    let mut faults = RegionFaults::new(11);
+    let mut found = 0;
+    for trial in 0..20u64 {
+        let mut log = NvLog::format(RamRegion::new(region_len(cfg)), cfg).unwrap();
+        let mut model = Model::default();
+        // Partway into a chunk: 3 + trial records of up to 200 bytes.
+        for i in 0..3 + trial {
+            let (tag, data) = payload(trial, i, 200);
+            model.records.push((log.append(tag, &data).unwrap(), tag, data));
+        }
+        let (mut log, _) = NvLog::open(log.into_region()).unwrap();
+        let tail = log.tail().0;
+        let per_segment = cfg.segment_data();
+        let within = (tail % per_segment) as usize;
+        let (chunk, off) = (within / cfg.chunk_size, within % cfg.chunk_size);
+        assert!(off > 0, "the live chunk holds records");
+        let start = log.chunk_range(tail / per_segment, chunk).start;
+        faults
+            .wild_write_at(log.region_mut(), start + (trial as usize * 37) % off, 1 + trial as usize % 8)
+            .unwrap();
+        // Appends fill the chunk and close it, then a read of every record.
+        for i in 100..140 {
+            let (tag, data) = payload(trial, i, 200);
+            model.records.push((log.append(tag, &data).unwrap(), tag, data));
+        }
+        found += log.stats().repaired_data_chunks;
+        let (ok, failed) = read_all_never_wrong(&mut log, &model);
+        assert_eq!((ok, failed), (model.records.len(), 0), "trial {trial}");
+        assert!(log.scrub().unwrap().repairs.is_empty(), "trial {trial}: nothing left to repair");
+    }
+    assert_eq!(found, 20, "each damaged live chunk was repaired before the first append");
+}
+
 #[test]
 fn more_than_m_bad_chunks_fail_reads_of_them_and_only_them() {
     for m in [1, 2] {
