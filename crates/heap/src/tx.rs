@@ -82,7 +82,7 @@ pub struct Tx<'p, R: Region> {
     overlap: bool,
     pub(crate) bytes: LogBytes,
     /// Scratch for `write_several`: the ranges it writes, and those not saved yet (kept
-    /// from call to call: two allocations per write were a tenth of a B+tree insert).
+    /// from call to call, so that a write makes no allocation for them).
     ranges: Vec<(u64, usize)>,
     unsaved: Vec<(u64, usize)>,
 }
