@@ -235,7 +235,7 @@ fn crashes_at_random_stores_tear_headers_and_recovery_repeats() {
     let mut rng = Rng::new(4242);
     let (mut crashes, mut during_recovery) = (0, 0);
     for g in [CrashGranularity::Line, CrashGranularity::Word] {
-        let cuts = std::env::var("LINK_CRASHES").map_or(60, |v| v.parse().unwrap());
+        let cuts = common::crash_count("LINK_CRASHES", 60);
         let (c, d) = common::at_random_stores(&base(g), &mut rng, cuts, opts, workload, |r, p: &Progress| {
             check_recovered(r, p, &format!("{g:?} random store"));
         });

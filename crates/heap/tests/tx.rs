@@ -261,7 +261,7 @@ fn crashes_at_random_stores_and_again_during_recovery() {
     let mut rng = Rng::new(2026);
     let (mut crashes, mut during_recovery) = (0, 0);
     // Per granularity; `TX_CRASHES=N` runs a longer campaign outside CI.
-    let cuts = std::env::var("TX_CRASHES").map_or(60, |v| v.parse().expect("TX_CRASHES: a count"));
+    let cuts = common::crash_count("TX_CRASHES", 60);
     for g in [CrashGranularity::Line, CrashGranularity::Word] {
         let base = Pool::create(region(g), opts()).unwrap().into_region();
         // Each crash followed by recoveries cut short, again and again, at a fence of their own.

@@ -46,3 +46,9 @@ pub fn at_random_stores<P: Default>(
     }
     (crashes, during_recovery)
 }
+
+/// How many crashes a random-store campaign makes per granularity: `default` in CI, or the
+/// count in environment variable `var` for a longer campaign outside it.
+pub fn crash_count(var: &str, default: usize) -> usize {
+    std::env::var(var).map_or(default, |v| v.parse().unwrap_or_else(|_| panic!("{var}: a count")))
+}
