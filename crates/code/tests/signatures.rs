@@ -40,6 +40,25 @@ fn linear_over_gf256() {
     assert_eq!(s.sign(&[0u8; 4096]), Sig64::ZERO);
 }
 
+/// The nvlog signs a closing chunk only up to its last record: the zeros after it must not
+/// change the signature, whatever the lengths (a broken implementation that weighted words
+/// from the end of the chunk, or padded wrongly, would fail).
+#[test]
+fn zeros_at_the_end_leave_the_signature_unchanged_on_every_engine() {
+    let mut rng = Rng::new(9);
+    for e in gf::available() {
+        let s = Signer::<4>::with_engine(e);
+        for len in [0, 1, 63, 64, 65, 4160, 16448] {
+            let d = rng.bytes(len);
+            for zeros in [1, 31, 64, 100, 16384] {
+                let mut padded = d.clone();
+                padded.resize(len + zeros, 0);
+                assert_eq!(s.sign(&padded), s.sign(&d), "{} len {len} + {zeros} zeros", e.name());
+            }
+        }
+    }
+}
+
 #[test]
 fn parity_signatures_are_combinations_of_data_signatures() {
     let mut rng = Rng::new(3);
