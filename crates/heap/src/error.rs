@@ -40,6 +40,13 @@ pub enum HeapError {
     /// A pointer slot must be 8-byte aligned (an aligned 8-byte store is never torn).
     #[error("a pointer slot at {at:#x} is not 8-byte aligned")]
     Misaligned { at: u64 },
+    /// A stripe shape out of range (k 1 to 64 data pages, m 0 to 4 parity pages).
+    #[error("a stripe of {k} data pages and {m} parity pages: k must be 1 to 64, m 0 to 4")]
+    BadShape { k: u8, m: u8 },
+    /// Bytes on pages that failed their signature and could not be rebuilt (more bad pages
+    /// in their stripe than it has parity pages). Nothing wrong is returned.
+    #[error("{len} bytes at {at:#x} are on damaged page(s) {pages:?} beyond repair")]
+    Damaged { at: u64, len: u64, pages: Vec<u64> },
     /// A read or write past the end of its block.
     #[error("{len} bytes at {off} are past the {cap}-byte block at {at:#x}")]
     OutOfBounds { at: u64, off: u64, len: u64, cap: u64 },

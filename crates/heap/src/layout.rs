@@ -8,6 +8,7 @@ use bitmend_code::byte_enum;
 use bitmend_code::crc::crc32c;
 use bitmend_code::le;
 
+use crate::heal::StripeShape;
 use crate::HeapError;
 
 /// Bytes per run.
@@ -27,7 +28,9 @@ pub const CLASSES: u8 = 11;
 /// marks a version 1 or 2 pool version 3 when it opens it, before it writes a record or a
 /// node that an older reader would misread. A pool keeps the block header layout it was
 /// made with: only pools made as version 4 have linked headers.
-pub const HEAP_VERSION: u32 = 4;
+pub const HEAP_VERSION: u32 = 5;
+/// The version of a pool made without stripes (version 5 is version 4 with them).
+pub const HEAP_VERSION_PLAIN: u32 = 4;
 /// The version an older pool is marked with at open (its headers keep their layout).
 pub const HEAP_VERSION_UPGRADED: u32 = 3;
 /// The oldest pool format this build reads.
@@ -56,6 +59,9 @@ mod superblock_at {
     pub const RUNS: usize = 24;
     pub const JOURNAL: usize = 28;
     pub const POOL_ID: usize = 32;
+    /// Version 5: data and parity pages per stripe.
+    pub const STRIPE_K: usize = 40;
+    pub const STRIPE_M: usize = 41;
     /// CRC-32C of the bytes before it.
     pub const CRC: usize = 60;
     pub const LEN: usize = 64;
@@ -71,6 +77,9 @@ pub struct Superblock {
     /// Bytes the journal occupies from offset 0 (its footprint).
     pub journal: u32,
     pub pool_id: u64,
+    /// Version 5: the stripes of parity and signatures over the pages (FORMAT.md section 9,
+    /// "Stripes"); older pools have none.
+    pub shape: Option<StripeShape>,
 }
 
 impl Superblock {
@@ -84,6 +93,11 @@ impl Superblock {
         le::put_u32(&mut b, at::RUNS, self.runs);
         le::put_u32(&mut b, at::JOURNAL, self.journal);
         le::put_u64(&mut b, at::POOL_ID, self.pool_id);
+        if let Some(shape) = self.shape {
+            debug_assert!(self.version >= 5, "only version 5 pools have stripes");
+            b[at::STRIPE_K] = shape.k;
+            b[at::STRIPE_M] = shape.m;
+        }
         let crc = crc32c(&b[..at::CRC]);
         le::put_u32(&mut b, at::CRC, crc);
         debug_assert_eq!(Superblock::decode(&b).ok(), Some(*self), "a superblock reads back as written");
@@ -112,6 +126,10 @@ impl Superblock {
             runs: le::get_u32(b, at::RUNS),
             journal: le::get_u32(b, at::JOURNAL),
             pool_id: le::get_u64(b, at::POOL_ID),
+            shape: match version {
+                ..=4 => None,
+                _ => Some(StripeShape { k: b[at::STRIPE_K], m: b[at::STRIPE_M] }.check()?),
+            },
         })
     }
 
@@ -518,8 +536,14 @@ mod tests {
         let mut bad = b;
         bad[5] = 1;
         assert_eq!(RunHeader::decode(&bad, 17, 3), Err(HeaderFault::Checksum));
-        let sb =
-            Superblock { version: HEAP_VERSION, first_run: 1 << 20, runs: 40, journal: 300_000, pool_id: 12 };
+        let sb = Superblock {
+            version: HEAP_VERSION,
+            first_run: 1 << 20,
+            runs: 40,
+            journal: 300_000,
+            pool_id: 12,
+            shape: Some(StripeShape { k: 8, m: 2 }),
+        };
         let e = sb.encode();
         assert_eq!(Superblock::decode(&e).unwrap(), sb);
         // Versions outside what this build reads are refused by number; version 1 reads.
@@ -530,9 +554,16 @@ mod tests {
             b[60..].copy_from_slice(&crc.to_le_bytes());
             b
         };
-        assert!(matches!(Superblock::decode(&with_version(5)), Err(HeapError::Version { found: 5, .. })));
+        assert!(matches!(Superblock::decode(&with_version(6)), Err(HeapError::Version { found: 6, .. })));
         assert!(matches!(Superblock::decode(&with_version(0)), Err(HeapError::Version { found: 0, .. })));
-        assert_eq!(Superblock::decode(&with_version(1)).unwrap(), Superblock { version: 1, ..sb });
-        assert_eq!(Superblock::decode(&with_version(2)).unwrap(), Superblock { version: 2, ..sb });
+        // Older versions have no stripes, whatever the bytes say.
+        assert_eq!(
+            Superblock::decode(&with_version(1)).unwrap(),
+            Superblock { version: 1, shape: None, ..sb }
+        );
+        assert_eq!(
+            Superblock::decode(&with_version(2)).unwrap(),
+            Superblock { version: 2, shape: None, ..sb }
+        );
     }
 }

@@ -7,7 +7,10 @@ use bitmend_media::pmem::Region;
 use bitmend_nvlog::{LogConfig, NvLog, RecordId, RecoveryReport};
 
 use crate::alloc::{AllocStats, Allocator, BadHeader, Clock, Plan, Ptr};
-use crate::layout::{recorded_len, Superblock, HEAP_VERSION, HEAP_VERSION_UPGRADED, POOL_HEADER, RUN};
+use crate::heal::{Geometry, Healed, StripeShape, PAGE};
+use crate::layout::{
+    recorded_len, Superblock, HEAP_VERSION, HEAP_VERSION_PLAIN, HEAP_VERSION_UPGRADED, POOL_HEADER, RUN,
+};
 use crate::record::{self, Rec};
 use crate::tx::{LogBytes, Slot, Tx, TxBuffers, TxState, Undo};
 use crate::HeapError;
@@ -20,11 +23,14 @@ pub struct PoolOptions {
     pub reuse_after: Duration,
     /// The clock that period is measured on.
     pub clock: Clock,
+    /// For a pool being made: signatures and parity over its pages, in stripes of this shape
+    /// (a version 5 pool), or none (version 4). An existing pool keeps what it was made with.
+    pub stripes: Option<StripeShape>,
 }
 
 impl Default for PoolOptions {
     fn default() -> Self {
-        PoolOptions { reuse_after: Duration::from_millis(200), clock: Clock::System }
+        PoolOptions { reuse_after: Duration::from_millis(200), clock: Clock::System, stripes: None }
     }
 }
 
@@ -77,7 +83,7 @@ const ROOT_SLOT: u64 = 128;
 
 /// A pool on a region.
 pub struct Pool<R: Region> {
-    pub(crate) log: NvLog<R>,
+    pub(crate) log: NvLog<Healed<R>>,
     pub(crate) sb: Superblock,
     pub(crate) alloc: Allocator,
     header: u64,
@@ -115,6 +121,18 @@ impl<R: Region> std::fmt::Debug for Pool<R> {
     }
 }
 
+/// Protected pages of a pool of `runs` runs: the pool header page and the runs.
+fn pages(runs: u64) -> u64 {
+    (POOL_HEADER + runs * RUN) / PAGE
+}
+
+/// Where a version 5 pool's stripes are: over the header page at `header` and the runs,
+/// with the parity and the table after the last run.
+fn geometry(sb: &Superblock, header: u64) -> Option<Geometry> {
+    let shape = sb.shape?;
+    Some(Geometry::new(shape, header, pages(sb.runs as u64), sb.first_run + sb.runs as u64 * RUN))
+}
+
 /// The journal's shape for a region of `len` bytes: a sixteenth of it, between 256 KiB and
 /// 64 MiB, in segments of four data chunks and one parity chunk. A chunk is a 32nd of the
 /// journal, between 8 and 64 KiB: large enough that the undo record of a 16 KiB write fits
@@ -130,21 +148,29 @@ impl<R: Region> Pool<R> {
     /// Makes a pool of `region`: the journal, the pool header and every run unassigned.
     pub fn create(region: R, opts: PoolOptions) -> Result<Pool<R>, HeapError> {
         let len = region.len();
+        let shape = opts.stripes.map(StripeShape::check).transpose()?;
         let cfg = journal_config(len)?;
-        let mut log = NvLog::format(region, cfg)?;
+        let mut log = NvLog::format(Healed::new(region), cfg)?;
         let header = header_page(log.footprint());
         let first_run = header + POOL_HEADER;
-        let runs = len.saturating_sub(first_run as usize) as u64 / RUN;
+        let mut runs = len.saturating_sub(first_run as usize) as u64 / RUN;
+        if let Some(shape) = shape {
+            while runs > 0 && first_run + runs * RUN + Geometry::overhead(shape, pages(runs)) > len as u64 {
+                runs -= 1;
+            }
+        }
         if runs == 0 {
-            return Err(HeapError::RegionTooSmall { len, needed: (first_run + RUN) as usize });
+            let overhead = shape.map_or(0, |s| Geometry::overhead(s, pages(1)));
+            return Err(HeapError::RegionTooSmall { len, needed: (first_run + RUN + overhead) as usize });
         }
         let pool_id = random_id();
         let sb = Superblock {
-            version: HEAP_VERSION,
+            version: if shape.is_some() { HEAP_VERSION } else { HEAP_VERSION_PLAIN },
             first_run,
             runs: runs as u32,
             journal: log.footprint() as u32,
             pool_id,
+            shape,
         };
         let region = log.region_mut();
         // Every run unassigned (a region reused from an earlier pool holds old headers).
@@ -156,6 +182,12 @@ impl<R: Region> Pool<R> {
         region.write((header + ROOT_SLOT) as usize, &[0u8; 64])?;
         region.flush((header + ROOT_SLOT) as usize, 64)?;
         region.fence()?;
+        // Parity and signatures for the pages as they are, before the superblocks that
+        // say the pool has them.
+        if let Some(geo) = geometry(&sb, header) {
+            region.protect(geo);
+            region.rebuild_all()?;
+        }
         // The superblocks last: a crash before them leaves no pool, never half of one.
         for copy in [SUPERBLOCK_A, SUPERBLOCK_B] {
             region.write((header + copy) as usize, &sb.encode())?;
@@ -165,7 +197,7 @@ impl<R: Region> Pool<R> {
         Ok(Pool::assemble(log, sb, alloc, header))
     }
 
-    fn assemble(log: NvLog<R>, sb: Superblock, alloc: Allocator, header: u64) -> Pool<R> {
+    fn assemble(log: NvLog<Healed<R>>, sb: Superblock, alloc: Allocator, header: u64) -> Pool<R> {
         Pool {
             log,
             sb,
@@ -188,14 +220,14 @@ impl<R: Region> Pool<R> {
     /// Opens the pool in `region`: recovers the journal, reads the superblock (rewriting a
     /// damaged copy from the other) and rebuilds the allocator from the block headers.
     pub fn open(region: R, opts: PoolOptions) -> Result<(Pool<R>, OpenReport), HeapError> {
-        let (mut log, journal) = NvLog::open(region).map_err(|e| match e {
+        let (mut log, journal) = NvLog::open(Healed::new(region)).map_err(|e| match e {
             bitmend_nvlog::LogError::NotALog { why } => {
                 HeapError::NotAPool { why: format!("journal: {why}") }
             }
             e => e.into(),
         })?;
         let header = header_page(log.footprint());
-        let read = |log: &NvLog<R>, copy: u64| {
+        let read = |log: &NvLog<Healed<R>>, copy: u64| {
             let at = (header + copy) as usize;
             let bytes = log.region().bytes();
             if at + 64 > bytes.len() {
@@ -210,10 +242,14 @@ impl<R: Region> Pool<R> {
             (_, Ok(b)) => (b, vec![SUPERBLOCK_A]),
             (Err(e), _) => return Err(e),
         };
-        if sb.journal as usize != log.footprint()
-            || (sb.first_run + sb.runs as u64 * RUN) as usize > log.region().len()
-        {
+        let geo = geometry(&sb, header);
+        let end = geo.map_or(sb.first_run + sb.runs as u64 * RUN, |g| g.end());
+        if sb.journal as usize != log.footprint() || end as usize > log.region().len() {
             return Err(HeapError::NotAPool { why: "the superblock disagrees with the region".into() });
+        }
+        // Protected before anything below writes a page.
+        if let Some(geo) = geo {
+            log.region_mut().protect(geo);
         }
         for copy in &damaged {
             let at = (header + copy) as usize;
@@ -438,23 +474,23 @@ impl<R: Region> Pool<R> {
     }
 
     /// The journal (for inspection tools and fault injection: where its chunks lie).
-    pub fn journal(&self) -> &NvLog<R> {
+    pub fn journal(&self) -> &NvLog<Healed<R>> {
         &self.log
     }
 
     /// The region underneath (for statistics and fault injection in tests).
     pub fn region(&self) -> &R {
-        self.log.region()
+        self.log.region().inner()
     }
 
     pub fn region_mut(&mut self) -> &mut R {
-        self.log.region_mut()
+        self.log.region_mut().inner_mut()
     }
 
     /// Gives the region back (what a crash or a close does; nothing is pending outside a
     /// transaction).
     pub fn into_region(self) -> R {
-        self.log.into_region()
+        self.log.into_region().into_inner()
     }
 
     /// The root object (none: [`Ptr::NULL`]).

@@ -150,8 +150,11 @@ impl<R: Region> Pool<R> {
         recs: Vec<(u64, Rec)>,
         report: &mut OpenReport,
     ) -> Result<(), HeapError> {
+        let linked = self.alloc.linked.clone();
         if recs.is_empty() {
             self.resolve_links(report);
+            self.recompute_links(&linked)?;
+            self.log.region_mut().fence()?;
             return Ok(());
         }
         let committed: BTreeSet<u64> =
@@ -207,11 +210,62 @@ impl<R: Region> Pool<R> {
                 report.blocks_settled += 1;
             }
         }
-        // The settled headers durable before the records that stand for them are trimmed.
+        self.recompute_named(&recs)?;
+        self.recompute_links(&linked)?;
+        // The settled headers durable before the records that stand for them are trimmed
+        // (and the parity and signatures recomputed for them).
         self.log.region_mut().fence()?;
         let tail = self.log.tail();
         self.log.trim(tail)?;
         self.next_tx = all.iter().max().map_or(1, |m| m + 1);
+        Ok(())
+    }
+
+    /// A crash may have torn the parity and signature patches of the last stores before it
+    /// (they are fenced with the data, and flushed in any order before that fence). Every
+    /// store that was not fenced is named by a journal record, or by a linked header: their
+    /// bytes are as recovery left them, and the pages' signatures and the stripes' parity
+    /// are recomputed from them. Nothing to do in a pool without stripes.
+    fn recompute_named(&mut self, recs: &[(u64, Rec)]) -> Result<(), HeapError> {
+        if self.log.region().shield.is_none() {
+            return Ok(());
+        }
+        let block = |pool: &Self, p: Ptr| (p.header(), BLOCK_HEADER + pool.alloc.capacity(p).unwrap_or(0));
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        for (_, r) in recs {
+            match r {
+                Rec::Undo(undo) => ranges.extend(undo.iter().map(|(at, b)| (*at, b.len() as u64))),
+                Rec::Alloc { p, .. } => ranges.push(block(self, *p)),
+                Rec::Free(p) => ranges.push((p.header(), BLOCK_HEADER)),
+                Rec::Pointer { slot, old, new } => {
+                    ranges.extend([(*slot, 8), (old.header(), BLOCK_HEADER), block(self, *new)])
+                }
+                Rec::Commit(Some(w)) => ranges.extend(w.ranges.iter().map(|&(at, len)| (at, len as u64))),
+                Rec::Format { run, runs, .. } => {
+                    let base = self.sb.first_run + *run as u64 * RUN;
+                    ranges.push((base, (*runs).max(1) as u64 * RUN));
+                }
+                Rec::Begin | Rec::Commit(None) => {}
+            }
+        }
+        let region = self.log.region_mut();
+        for (at, len) in ranges {
+            region.recompute(at, len)?;
+        }
+        Ok(())
+    }
+
+    /// The headers of linked blocks and their slots: `alloc_into` and `free_from` store them
+    /// with no journal record.
+    fn recompute_links(&mut self, linked: &[(Ptr, u64)]) -> Result<(), HeapError> {
+        let region = self.log.region_mut();
+        if region.shield.is_none() {
+            return Ok(());
+        }
+        for &(p, slot) in linked {
+            region.recompute(slot, 8)?;
+            region.recompute(p.header(), BLOCK_HEADER)?;
+        }
         Ok(())
     }
 

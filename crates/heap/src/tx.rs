@@ -177,7 +177,7 @@ impl<'p, R: Region> Tx<'p, R> {
     fn log(&mut self, kind: u8, body: impl FnOnce(&mut Vec<u8>, &R)) -> Result<RecordId, HeapError> {
         let mut rec = std::mem::take(&mut self.pool.rec);
         record::start(&mut rec, kind, self.id);
-        body(&mut rec, self.pool.log.region());
+        body(&mut rec, self.pool.log.region().inner());
         let result = self.pool.log_append(&rec);
         let len = rec.len() as u64;
         self.pool.rec = rec;

@@ -1,0 +1,403 @@
+//! A heap that heals: an algebraic signature per protected page and Reed–Solomon parity per
+//! stripe of pages, kept up to date by every write (PRIMS's protection, on live heap data).
+//!
+//! [`Healed`] wraps the pool's region. Every store into the protected pages goes through it:
+//! it copies the bytes about to be overwritten, stores, then patches the stripe's parity pages
+//! by `column * (old ^ new)` and the page's signature incrementally, and the parity pages'
+//! signatures by the same column (signatures are linear, so a parity page's signature is the
+//! parity row applied to its stripe's data signatures). No caller can forget it: the journal,
+//! the allocator, transactions and recovery all store through the same region.
+//!
+//! Parity and signature lines are not flushed when patched. Each is noted once (NVMalloc's
+//! cache line counters: the count of a transaction's lines still in the cache) and all are
+//! flushed just before the next fence, which is the one that makes the data they describe
+//! durable. A crash between can leave a page, its parity and its signature of different ages;
+//! recovery recomputes them for every range the journal names ([`Healed::recompute`]).
+
+mod geometry;
+pub(crate) mod repair;
+mod scrub;
+
+pub use geometry::{Geometry, StripeShape, MAX_K, MAX_M, PAGE, SIG};
+pub use scrub::{ScrubPass, ScrubReport};
+
+use bitmend_code::rs::Codec;
+use bitmend_code::sig::{Sig64, Signer};
+use bitmend_media::pmem::{Region, RegionError};
+
+/// Counts of the healing work, for the bench and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HealStats {
+    /// Stores into protected pages.
+    pub stores: u64,
+    /// Parity and signature lines written back.
+    pub lines_flushed: u64,
+    /// Fences.
+    pub fences: u64,
+    /// Pages checked against their signature.
+    pub pages_checked: u64,
+    /// Pages rebuilt from their stripe.
+    pub pages_repaired: u64,
+}
+
+/// The state of the protection: where everything is, and the signatures in DRAM.
+pub(crate) struct Shield {
+    pub geo: Geometry,
+    /// `None` with no parity pages.
+    pub codec: Option<Codec>,
+    pub signer: Signer<4>,
+    /// The signature table, as the stores left it (the medium's copy may lag until a fence).
+    pub sigs: Vec<Sig64>,
+    /// Lines of parity and signatures stored since the last fence, to flush before it.
+    pending: Vec<usize>,
+    /// Flush each parity and signature line as it is stored, not once before the fence (the
+    /// bench's "without counters" rows).
+    pub eager: bool,
+    old: Vec<u8>,
+    delta: Vec<u8>,
+    pub stats: HealStats,
+}
+
+/// A region whose protected pages carry signatures and parity (see the module docs).
+pub struct Healed<R: Region> {
+    inner: R,
+    pub(crate) shield: Option<Box<Shield>>,
+}
+
+impl<R: Region> Healed<R> {
+    /// Unprotected until [`Healed::protect`]: stores pass through.
+    pub fn new(inner: R) -> Healed<R> {
+        Healed { inner, shield: None }
+    }
+
+    pub fn inner(&self) -> &R {
+        &self.inner
+    }
+
+    /// The region below, whose stores bypass the protection (a wild write, for tests).
+    pub fn inner_mut(&mut self) -> &mut R {
+        &mut self.inner
+    }
+
+    pub fn into_inner(self) -> R {
+        self.inner
+    }
+
+    /// Protects the pages of `geo`, whose signature table (on the medium) describes them.
+    pub(crate) fn protect(&mut self, geo: Geometry) {
+        let bytes = self.inner.bytes();
+        let sigs = (0..geo.sig_count())
+            .map(|n| {
+                let at = geo.sig_at(n) as usize;
+                Sig64::from_u64(bitmend_code::le::get_u64(bytes, at))
+            })
+            .collect();
+        let codec = (geo.shape.m > 0)
+            .then(|| Codec::new(geo.shape.k as usize, geo.shape.m as usize).expect("a checked shape"));
+        self.shield = Some(Box::new(Shield {
+            geo,
+            codec,
+            signer: Signer::new(),
+            sigs,
+            pending: Vec::new(),
+            eager: false,
+            old: Vec::new(),
+            delta: Vec::new(),
+            stats: HealStats::default(),
+        }));
+    }
+
+    pub fn stats(&self) -> HealStats {
+        self.shield.as_ref().map(|s| s.stats).unwrap_or_default()
+    }
+
+    /// The part of `[at, at + len)` that is protected, if any.
+    fn protected(&self, at: usize, len: usize) -> Option<(usize, usize)> {
+        let s = self.shield.as_ref()?;
+        let (lo, hi) = (s.geo.base as usize, s.geo.limit() as usize);
+        let (start, end) = (at.max(lo), (at + len).min(hi));
+        (start < end).then_some((start, end))
+    }
+
+    /// Stores `data` at `at` with `store`, patching parity and signatures for the protected
+    /// part from the bytes it overwrote.
+    fn store_with(
+        &mut self,
+        at: usize,
+        data: &[u8],
+        store: impl FnOnce(&mut R) -> Result<(), RegionError>,
+    ) -> Result<(), RegionError> {
+        let Some((start, end)) = self.protected(at, data.len()) else {
+            return store(&mut self.inner);
+        };
+        let shield = self.shield.as_mut().expect("protected");
+        let mut old = std::mem::take(&mut shield.old);
+        old.clear();
+        old.extend_from_slice(&self.inner.bytes()[start..end]);
+        let result = store(&mut self.inner).and_then(|_| {
+            let shield = self.shield.as_mut().expect("protected");
+            shield.patch(&mut self.inner, start, &old, &data[start - at..end - at])
+        });
+        self.shield.as_mut().expect("protected").old = old;
+        result
+    }
+
+    /// Computes every signature and parity page from the pages as they are (a pool being
+    /// made: a fresh file is all zeros, and writes nothing but the table's changed lines; a
+    /// reused region gets parity for whatever it holds), then fences.
+    pub(crate) fn rebuild_all(&mut self) -> Result<(), RegionError> {
+        let shield = self.shield.as_mut().expect("protected");
+        let geo = shield.geo;
+        let mut zero = vec![false; geo.pages as usize];
+        for p in 0..geo.pages {
+            let bytes = page_bytes(&self.inner, &geo, p);
+            zero[p as usize] = bitmend_code::le::is_zero(bytes);
+            shield.sigs[p as usize] = if zero[p as usize] { Sig64::ZERO } else { shield.signer.sign(bytes) };
+        }
+        for stripe in 0..geo.stripes {
+            let members_zero =
+                (0..geo.shape.k as usize).filter_map(|i| geo.member(stripe, i)).all(|p| zero[p as usize]);
+            let parity_zero = (0..geo.shape.m as usize).all(|j| {
+                let at = geo.parity_page(stripe, j) as usize;
+                bitmend_code::le::is_zero(&self.inner.bytes()[at..at + PAGE as usize])
+            });
+            if members_zero && parity_zero {
+                for j in 0..geo.shape.m as usize {
+                    shield.sigs[geo.parity_sig(stripe, j) as usize] = Sig64::ZERO;
+                }
+            } else {
+                shield.recompute_parity(&mut self.inner, stripe, 0, PAGE as usize)?;
+            }
+        }
+        // The table: only lines that differ are written (a fresh file stays sparse).
+        let mut line = [0u8; 64];
+        let end = geo.sig_at(geo.sig_count()) as usize;
+        for at in (geo.sigs_at as usize..end).step_by(64) {
+            let stop = (at + 64).min(end);
+            for (i, b) in line[..stop - at].chunks_mut(SIG as usize).enumerate() {
+                let n = (at - geo.sigs_at as usize) / SIG as usize + i;
+                b.copy_from_slice(&shield.sigs[n].to_u64().to_le_bytes());
+            }
+            if self.inner.bytes()[at..stop] != line[..stop - at] {
+                self.inner.write(at, &line[..stop - at])?;
+                shield.note(&mut self.inner, at, stop - at)?;
+            }
+        }
+        self.fence()
+    }
+
+    /// Recomputes the signatures of the pages holding `[at, at + len)` from their bytes, and
+    /// the parity of those bytes from their stripes: after a crash that may have torn the
+    /// patches of stores the journal names (their bytes are as the journal vouches).
+    pub(crate) fn recompute(&mut self, at: u64, len: u64) -> Result<(), RegionError> {
+        let Some((start, end)) = self.protected(at as usize, len as usize) else {
+            return Ok(());
+        };
+        let shield = self.shield.as_mut().expect("protected");
+        shield.recompute(&mut self.inner, start as u64, end as u64)
+    }
+}
+
+impl Shield {
+    /// Parity and signatures after `[at, at + old.len())` changed from `old` to `new`.
+    fn patch<R: Region>(
+        &mut self,
+        inner: &mut R,
+        at: usize,
+        old: &[u8],
+        new: &[u8],
+    ) -> Result<(), RegionError> {
+        self.stats.stores += 1;
+        let mut done = 0;
+        while done < old.len() {
+            let pos = (at + done) as u64;
+            let p = self.geo.page_of(pos).expect("a protected byte");
+            let off = (pos - self.geo.page_at(p)) as usize;
+            let n = (PAGE as usize - off).min(old.len() - done);
+            self.patch_page(inner, p, off, &old[done..done + n], &new[done..done + n])?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn patch_page<R: Region>(
+        &mut self,
+        inner: &mut R,
+        p: u64,
+        off: usize,
+        old: &[u8],
+        new: &[u8],
+    ) -> Result<(), RegionError> {
+        let (stripe, index) = self.geo.locate(p);
+        let before = self.sigs[p as usize];
+        let after = self.signer.update(before, off, old, new);
+        self.set_sig(inner, p, after)?;
+        let Some(codec) = &self.codec else {
+            return Ok(());
+        };
+        let m = self.geo.shape.m as usize;
+        let mut column = [0u8; MAX_M as usize];
+        column[..m].copy_from_slice(codec.parity_column(index));
+        let engine = codec.engine();
+        self.delta.clear();
+        self.delta.extend(old.iter().zip(new).map(|(a, b)| a ^ b));
+        let change = before.xor(after);
+        let len = self.delta.len();
+        for (j, &c) in column[..m].iter().enumerate() {
+            let at = self.geo.parity_page(stripe, j) as usize + off;
+            let delta = &self.delta;
+            inner.update(at, len, &mut |dst| engine.mul_acc(c, delta, dst))?;
+            self.note(inner, at, len)?;
+            let n = self.geo.parity_sig(stripe, j);
+            let sig = self.sigs[n as usize].xor(change.scale(c));
+            self.set_sig(inner, n, sig)?;
+        }
+        Ok(())
+    }
+
+    /// Sets signature `n`, in DRAM and on the medium.
+    fn set_sig<R: Region>(&mut self, inner: &mut R, n: u64, sig: Sig64) -> Result<(), RegionError> {
+        self.sigs[n as usize] = sig;
+        let at = self.geo.sig_at(n) as usize;
+        inner.write(at, &sig.to_u64().to_le_bytes())?;
+        self.note(inner, at, SIG as usize)
+    }
+
+    /// Notes lines stored, to be flushed before the next fence (or now, if eager).
+    fn note<R: Region>(&mut self, inner: &mut R, at: usize, len: usize) -> Result<(), RegionError> {
+        if self.eager {
+            self.stats.lines_flushed += ((at + len).div_ceil(64) - at / 64) as u64;
+            return inner.flush(at, len);
+        }
+        for line in at / 64..(at + len).div_ceil(64) {
+            self.pending.push(line);
+        }
+        Ok(())
+    }
+
+    /// Flushes every noted line once.
+    fn flush_pending<R: Region>(&mut self, inner: &mut R) -> Result<(), RegionError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        self.pending.sort_unstable();
+        self.pending.dedup();
+        let mut i = 0;
+        while i < self.pending.len() {
+            let mut j = i + 1;
+            while j < self.pending.len() && self.pending[j] == self.pending[j - 1] + 1 {
+                j += 1;
+            }
+            inner.flush(self.pending[i] * 64, (j - i) * 64)?;
+            i = j;
+        }
+        self.stats.lines_flushed += self.pending.len() as u64;
+        self.pending.clear();
+        Ok(())
+    }
+
+    fn recompute<R: Region>(&mut self, inner: &mut R, start: u64, end: u64) -> Result<(), RegionError> {
+        let mut pos = start;
+        while pos < end {
+            let p = self.geo.page_of(pos).expect("a protected byte");
+            let page_end = self.geo.page_at(p) + PAGE;
+            let stop = end.min(page_end);
+            let (stripe, _) = self.geo.locate(p);
+            let off = (pos - self.geo.page_at(p)) as usize;
+            self.recompute_parity(inner, stripe, off, (stop - pos) as usize)?;
+            let sig = self.signer.sign(page_bytes(inner, &self.geo, p));
+            self.set_sig(inner, p, sig)?;
+            pos = stop;
+        }
+        Ok(())
+    }
+
+    /// Parity bytes `[off, off + len)` of `stripe`, from its data pages, and the parity
+    /// pages' signatures after.
+    fn recompute_parity<R: Region>(
+        &mut self,
+        inner: &mut R,
+        stripe: u64,
+        off: usize,
+        len: usize,
+    ) -> Result<(), RegionError> {
+        let Some(codec) = &self.codec else {
+            return Ok(());
+        };
+        let (k, m) = (self.geo.shape.k as usize, self.geo.shape.m as usize);
+        let zeros = vec![0u8; len];
+        let mut parity = vec![vec![0u8; len]; m];
+        {
+            let bytes = inner.bytes();
+            let data: Vec<&[u8]> = (0..k)
+                .map(|i| match self.geo.member(stripe, i) {
+                    Some(p) => {
+                        let at = (self.geo.page_at(p) as usize) + off;
+                        &bytes[at..at + len]
+                    }
+                    None => &zeros[..],
+                })
+                .collect();
+            let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(|v| v.as_mut_slice()).collect();
+            codec.encode(&data, &mut outs).expect("equal lengths");
+        }
+        for (j, bytes) in parity.iter().enumerate() {
+            let at = self.geo.parity_page(stripe, j) as usize;
+            inner.write(at + off, bytes)?;
+            self.note(inner, at + off, len)?;
+            let sig = self.signer.sign(&inner.bytes()[at..at + PAGE as usize]);
+            self.set_sig(inner, self.geo.parity_sig(stripe, j), sig)?;
+        }
+        Ok(())
+    }
+}
+
+/// The bytes of data page `p`.
+pub(crate) fn page_bytes<'a, R: Region>(inner: &'a R, geo: &Geometry, p: u64) -> &'a [u8] {
+    let at = geo.page_at(p) as usize;
+    &inner.bytes()[at..at + PAGE as usize]
+}
+
+impl<R: Region> Region for Healed<R> {
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+    fn bytes(&self) -> &[u8] {
+        self.inner.bytes()
+    }
+    fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
+        self.store_with(offset, data, |r| r.write(offset, data))
+    }
+    fn write_streaming(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
+        self.store_with(offset, data, |r| r.write_streaming(offset, data))
+    }
+    fn update(&mut self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) -> Result<(), RegionError> {
+        if self.protected(offset, len).is_none() {
+            return self.inner.update(offset, len, f);
+        }
+        // The new bytes first, in a copy, then stored like any write.
+        if offset.checked_add(len).is_none_or(|end| end > self.inner.len()) {
+            return Err(RegionError::Range { offset, len, size: self.inner.len() });
+        }
+        let mut new = self.inner.bytes()[offset..offset + len].to_vec();
+        f(&mut new);
+        self.write(offset, &new)
+    }
+    fn flush(&mut self, offset: usize, len: usize) -> Result<(), RegionError> {
+        self.inner.flush(offset, len)
+    }
+    fn fence(&mut self) -> Result<(), RegionError> {
+        if let Some(s) = self.shield.as_mut() {
+            s.flush_pending(&mut self.inner)?;
+            s.stats.fences += 1;
+        }
+        self.inner.fence()
+    }
+    fn line_writes(&self) -> &[u32] {
+        self.inner.line_writes()
+    }
+    /// Damage, as the media layer injects it: the protection does not see it.
+    fn corrupt(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
+        self.inner.corrupt(offset, data)
+    }
+}

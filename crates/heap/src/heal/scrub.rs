@@ -1,0 +1,122 @@
+//! The pool's face of the protection: checking the pages a read covers, and scrubbing.
+
+use bitmend_media::pmem::Region;
+
+use crate::pool::Pool;
+use crate::HeapError;
+
+/// Which scrub pass to run (PRIMS section 4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScrubPass {
+    /// The signature table alone: each stripe's parity signatures against its data
+    /// signatures; a stripe that disagrees is then checked in full.
+    Cheap,
+    /// Every page signed from its bytes.
+    Full,
+}
+
+/// What a scrub found and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScrubReport {
+    pub stripes_checked: u64,
+    /// Stripes the cheap pass found inconsistent.
+    pub cheap_mismatches: u64,
+    /// Data and parity pages that failed their signature.
+    pub bad_pages: u64,
+    /// Pages rebuilt from their stripe.
+    pub pages_repaired: u64,
+    /// Signature table entries rewritten from pages that agreed with their stripe.
+    pub sigs_rewritten: u64,
+    /// Data pages that could not be rebuilt (more bad pages in their stripe than parity).
+    pub beyond_repair: Vec<u64>,
+}
+
+impl<R: Region> Pool<R> {
+    /// Whether this pool keeps signatures and parity over its pages (version 5).
+    pub fn heals(&self) -> bool {
+        self.log.region().shield.is_some()
+    }
+
+    /// Scrubs every stripe (see [`ScrubPass`]); rebuilds what it can. Nothing for a pool
+    /// without stripes.
+    pub fn scrub(&mut self, pass: ScrubPass) -> Result<ScrubReport, HeapError> {
+        let mut report = ScrubReport::default();
+        let Some(shield) = self.log.region().shield.as_ref() else {
+            return Ok(report);
+        };
+        let stripes: Vec<u64> = match pass {
+            ScrubPass::Full => (0..shield.geo.stripes).collect(),
+            ScrubPass::Cheap => {
+                let bad = self.log.region().cheap_pass();
+                report.cheap_mismatches = bad.len() as u64;
+                bad
+            }
+        };
+        for stripe in stripes {
+            let check = self.log.region_mut().check_stripe(stripe)?;
+            report.stripes_checked += 1;
+            report.bad_pages += (check.bad_pages.len() + check.bad_parity.len()) as u64;
+            report.sigs_rewritten += check.sigs_rewritten as u64;
+            if check.repaired {
+                report.pages_repaired +=
+                    (check.bad_pages.len() + check.bad_parity.len()) as u64 - check.sigs_rewritten as u64;
+            } else {
+                report.beyond_repair.extend(&check.bad_pages);
+            }
+        }
+        Ok(report)
+    }
+
+    /// Checks the pages under `[at, at + len)` against their signatures, rebuilding a bad
+    /// one's stripe; an error names the pages that could not be rebuilt (their bytes are
+    /// never returned).
+    pub fn verify(&mut self, at: u64, len: u64) -> Result<(), HeapError> {
+        let Some(shield) = self.log.region().shield.as_ref() else {
+            return Ok(());
+        };
+        let geo = shield.geo;
+        let (Some(first), Some(last)) = (geo.page_of(at), geo.page_of(at + len.max(1) - 1)) else {
+            return Ok(());
+        };
+        let mut beyond = Vec::new();
+        for p in first..=last {
+            if self.log.region_mut().page_matches(p) {
+                continue;
+            }
+            let (stripe, _) = geo.locate(p);
+            let check = self.log.region_mut().check_stripe(stripe)?;
+            if !check.repaired {
+                beyond.push(p);
+            }
+        }
+        if beyond.is_empty() {
+            Ok(())
+        } else {
+            Err(HeapError::Damaged { at, len, pages: beyond })
+        }
+    }
+
+    /// The protected pages' offsets: where page `p` starts, for tests and tools.
+    pub fn page_offset(&self, p: u64) -> Option<u64> {
+        let geo = self.log.region().shield.as_ref()?.geo;
+        (p < geo.pages).then(|| geo.page_at(p))
+    }
+
+    /// The stripes' layout, if the pool has any.
+    pub fn geometry(&self) -> Option<super::Geometry> {
+        self.log.region().shield.as_ref().map(|s| s.geo)
+    }
+
+    /// The protection's counters.
+    pub fn heal_stats(&self) -> super::HealStats {
+        self.log.region().stats()
+    }
+
+    /// Flushes each parity and signature line as it is stored instead of once before the
+    /// fence (the bench's rows without cache line counters).
+    pub fn set_eager_flush(&mut self, eager: bool) {
+        if let Some(s) = self.log.region_mut().shield.as_mut() {
+            s.eager = eager;
+        }
+    }
+}
