@@ -69,7 +69,12 @@ fn write_golden_pool() {
     std::fs::write(GOLDEN_V4, pool.region().bytes()).unwrap();
 
     // 2 MiB: the 16-byte header, the 8 KiB leaves and the 4 KiB value each take a run.
-    let mut pool = Pool::create(CrashRegion::new(2 << 20), PoolOptions::default()).unwrap();
+    let pool = store_of_entries(Pool::create(CrashRegion::new(2 << 20), PoolOptions::default()).unwrap());
+    std::fs::write(GOLDEN_V4_KV, pool.region().bytes()).unwrap();
+}
+
+/// The golden stores: [`entries`], and a key put and deleted, the journal checked out.
+fn store_of_entries(mut pool: Pool<CrashRegion>) -> Pool<CrashRegion> {
     let kv = Kv::create(&mut pool).unwrap();
     for (k, v) in entries() {
         kv.put(&mut pool, &k, &v).unwrap();
@@ -77,20 +82,13 @@ fn write_golden_pool() {
     kv.put(&mut pool, b"gone", b"deleted below").unwrap();
     kv.delete(&mut pool, b"gone").unwrap();
     pool.checkout().unwrap();
-    std::fs::write(GOLDEN_V4_KV, pool.region().bytes()).unwrap();
+    pool
 }
 
 #[test]
 #[ignore = "writes the version 5 golden pool; run by hand when its format changes"]
 fn write_golden_healing_pool() {
-    let mut pool = Pool::create(CrashRegion::new(3 << 20), healing()).unwrap();
-    let kv = Kv::create(&mut pool).unwrap();
-    for (k, v) in entries() {
-        kv.put(&mut pool, &k, &v).unwrap();
-    }
-    kv.put(&mut pool, b"gone", b"deleted below").unwrap();
-    kv.delete(&mut pool, b"gone").unwrap();
-    pool.checkout().unwrap();
+    let pool = store_of_entries(Pool::create(CrashRegion::new(3 << 20), healing()).unwrap());
     std::fs::write(GOLDEN_V5_KV, pool.region().bytes()).unwrap();
 }
 
