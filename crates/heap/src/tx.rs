@@ -500,6 +500,51 @@ impl<'p, R: Region> Tx<'p, R> {
             return Ok(old);
         }
         self.bytes.redo_equivalent += (REDO_OVERHEAD + data.len()) as u64;
+        // The new block: the old object with the change, each byte written once.
+        let end = off + data.len() as u64;
+        self.swing(slot, old, len, |tx, new| {
+            tx.copy_within(old.0, new.0, off)?;
+            tx.write_in_place(new.0 + off, data, Lines::Cold)?;
+            tx.copy_within(old.0 + end, new.0 + end, len - end)
+        })
+    }
+
+    /// Replaces the object `slot` points to with a new version that holds `parts` (offset,
+    /// bytes) and nothing else: bytes no part covers are left as they are in the new block,
+    /// for a caller that never reads them (the gap of a slotted node). Pointer-logged like
+    /// a [`write_through`](Self::write_through) of the whole object, but only the parts are
+    /// written (and patched into parity); an object this transaction allocated is written
+    /// in place. Returns where the object is now.
+    pub fn rewrite(&mut self, slot: Slot, parts: &[(u64, &[u8])]) -> Result<Ptr, HeapError> {
+        let old = self.get(slot);
+        let len = self.size_of(old)?;
+        for &(off, data) in parts {
+            self.check(old, off, data.len() as u64)?;
+        }
+        if self.fresh_len(old).is_some() {
+            let writes: Vec<(Ptr, u64, &[u8])> = parts.iter().map(|&(off, d)| (old, off, d)).collect();
+            self.write_several(&writes)?;
+            return Ok(old);
+        }
+        self.bytes.redo_equivalent += (REDO_OVERHEAD as u64) + len;
+        self.swing(slot, old, len, |tx, new| {
+            for &(off, data) in parts.iter().filter(|p| !p.1.is_empty()) {
+                tx.write_in_place(new.0 + off, data, Lines::Cold)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Pointer logging: a new block of `len` bytes, filled by `fill`, takes the place of
+    /// `old` in `slot`; only the slot's old and new pointer are logged, and the old block is
+    /// released at checkout.
+    fn swing(
+        &mut self,
+        slot: Slot,
+        old: Ptr,
+        len: u64,
+        fill: impl FnOnce(&mut Self, Ptr) -> Result<(), HeapError>,
+    ) -> Result<Ptr, HeapError> {
         // The slot is swung, and the old object's slots move with it: their links go
         // (durable by the fence before the swing).
         self.unlink_within(slot.at, slot.at + 8)?;
@@ -516,12 +561,9 @@ impl<'p, R: Region> Tx<'p, R> {
         }
         self.undo.push(Undo::Pointer { slot: slot.at, old, new });
         self.take_fresh(new, len);
-        // The new block (a free block's payload until its header says otherwise: no fence
-        // needed first): the old object with the change, each byte written once.
-        let end = off + data.len() as u64;
-        self.copy_within(old.0, new.0, off)?;
-        self.write_in_place(new.0 + off, data, Lines::Cold)?;
-        self.copy_within(old.0 + end, new.0 + end, len - end)?;
+        // The new block is a free block's payload until its header says otherwise: no
+        // fence is needed before it is written.
+        fill(self, new)?;
         self.fence_records()?;
         self.write_in_place(slot.at, &new.0.to_le_bytes(), Lines::Cached)?;
         self.replaced.push(old);

@@ -177,32 +177,53 @@ impl<const N: usize> Signer<N> {
     /// signature before: O(len), the rest of the chunk is not read.
     pub fn update(&self, sig: Signature<N>, off: usize, old: &[u8], new: &[u8]) -> Signature<N> {
         assert_eq!(old.len(), new.len(), "old and new ranges differ in length");
+        // A small buffer for small changes: zeroing 4 KiB costs more than a short one's sign.
+        if (off % 64) + old.len() <= 256 {
+            self.update_in::<256>(sig, off, old, new)
+        } else {
+            self.update_in::<4096>(sig, off, old, new)
+        }
+    }
+
+    /// [`Signer::update`] through a delta buffer of `B` bytes.
+    fn update_in<const B: usize>(
+        &self,
+        sig: Signature<N>,
+        off: usize,
+        old: &[u8],
+        new: &[u8],
+    ) -> Signature<N> {
         let mut sig = sig;
-        // Deltas in 64-byte-aligned pieces of up to 512 bytes, each weighted by its first group.
-        let mut buf = [0u8; 512];
+        // Deltas in 64-byte-aligned pieces of up to B bytes, only the partial groups at the
+        // ends padded with zeros.
+        let mut buf = [0u8; B];
         let mut pos = off;
         let end = off + old.len();
         while pos < end {
             let base = pos & !63;
             let stop = end.min(base + buf.len());
             let span = (stop - base + 63) & !63;
-            buf[..span].fill(0);
-            for p in pos..stop {
-                buf[p - base] = old[p - off] ^ new[p - off];
+            let (from, to) = (pos - base, stop - base);
+            buf[..from].fill(0);
+            buf[to..span].fill(0);
+            let (o, n) = (&old[pos - off..stop - off], &new[pos - off..stop - off]);
+            for ((d, a), b) in buf[from..to].iter_mut().zip(o).zip(n) {
+                *d = a ^ b;
             }
-            let (mut lanes, mut words) = ([[0u8; 64]; N], [0u16; N]);
-            self.engine.sig_sign(
-                &self.prepared,
-                &buf[..span],
-                &self.steps,
-                &self.halves,
-                &mut lanes,
-                &mut words,
-            );
-            sig = sig.xor(self.shift(words, base / 64));
+            sig = sig.xor(self.sign_groups_at(&buf[..span], base / 64));
             pos = stop;
         }
         sig
+    }
+
+    /// The signature of `groups` (whole 64-byte groups) as the bytes of a chunk from group
+    /// `first_group` on, the rest of the chunk zero: by linearity, what a chunk's signature
+    /// changes by when those bytes change by `groups` (old ^ new). One fold however long.
+    pub fn sign_groups_at(&self, groups: &[u8], first_group: usize) -> Signature<N> {
+        assert_eq!(groups.len() % 64, 0, "whole 64-byte groups");
+        let (mut lanes, mut words) = ([[0u8; 64]; N], [0u16; N]);
+        self.engine.sig_sign(&self.prepared, groups, &self.steps, &self.halves, &mut lanes, &mut words);
+        self.shift(words, first_group)
     }
 
     /// A signature of bytes that start at group `first_group` of the chunk, from that of the

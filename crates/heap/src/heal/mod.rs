@@ -53,7 +53,7 @@ pub(crate) struct Shield {
     /// Flush each parity and signature line as it is stored, not once before the fence (the
     /// bench's "without counters" rows).
     pub eager: bool,
-    old: Vec<u8>,
+    /// The change of the store being patched (see [`Shield::take_delta`]).
     delta: Vec<u8>,
     pub stats: HealStats,
 }
@@ -101,7 +101,6 @@ impl<R: Region> Healed<R> {
             sigs,
             pending: Vec::new(),
             eager: false,
-            old: Vec::new(),
             delta: Vec::new(),
             stats: HealStats::default(),
         }));
@@ -120,7 +119,7 @@ impl<R: Region> Healed<R> {
     }
 
     /// Stores `data` at `at` with `store`, patching parity and signatures for the protected
-    /// part from the bytes it overwrote.
+    /// part by the change, taken before the store (old ^ new, padded to whole lines).
     fn store_with(
         &mut self,
         at: usize,
@@ -131,15 +130,11 @@ impl<R: Region> Healed<R> {
             return store(&mut self.inner);
         };
         let shield = self.shield.as_mut().expect("protected");
-        let mut old = std::mem::take(&mut shield.old);
-        old.clear();
-        old.extend_from_slice(&self.inner.bytes()[start..end]);
-        let result = store(&mut self.inner).and_then(|_| {
-            let shield = self.shield.as_mut().expect("protected");
-            shield.patch(&mut self.inner, start, &old, &data[start - at..end - at])
-        });
-        self.shield.as_mut().expect("protected").old = old;
-        result
+        let base = start & !63;
+        shield.take_delta(&self.inner.bytes()[base..], start - base, &data[start - at..end - at]);
+        store(&mut self.inner)?;
+        let shield = self.shield.as_mut().expect("protected");
+        shield.patch(&mut self.inner, base)
     }
 
     /// Computes every signature and parity page from the pages as they are (a pool being
@@ -199,38 +194,47 @@ impl<R: Region> Healed<R> {
 }
 
 impl Shield {
-    /// Parity and signatures after `[at, at + old.len())` changed from `old` to `new`.
-    fn patch<R: Region>(
-        &mut self,
-        inner: &mut R,
-        at: usize,
-        old: &[u8],
-        new: &[u8],
-    ) -> Result<(), RegionError> {
+    /// The change a store of `new` at `head` bytes into `old` makes, in `delta`: zeros
+    /// from the line start, old ^ new, zeros to the line end.
+    fn take_delta(&mut self, old: &[u8], head: usize, new: &[u8]) {
+        let end = head + new.len();
+        let span = end.next_multiple_of(64);
+        self.delta.clear();
+        self.delta.resize(head, 0);
+        self.delta.extend(old[head..end].iter().zip(new).map(|(a, b)| a ^ b));
+        self.delta.resize(span, 0);
+    }
+
+    /// Parity and signatures after the bytes from `at` (a line start) changed by `delta`.
+    fn patch<R: Region>(&mut self, inner: &mut R, at: usize) -> Result<(), RegionError> {
         self.stats.stores += 1;
+        let delta = std::mem::take(&mut self.delta);
         let mut done = 0;
-        while done < old.len() {
+        let mut result = Ok(());
+        while done < delta.len() && result.is_ok() {
             let pos = (at + done) as u64;
             let p = self.geo.page_of(pos).expect("a protected byte");
             let off = (pos - self.geo.page_at(p)) as usize;
-            let n = (PAGE as usize - off).min(old.len() - done);
-            self.patch_page(inner, p, off, &old[done..done + n], &new[done..done + n])?;
+            let n = (PAGE as usize - off).min(delta.len() - done);
+            result = self.patch_page(inner, p, off, &delta[done..done + n]);
             done += n;
         }
-        Ok(())
+        self.delta = delta;
+        result
     }
 
+    /// Page `p`'s signature, and its stripe's parity and their signatures, after its bytes
+    /// from `off` (a line start) changed by `delta` (whole lines).
     fn patch_page<R: Region>(
         &mut self,
         inner: &mut R,
         p: u64,
         off: usize,
-        old: &[u8],
-        new: &[u8],
+        delta: &[u8],
     ) -> Result<(), RegionError> {
         let (stripe, index) = self.geo.locate(p);
-        let before = self.sigs[p as usize];
-        let after = self.signer.update(before, off, old, new);
+        let change = self.signer.sign_groups_at(delta, off / 64);
+        let after = self.sigs[p as usize].xor(change);
         self.set_sig(inner, p, after)?;
         let Some(codec) = &self.codec else {
             return Ok(());
@@ -239,15 +243,10 @@ impl Shield {
         let mut column = [0u8; MAX_M as usize];
         column[..m].copy_from_slice(codec.parity_column(index));
         let engine = codec.engine();
-        self.delta.clear();
-        self.delta.extend(old.iter().zip(new).map(|(a, b)| a ^ b));
-        let change = before.xor(after);
-        let len = self.delta.len();
         for (j, &c) in column[..m].iter().enumerate() {
             let at = self.geo.parity_page(stripe, j) as usize + off;
-            let delta = &self.delta;
-            inner.update(at, len, &mut |dst| engine.mul_acc(c, delta, dst))?;
-            self.note(inner, at, len)?;
+            inner.update(at, delta.len(), &mut |dst| engine.mul_acc(c, delta, dst))?;
+            self.note(inner, at, delta.len())?;
             let n = self.geo.parity_sig(stripe, j);
             let sig = self.sigs[n as usize].xor(change.scale(c));
             self.set_sig(inner, n, sig)?;

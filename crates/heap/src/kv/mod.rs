@@ -15,7 +15,9 @@ use bitmend_code::le::{self, Put};
 use bitmend_media::pmem::Region;
 
 use entries::Entries;
-use node::{child_for, inline_entry, inner_entry, leaf_entry, IndexChange, Node, Slotted, Val, NODE};
+use node::{
+    child_for, inline_entry, inner_entry, leaf_entry, written_parts, IndexChange, Node, Slotted, Val, NODE,
+};
 
 use crate::alloc::Ptr;
 use crate::pool::Pool;
@@ -326,13 +328,14 @@ impl Kv {
         node: Entries,
     ) -> Result<(), HeapError> {
         if node.fits() {
-            tx.write_through(slot, 0, &node.encode())?;
+            tx.rewrite(slot, &written_parts(&node.encode()))?;
             return Ok(());
         }
         let (left, sep, right) = node.split();
         let right_at = tx.alloc(NODE)?;
-        tx.write(right_at, 0, &right)?;
-        tx.write_through(slot, 0, &left)?;
+        let [(a, head), (b, tail)] = written_parts(&right);
+        tx.write_several(&[(right_at, a, head), (right_at, b, tail)])?;
+        tx.rewrite(slot, &written_parts(&left))?;
         match path.pop() {
             Some((pslot, pp)) => self.insert_child(tx, path, pslot, pp, sep, right_at),
             None => {

@@ -261,6 +261,16 @@ fn touch(b: &[u8]) {
     std::hint::black_box(x);
 }
 
+/// The parts of an encoded node worth writing: the header and index, and the entry area.
+/// The gap between them holds anything (FORMAT.md), so a node written to a new block skips
+/// it: half a freshly split node's bytes, and their parity.
+pub(super) fn written_parts(b: &[u8]) -> [(u64, &[u8]); 2] {
+    match Slotted::parse(b) {
+        Some(s) => [(0, &b[..s.index_end()]), (s.low as u64, &b[s.low..])],
+        None => [(0, b), (b.len() as u64, &[])],
+    }
+}
+
 /// A slotted node, read in place. Every accessor checks what it reads against the node's
 /// bounds, so damaged bytes read as `None`, never as a panic.
 pub(super) struct Slotted<'a> {
