@@ -28,9 +28,13 @@ pub const CLASSES: u8 = 11;
 /// marks a version 1 or 2 pool version 3 when it opens it, before it writes a record or a
 /// node that an older reader would misread. A pool keeps the block header layout it was
 /// made with: only pools made as version 4 have linked headers.
-pub const HEAP_VERSION: u32 = 5;
-/// The version of a pool made without stripes (version 5 is version 4 with them).
+pub const HEAP_VERSION: u32 = 6;
+/// The version of a pool made without stripes (version 5 is version 4 with them, version 6
+/// version 5 with line checks).
 pub const HEAP_VERSION_PLAIN: u32 = 4;
+/// Stripes without line checks: read and written as they are (a store's old bytes are not
+/// checked first).
+pub const HEAP_VERSION_UNCHECKED: u32 = 5;
 /// The version an older pool is marked with at open (its headers keep their layout).
 pub const HEAP_VERSION_UPGRADED: u32 = 3;
 /// The oldest pool format this build reads.
@@ -94,7 +98,7 @@ impl Superblock {
         le::put_u32(&mut b, at::JOURNAL, self.journal);
         le::put_u64(&mut b, at::POOL_ID, self.pool_id);
         if let Some(shape) = self.shape {
-            debug_assert!(self.version >= 5, "only version 5 pools have stripes");
+            debug_assert!(self.version >= 5, "only version 5 and 6 pools have stripes");
             b[at::STRIPE_K] = shape.k;
             b[at::STRIPE_M] = shape.m;
         }
@@ -554,7 +558,8 @@ mod tests {
             b[60..].copy_from_slice(&crc.to_le_bytes());
             b
         };
-        assert!(matches!(Superblock::decode(&with_version(6)), Err(HeapError::Version { found: 6, .. })));
+        assert!(matches!(Superblock::decode(&with_version(7)), Err(HeapError::Version { found: 7, .. })));
+        assert_eq!(Superblock::decode(&with_version(5)).unwrap(), Superblock { version: 5, ..sb });
         assert!(matches!(Superblock::decode(&with_version(0)), Err(HeapError::Version { found: 0, .. })));
         // Older versions have no stripes, whatever the bytes say.
         assert_eq!(

@@ -9,7 +9,8 @@ use bitmend_nvlog::{LogConfig, NvLog, RecordId, RecoveryReport};
 use crate::alloc::{AllocStats, Allocator, BadHeader, Clock, Plan, Ptr};
 use crate::heal::{Geometry, Healed, StripeShape, PAGE};
 use crate::layout::{
-    recorded_len, Superblock, HEAP_VERSION, HEAP_VERSION_PLAIN, HEAP_VERSION_UPGRADED, POOL_HEADER, RUN,
+    recorded_len, Superblock, HEAP_VERSION, HEAP_VERSION_PLAIN, HEAP_VERSION_UNCHECKED,
+    HEAP_VERSION_UPGRADED, POOL_HEADER, RUN,
 };
 use crate::record::{self, Rec};
 use crate::tx::{LogBytes, Slot, Tx, TxBuffers, TxState, Undo};
@@ -126,11 +127,12 @@ fn pages(runs: u64) -> u64 {
     (POOL_HEADER + runs * RUN) / PAGE
 }
 
-/// Where a version 5 pool's stripes are: over the header page at `header` and the runs,
-/// with the parity and the table after the last run.
+/// Where a version 5 or 6 pool's stripes are: over the header page at `header` and the
+/// runs, with the parity and the tables after the last run.
 fn geometry(sb: &Superblock, header: u64) -> Option<Geometry> {
     let shape = sb.shape?;
-    Some(Geometry::new(shape, header, pages(sb.runs as u64), sb.first_run + sb.runs as u64 * RUN))
+    let checks = sb.version > HEAP_VERSION_UNCHECKED;
+    Some(Geometry::new(shape, header, pages(sb.runs as u64), sb.first_run + sb.runs as u64 * RUN, checks))
 }
 
 /// The journal's shape for a region of `len` bytes: a sixteenth of it, between 256 KiB and
@@ -187,6 +189,7 @@ impl<R: Region> Pool<R> {
         if let Some(geo) = geometry(&sb, header) {
             region.protect(geo);
             region.rebuild_all()?;
+            region.start_verifying();
         }
         // The superblocks last: a crash before them leaves no pool, never half of one.
         for copy in [SUPERBLOCK_A, SUPERBLOCK_B] {
@@ -285,6 +288,7 @@ impl<R: Region> Pool<R> {
         };
         let mut pool = Pool::assemble(log, sb, alloc, header);
         pool.recover(recs, &mut report)?;
+        pool.log.region_mut().start_verifying();
         Ok((pool, report))
     }
 

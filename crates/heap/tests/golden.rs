@@ -20,6 +20,7 @@ const GOLDEN_V3: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/pool-
 const GOLDEN_V4: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/pool-v4.bin");
 const GOLDEN_V4_KV: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/pool-v4-kv.bin");
 const GOLDEN_V5_KV: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/pool-v5-kv.bin");
+const GOLDEN_V6_KV: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/pool-v6-kv.bin");
 
 fn healing() -> PoolOptions {
     PoolOptions { stripes: Some(StripeShape { k: 4, m: 2 }), ..PoolOptions::default() }
@@ -89,7 +90,7 @@ fn store_of_entries(mut pool: Pool<CrashRegion>) -> Pool<CrashRegion> {
 #[ignore = "writes the version 5 golden pool; run by hand when its format changes"]
 fn write_golden_healing_pool() {
     let pool = store_of_entries(Pool::create(CrashRegion::new(3 << 20), healing()).unwrap());
-    std::fs::write(GOLDEN_V5_KV, pool.region().bytes()).unwrap();
+    std::fs::write(GOLDEN_V6_KV, pool.region().bytes()).unwrap();
 }
 
 #[test]
@@ -112,6 +113,27 @@ fn the_version_5_golden_pool_reads_back_scrubs_clean_and_rebuilds_two_pages() {
     let healed = pool.scrub(ScrubPass::Full).unwrap();
     assert_eq!((healed.bad_pages, healed.pages_repaired), (2, 2), "{healed:?}");
     assert!(pool.region().bytes() == &before[..], "every byte rebuilt");
+}
+
+#[test]
+fn the_version_6_golden_pool_checks_its_lines_and_heals_a_wild_write_a_store_then_covers() {
+    assert_eq!(read_golden(GOLDEN_V6_KV), None);
+    let mut pool = open_golden(GOLDEN_V6_KV);
+    assert_eq!(pool.version(), 6);
+    let geo = pool.geometry().expect("a version 6 pool has stripes");
+    assert!(geo.checks_at.is_some(), "and line checks");
+    let clean = pool.scrub(ScrubPass::Full).unwrap();
+    assert_eq!((clean.bad_pages, clean.checks_rewritten), (0, 0), "{clean:?}");
+    // A wild write into the store's header, then a put that overwrites those bytes: the
+    // check of the lines it overwrites finds the damage first, and the page is rebuilt.
+    let before = pool.region().bytes().to_vec();
+    let root = pool.root();
+    let at = root.0 as usize;
+    pool.region_mut().corrupt(at, &[0xEE; 16]).unwrap();
+    pool.tx(|tx| tx.write(root, 0, &before[at..at + 16])).unwrap();
+    let after = pool.scrub(ScrubPass::Full).unwrap();
+    assert_eq!(after.bad_pages, 0, "{after:?}");
+    assert_eq!(pool.heal_stats().pages_repaired, 1);
 }
 
 #[test]

@@ -4,7 +4,9 @@
 //! `p / S` (S stripes of k pages): consecutive pages fall in different stripes, so damage to a
 //! run of up to S pages, a large object's worth, costs each stripe at most one page. After the
 //! last run come the m parity pages of every stripe (a stripe's side by side), then the
-//! signature table: one 8-byte signature per data page, then one per parity page.
+//! signature table: one 8-byte signature per data page, then one per parity page; then the
+//! line checks: a 4-byte CRC-32C of every 64-byte line of the data pages, which a store
+//! checks the bytes it overwrites against (see `heal/mod.rs`).
 
 use crate::HeapError;
 
@@ -12,6 +14,10 @@ use crate::HeapError;
 pub const PAGE: u64 = 4096;
 /// Bytes per signature in the table.
 pub const SIG: u64 = 8;
+/// Bytes per line check.
+pub const CHECK: u64 = 4;
+/// Bytes a line check covers.
+pub const LINE: u64 = 64;
 /// The most data pages per stripe.
 pub const MAX_K: u8 = 64;
 /// The most parity pages per stripe.
@@ -57,26 +63,45 @@ pub struct Geometry {
     pub parity_at: u64,
     /// The signature table.
     pub sigs_at: u64,
+    /// The line checks; `None` in a version 5 pool, which has none.
+    pub checks_at: Option<u64>,
 }
 
 impl Geometry {
-    /// The stripes over `pages` data pages from `base`, with parity from `parity_at`.
-    pub fn new(shape: StripeShape, base: u64, pages: u64, parity_at: u64) -> Geometry {
+    /// The stripes over `pages` data pages from `base`, with parity from `parity_at`, and
+    /// line checks after the signatures if `line_checks`.
+    pub fn new(shape: StripeShape, base: u64, pages: u64, parity_at: u64, line_checks: bool) -> Geometry {
         let stripes = pages.div_ceil(shape.k as u64);
         let sigs_at = parity_at + stripes * shape.m as u64 * PAGE;
-        Geometry { shape, base, pages, stripes, parity_at, sigs_at }
+        let parity = stripes * shape.m as u64;
+        let checks_at = line_checks.then(|| sigs_at + ((pages + parity) * SIG).next_multiple_of(PAGE));
+        Geometry { shape, base, pages, stripes, parity_at, sigs_at, checks_at }
     }
 
-    /// Bytes after the data pages: parity pages and the signature table (whole pages).
+    /// Bytes after the data pages of a pool made by this build: parity pages, the signature
+    /// table and the line checks (each whole pages).
     pub fn overhead(shape: StripeShape, pages: u64) -> u64 {
         let stripes = pages.div_ceil(shape.k as u64);
         let parity = stripes * shape.m as u64;
-        parity * PAGE + ((pages + parity) * SIG).next_multiple_of(PAGE)
+        parity * PAGE + ((pages + parity) * SIG).next_multiple_of(PAGE) + Self::checks_len(pages)
     }
 
-    /// The first byte past the signature table.
+    fn checks_len(pages: u64) -> u64 {
+        (pages * (PAGE / LINE) * CHECK).next_multiple_of(PAGE)
+    }
+
+    /// The first byte past the line checks (past the signature table without them).
     pub fn end(&self) -> u64 {
-        self.sigs_at + (self.sig_count() * SIG).next_multiple_of(PAGE)
+        match self.checks_at {
+            Some(at) => at + Self::checks_len(self.pages),
+            None => self.sigs_at + (self.sig_count() * SIG).next_multiple_of(PAGE),
+        }
+    }
+
+    /// Where the check of the line holding protected byte `at` is, if the pool has them.
+    pub fn check_at(&self, at: u64) -> Option<u64> {
+        debug_assert!(self.page_of(at).is_some(), "a protected byte");
+        Some(self.checks_at? + (at - self.base) / LINE * CHECK)
     }
 
     /// Signatures in the table: data pages, then parity pages.
@@ -135,7 +160,7 @@ mod tests {
     fn every_page_has_one_place_and_the_areas_do_not_overlap() {
         for (k, m, pages) in [(8, 1, 65), (4, 2, 1), (3, 4, 130), (64, 0, 1000)] {
             let shape = StripeShape { k, m };
-            let g = Geometry::new(shape, 8192, pages, 8192 + pages * PAGE);
+            let g = Geometry::new(shape, 8192, pages, 8192 + pages * PAGE, true);
             let mut seen = std::collections::BTreeSet::new();
             for p in 0..pages {
                 let (s, i) = g.locate(p);
@@ -145,6 +170,11 @@ mod tests {
             }
             assert_eq!(g.end() - g.parity_at, Geometry::overhead(shape, pages));
             assert!(g.sigs_at >= g.parity_page(g.stripes - 1, m as usize));
+            let checks = g.checks_at.expect("line checks");
+            assert!(checks >= g.sig_at(g.sig_count()));
+            assert_eq!(g.check_at(g.limit() - 1), Some(checks + (pages * 64 - 1) * CHECK));
+            let old = Geometry::new(shape, 8192, pages, 8192 + pages * PAGE, false);
+            assert_eq!(old.end(), checks);
             assert_eq!(g.page_of(g.limit()), None);
             assert_eq!(g.page_of(g.base + PAGE), (pages > 1).then_some(1));
         }

@@ -8,6 +8,13 @@
 //! parity row applied to its stripe's data signatures). No caller can forget it: the journal,
 //! the allocator, transactions and recovery all store through the same region.
 //!
+//! A patch is only as good as the old bytes it starts from: a wild write into bytes that a
+//! store then overwrites would be folded into the parity and the signature, and a later
+//! rebuild would bring the wild bytes back, matching their signature. So every line a store
+//! overwrites is first checked against its line check (a CRC-32C per 64-byte line, kept
+//! beside the signatures; a few ns a line, where signing the page would read all 4 KiB).
+//! A line that fails sends its stripe to be checked and rebuilt before the store goes on.
+//!
 //! Parity and signature lines are not flushed when patched. Each is noted once (NVMalloc's
 //! cache line counters: the count of a transaction's lines still in the cache) and all are
 //! flushed just before the next fence, which is the one that makes the data they describe
@@ -18,7 +25,7 @@ mod geometry;
 pub(crate) mod repair;
 mod scrub;
 
-pub use geometry::{Geometry, StripeShape, MAX_K, MAX_M, PAGE, SIG};
+pub use geometry::{Geometry, StripeShape, CHECK, LINE, MAX_K, MAX_M, PAGE, SIG};
 pub use scrub::{ScrubPass, ScrubReport};
 
 use bitmend_code::rs::Codec;
@@ -53,6 +60,12 @@ pub(crate) struct Shield {
     /// Flush each parity and signature line as it is stored, not once before the fence (the
     /// bench's "without counters" rows).
     pub eager: bool,
+    /// Check the lines a store overwrites first (off while a pool is opened: recovery
+    /// stores into ranges a crash may have left unchecked, then recomputes them).
+    pub verify: bool,
+    /// The CRC-32C of a zero line: a check is the CRC of its line XOR this, so that the
+    /// checks of a fresh (zero) pool are zero and its file stays sparse.
+    zero_line: u32,
     /// The change of the store being patched (see [`Shield::take_delta`]).
     delta: Vec<u8>,
     pub stats: HealStats,
@@ -101,6 +114,8 @@ impl<R: Region> Healed<R> {
             sigs,
             pending: Vec::new(),
             eager: false,
+            verify: false,
+            zero_line: bitmend_code::crc::crc32c(&[0u8; LINE as usize]),
             delta: Vec::new(),
             stats: HealStats::default(),
         }));
@@ -129,12 +144,40 @@ impl<R: Region> Healed<R> {
         let Some((start, end)) = self.protected(at, data.len()) else {
             return store(&mut self.inner);
         };
+        let (base, stop) = (start & !63, end.next_multiple_of(LINE as usize));
+        let shield = self.shield.as_ref().expect("protected");
+        shield.touch_parity(self.inner.bytes(), base, end);
+        if shield.verify && !shield.lines_match(self.inner.bytes(), base, stop) {
+            self.heal_lines(base, stop)?;
+        }
         let shield = self.shield.as_mut().expect("protected");
-        let base = start & !63;
         shield.take_delta(&self.inner.bytes()[base..], start - base, &data[start - at..end - at]);
         store(&mut self.inner)?;
         let shield = self.shield.as_mut().expect("protected");
-        shield.patch(&mut self.inner, base)
+        shield.patch(&mut self.inner, base)?;
+        shield.set_checks(&mut self.inner, base, stop)
+    }
+
+    /// Lines in `[base, stop)` failed their checks before a store: each page they are on is
+    /// checked with its stripe and rebuilt if bad; a page that matches its signature had its
+    /// check entries damaged, and they are rewritten from its bytes. A page beyond repair
+    /// refuses the store.
+    fn heal_lines(&mut self, base: usize, stop: usize) -> Result<(), RegionError> {
+        let geo = self.shield.as_ref().expect("protected").geo;
+        let (first, last) = (geo.page_of(base as u64), geo.page_of(stop as u64 - 1));
+        let (Some(first), Some(last)) = (first, last) else { return Ok(()) };
+        for p in first..=last {
+            let (stripe, _) = geo.locate(p);
+            let check = self.check_stripe(stripe)?;
+            if !check.repaired {
+                let at = geo.page_at(p) as usize;
+                return Err(RegionError::Damaged { offset: at, len: PAGE as usize });
+            }
+            let shield = self.shield.as_mut().expect("protected");
+            let at = geo.page_at(p) as usize;
+            shield.set_checks(&mut self.inner, at, at + PAGE as usize)?;
+        }
+        Ok(())
     }
 
     /// Computes every signature and parity page from the pages as they are (a pool being
@@ -148,6 +191,10 @@ impl<R: Region> Healed<R> {
             let bytes = page_bytes(&self.inner, &geo, p);
             zero[p as usize] = bitmend_code::le::is_zero(bytes);
             shield.sigs[p as usize] = if zero[p as usize] { Sig64::ZERO } else { shield.signer.sign(bytes) };
+        }
+        for p in (0..geo.pages).filter(|&p| !zero[p as usize]) {
+            let at = geo.page_at(p) as usize;
+            shield.set_checks(&mut self.inner, at, at + PAGE as usize)?;
         }
         for stripe in 0..geo.stripes {
             let members_zero =
@@ -189,11 +236,84 @@ impl<R: Region> Healed<R> {
             return Ok(());
         };
         let shield = self.shield.as_mut().expect("protected");
-        shield.recompute(&mut self.inner, start as u64, end as u64)
+        shield.recompute(&mut self.inner, start as u64, end as u64)?;
+        shield.set_checks(&mut self.inner, start & !63, end.next_multiple_of(LINE as usize))
+    }
+
+    /// Checks the lines each store overwrites from now on (see the module docs).
+    pub(crate) fn start_verifying(&mut self) {
+        if let Some(s) = self.shield.as_mut() {
+            s.verify = true;
+        }
     }
 }
 
 impl Shield {
+    /// Line `at`'s check as it should be.
+    fn line_check(&self, bytes: &[u8], at: usize) -> u32 {
+        bitmend_code::crc::crc32c(&bytes[at..at + LINE as usize]) ^ self.zero_line
+    }
+
+    /// Whether every line of `[base, stop)` (whole lines) matches its check (all do in a
+    /// pool without checks).
+    pub(crate) fn lines_match(&self, bytes: &[u8], base: usize, stop: usize) -> bool {
+        let Some(checks) = self.geo.check_at(base as u64) else { return true };
+        let checks = checks as usize;
+        (base..stop).step_by(LINE as usize).enumerate().all(|(i, at)| {
+            self.line_check(bytes, at) == bitmend_code::le::get_u32(bytes, checks + i * CHECK as usize)
+        })
+    }
+
+    /// Rewrites the checks of the lines of `[base, stop)` (whole lines) from their bytes.
+    pub(crate) fn set_checks<R: Region>(
+        &mut self,
+        inner: &mut R,
+        base: usize,
+        stop: usize,
+    ) -> Result<(), RegionError> {
+        if self.geo.checks_at.is_none() {
+            return Ok(());
+        }
+        let mut checks = [0u8; 256];
+        let mut at = base;
+        while at < stop {
+            let n = ((stop - at) / LINE as usize).min(checks.len() / CHECK as usize);
+            for (i, c) in checks.chunks_exact_mut(CHECK as usize).take(n).enumerate() {
+                c.copy_from_slice(&self.line_check(inner.bytes(), at + i * LINE as usize).to_le_bytes());
+            }
+            let to = self.geo.check_at(at as u64).expect("a pool with checks") as usize;
+            let len = n * CHECK as usize;
+            if inner.bytes()[to..to + len] != checks[..len] {
+                inner.write(to, &checks[..len])?;
+                self.note(inner, to, len)?;
+            }
+            at += n * LINE as usize;
+        }
+        Ok(())
+    }
+
+    /// Loads one byte of every parity line that bytes `[start, end)` map to, so that their
+    /// misses overlap with each other and with the work before the patch (a patch's
+    /// read-modify-write would take them one line at a time), and with the line checks'.
+    fn touch_parity(&self, bytes: &[u8], start: usize, end: usize) {
+        let mut x = 0u8;
+        let mut pos = start as u64;
+        while pos < end as u64 {
+            let p = self.geo.page_of(pos).expect("a protected byte");
+            let off = pos - self.geo.page_at(p);
+            let stop = (end as u64).min(self.geo.page_at(p) + PAGE);
+            let (stripe, _) = self.geo.locate(p);
+            for j in 0..self.geo.shape.m as usize {
+                let at = self.geo.parity_page(stripe, j) + off;
+                for line in (at..at + (stop - pos)).step_by(64) {
+                    x ^= bytes[line as usize];
+                }
+            }
+            pos = stop;
+        }
+        std::hint::black_box(x);
+    }
+
     /// The change a store of `new` at `head` bytes into `old` makes, in `delta`: zeros
     /// from the line start, old ^ new, zeros to the line end.
     fn take_delta(&mut self, old: &[u8], head: usize, new: &[u8]) {

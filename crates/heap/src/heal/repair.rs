@@ -6,7 +6,7 @@
 use bitmend_code::sig::Sig64;
 use bitmend_media::pmem::{Region, RegionError};
 
-use super::{page_bytes, Healed, PAGE};
+use super::{page_bytes, Healed, LINE, PAGE};
 
 /// What a check of one stripe found and did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -18,6 +18,8 @@ pub struct StripeCheck {
     /// Signature table entries found wrong and rewritten from their page (the page agreed
     /// with the rest of its stripe).
     pub sigs_rewritten: u32,
+    /// Line checks found wrong on good pages and rewritten.
+    pub checks_rewritten: u32,
     /// Whether every bad page was rebuilt.
     pub repaired: bool,
 }
@@ -81,6 +83,7 @@ impl<R: Region> Healed<R> {
         }
         if erased.is_empty() {
             check.repaired = true;
+            check.checks_rewritten = self.rewrite_checks(stripe)?;
             return Ok(check);
         }
         let Some(codec) = &s.codec else {
@@ -131,9 +134,29 @@ impl<R: Region> Healed<R> {
             self.inner.flush(at as usize, PAGE as usize)?;
             s.stats.pages_repaired += 1;
         }
+        check.checks_rewritten = self.rewrite_checks(stripe)?;
+        let s = self.shield.as_mut().expect("protected");
         s.flush_pending(&mut self.inner)?;
         self.inner.fence()?;
         check.repaired = true;
         Ok(check)
+    }
+
+    /// Rewrites the line checks of `stripe`'s data pages (all matching their signatures)
+    /// that disagree with their lines; how many.
+    fn rewrite_checks(&mut self, stripe: u64) -> Result<u32, RegionError> {
+        let s = self.shield.as_mut().expect("protected");
+        let mut rewritten = 0;
+        for i in 0..s.geo.shape.k as usize {
+            let Some(p) = s.geo.member(stripe, i) else { continue };
+            let at = s.geo.page_at(p) as usize;
+            for line in (at..at + PAGE as usize).step_by(LINE as usize) {
+                if !s.lines_match(self.inner.bytes(), line, line + LINE as usize) {
+                    s.set_checks(&mut self.inner, line, line + LINE as usize)?;
+                    rewritten += 1;
+                }
+            }
+        }
+        Ok(rewritten)
     }
 }

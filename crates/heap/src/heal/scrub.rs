@@ -27,6 +27,8 @@ pub struct ScrubReport {
     pub pages_repaired: u64,
     /// Signature table entries rewritten from pages that agreed with their stripe.
     pub sigs_rewritten: u64,
+    /// Line checks rewritten from good pages (their table lines were damaged).
+    pub checks_rewritten: u64,
     /// Data pages that could not be rebuilt (more bad pages in their stripe than parity).
     pub beyond_repair: Vec<u64>,
 }
@@ -57,6 +59,7 @@ impl<R: Region> Pool<R> {
             report.stripes_checked += 1;
             report.bad_pages += (check.bad_pages.len() + check.bad_parity.len()) as u64;
             report.sigs_rewritten += check.sigs_rewritten as u64;
+            report.checks_rewritten += check.checks_rewritten as u64;
             if check.repaired {
                 report.pages_repaired +=
                     (check.bad_pages.len() + check.bad_parity.len()) as u64 - check.sigs_rewritten as u64;

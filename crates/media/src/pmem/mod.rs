@@ -36,6 +36,10 @@ pub enum RegionError {
     /// The simulated machine crashed; nothing more reaches the region until it restarts.
     #[error("the region has lost power")]
     PowerLost,
+    /// Bytes a layer above found damaged and could not rebuild (a store into them would
+    /// fold the damage into what protects them).
+    #[error("bytes {offset}+{len} are damaged beyond repair")]
+    Damaged { offset: usize, len: usize },
     #[error("{context}: {source}")]
     Io {
         context: String,
