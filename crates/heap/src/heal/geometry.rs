@@ -18,6 +18,9 @@ pub const SIG: u64 = 8;
 pub const CHECK: u64 = 4;
 /// Bytes a line check covers.
 pub const LINE: u64 = 64;
+/// The CRC-32C of a zero line: a line's check is its CRC XOR this, so that the checks of a
+/// fresh (zero) pool are zero and its file stays sparse.
+pub const ZERO_LINE_CRC: u32 = 0x03C8_EB67;
 /// The most data pages per stripe.
 pub const MAX_K: u8 = 64;
 /// The most parity pages per stripe.
@@ -155,6 +158,11 @@ impl Geometry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_zero_line_crc_is_the_crc_of_a_zero_line() {
+        assert_eq!(bitmend_code::crc::crc32c(&[0u8; LINE as usize]), ZERO_LINE_CRC);
+    }
 
     #[test]
     fn every_page_has_one_place_and_the_areas_do_not_overlap() {

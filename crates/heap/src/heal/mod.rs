@@ -25,7 +25,7 @@ mod geometry;
 pub(crate) mod repair;
 mod scrub;
 
-pub use geometry::{Geometry, StripeShape, CHECK, LINE, MAX_K, MAX_M, PAGE, SIG};
+pub use geometry::{Geometry, StripeShape, CHECK, LINE, MAX_K, MAX_M, PAGE, SIG, ZERO_LINE_CRC};
 pub use scrub::{ScrubPass, ScrubReport};
 
 use bitmend_code::rs::Codec;
@@ -63,9 +63,6 @@ pub(crate) struct Shield {
     /// Check the lines a store overwrites first (off while a pool is opened: recovery
     /// stores into ranges a crash may have left unchecked, then recomputes them).
     pub verify: bool,
-    /// The CRC-32C of a zero line: a check is the CRC of its line XOR this, so that the
-    /// checks of a fresh (zero) pool are zero and its file stays sparse.
-    zero_line: u32,
     /// The change of the store being patched (see [`Shield::take_delta`]).
     delta: Vec<u8>,
     pub stats: HealStats,
@@ -115,7 +112,6 @@ impl<R: Region> Healed<R> {
             pending: Vec::new(),
             eager: false,
             verify: false,
-            zero_line: bitmend_code::crc::crc32c(&[0u8; LINE as usize]),
             delta: Vec::new(),
             stats: HealStats::default(),
         }));
@@ -251,7 +247,7 @@ impl<R: Region> Healed<R> {
 impl Shield {
     /// Line `at`'s check as it should be.
     fn line_check(&self, bytes: &[u8], at: usize) -> u32 {
-        bitmend_code::crc::crc32c(&bytes[at..at + LINE as usize]) ^ self.zero_line
+        bitmend_code::crc::crc32c(&bytes[at..at + LINE as usize]) ^ ZERO_LINE_CRC
     }
 
     /// Whether every line of `[base, stop)` (whole lines) matches its check (all do in a
