@@ -13,11 +13,14 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use bitmend_anchors::pmdk;
-use bitmend_heap::{LogBytes, Pool, PoolOptions, Ptr};
+use bitmend_heap::{LogBytes, Pool, PoolOptions, Ptr, StripeShape};
 use bitmend_media::pmem::{MmapRegion, Region};
 use bitmend_media::rng::Rng;
 
 use crate::harness::{median, shm_region, LineCounts, Options, Row};
+
+/// The stripes of the healing rows: eight data pages, two parity pages.
+const HEALING: StripeShape = StripeShape { k: 8, m: 2 };
 
 /// Objects each case cycles through.
 const OBJECTS: usize = 64;
@@ -33,13 +36,13 @@ struct ShmPool {
 }
 
 impl ShmPool {
-    fn new(len: usize) -> ShmPool {
+    fn new(len: usize, stripes: Option<StripeShape>) -> ShmPool {
         let path = shm_path("pool");
         let region = shm_region(&path, len, LineCounts::Timed);
         // The default don't-allocate period: a freed block waits 0.2 s, as a user's would.
         let pool = Pool::create(
             region,
-            PoolOptions { reuse_after: Duration::from_millis(200), ..Default::default() },
+            PoolOptions { reuse_after: Duration::from_millis(200), stripes, ..Default::default() },
         )
         .expect("pool");
         ShmPool { pool, path }
@@ -170,11 +173,13 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
         let label = format!("{len}B");
         let (mut data, mut whole, mut anchor) = (Vec::new(), Vec::new(), Vec::new());
         let (mut bare, mut undo) = (Vec::new(), Vec::new());
+        let (mut healed_data, mut healed_whole) = (Vec::new(), Vec::new());
         let (mut data_log, mut whole_log) = (LogBytes::default(), LogBytes::default());
         for _ in 0..runs {
             // A fresh pool per run: pointer logging churns blocks through the 0.2 s
             // don't-allocate period.
-            let mut heap = ShmPool::new(if opts.quick { 256 << 20 } else { 2 << 30 });
+            let pool_len = if opts.quick { 256 << 20 } else { 2 << 30 };
+            let mut heap = ShmPool::new(pool_len, None);
             let big = heap.objects(4 * len as u64);
             let (ns, logged) = heap.overwrite(big, len, len as u64, n, &payload);
             data.push(ns);
@@ -183,6 +188,12 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
             let (ns, logged) = heap.overwrite(exact, len, 0, n, &payload);
             whole.push(ns);
             whole_log = logged;
+            drop(heap);
+            let mut heap = ShmPool::new(pool_len, Some(HEALING));
+            let big = heap.objects(4 * len as u64);
+            healed_data.push(heap.overwrite(big, len, len as u64, n, &payload).0);
+            let exact = heap.objects(len as u64);
+            healed_whole.push(heap.overwrite(exact, len, 0, n, &payload).0);
             if let Some(p) = pmdk.as_mut() {
                 anchor.push(pmdk_overwrite(p, len, span, n, &payload));
             }
@@ -199,6 +210,11 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
         emit(Row::latency(format!("{quarter} vs floor"), d, "store+clwb+sfence", Some(f)).in_bench("heap"));
         let floor = "undo floor (log, data, commit; 3 fences)";
         emit(Row::latency(format!("{quarter} vs undo floor"), d, floor, Some(u)).in_bench("heap"));
+        let healing = format!("healing k {} m {}", HEALING.k, HEALING.m);
+        for (what, ours, plain) in [(&quarter, &mut healed_data, d), (&all, &mut healed_whole, w)] {
+            let row = Row::latency(format!("{what}, {healing} vs no stripes"), median(ours), "no stripes", Some(plain));
+            emit(row.in_bench("heap"));
+        }
         for (what, logged) in [(quarter, data_log), (all, whole_log)] {
             let (ours, redo) = per_tx(logged, n);
             emit(
@@ -208,4 +224,33 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
         }
     }
     let _ = std::fs::remove_file(&floor_path);
+    counters(opts, &payload, emit);
+}
+
+/// NVMalloc's cache line counters: the parity, signature and check lines a transaction
+/// patches are noted and flushed once, before the fence that makes its data durable, against
+/// a flush after every store (no counters). Lines and fences per transaction, healing pool.
+fn counters(opts: &Options, payload: &[u8], emit: &mut dyn FnMut(Row)) {
+    let n = if opts.quick { 500 } else { 10_000 };
+    for (len, whole) in [(55usize, false), (4096, false), (4096, true)] {
+        let mut per_tx = Vec::new();
+        for eager in [false, true] {
+            let mut heap = ShmPool::new(if opts.quick { 128 << 20 } else { 512 << 20 }, Some(HEALING));
+            heap.pool.set_eager_flush(eager);
+            let (size, off) = if whole { (len, 0) } else { (4 * len, len as u64) };
+            let root = heap.objects(size as u64);
+            let before = heap.pool.heal_stats();
+            heap.overwrite(root, len, off, n, payload);
+            let after = heap.pool.heal_stats();
+            per_tx.push((
+                (after.lines_flushed - before.lines_flushed) as f64 / n as f64,
+                (after.fences - before.fences) as f64 / n as f64,
+            ));
+        }
+        let how = if whole { "pointer logging" } else { "data logging" };
+        let case = format!("tx overwrite {len}B ({how}), healing: lines flushed per tx, counters");
+        emit(Row::count(&case, per_tx[0].0, "a flush per store", Some(per_tx[1].0)).in_bench("heap"));
+        let case = format!("tx overwrite {len}B ({how}), healing: fences per tx, counters");
+        emit(Row::count(&case, per_tx[0].1, "a flush per store", Some(per_tx[1].1)).in_bench("heap"));
+    }
 }

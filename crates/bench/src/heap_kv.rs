@@ -2,13 +2,15 @@
 //! one transaction, into the heap's key-value store and into PMDK's example `btree_map`
 //! (order 8; the value a new object copied in the same transaction). Beside the time per
 //! insert, the wear NVMalloc's slide plots: the share of 64-byte lines by writes per line.
+//! Then the same inserts into a pool that heals (stripes of k = 8 pages with m = 1, 2, 4
+//! parity pages, signatures and line checks), against PMDK and against no protection.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use bitmend_anchors::{pmdk, pmem_count};
 use bitmend_heap::kv::Kv;
-use bitmend_heap::{Pool, PoolOptions};
+use bitmend_heap::{Pool, PoolOptions, StripeShape};
 use bitmend_media::pmem::Region;
 use bitmend_media::rng::Rng;
 
@@ -33,11 +35,15 @@ fn value(key: u64) -> [u8; VALUE] {
     v
 }
 
-/// Ns per insert into the heap's store, and the writes per line the inserts made (counted
-/// runs).
-fn ours(keys: &[u64], pool_len: usize, lines: LineCounts) -> (f64, Vec<u32>) {
+/// Data pages per stripe in the healing rows: parity costs m/8 of the pool.
+const STRIPE_K: u8 = 8;
+
+/// Ns per insert into the heap's store (in stripes of `shape`, if any), and the writes per
+/// line the inserts made (counted runs).
+fn ours(keys: &[u64], pool_len: usize, lines: LineCounts, shape: Option<StripeShape>) -> (f64, Vec<u32>) {
     let path = shm("heap");
-    let mut pool = Pool::create(shm_region(&path, pool_len, lines), PoolOptions::default()).expect("pool");
+    let opts = PoolOptions { stripes: shape, ..PoolOptions::default() };
+    let mut pool = Pool::create(shm_region(&path, pool_len, lines), opts).expect("pool");
     let kv = Kv::create(&mut pool).expect("store");
     let before = pool.region().line_writes().to_vec();
     let t = Instant::now();
@@ -93,19 +99,28 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
     let (n, runs, pool_len) = if opts.quick { (20_000, 1, 256 << 20) } else { (1_000_000, 3, 3 << 30) };
     let keys = keys(n);
     let (mut ns, mut pmdk_ns) = (Vec::new(), Vec::new());
+    let mut healing = vec![Vec::new(); 3];
     for _ in 0..runs {
-        ns.push(ours(&keys, pool_len, LineCounts::Timed).0);
+        ns.push(ours(&keys, pool_len, LineCounts::Timed, None).0);
         if let Some((t, _)) = anchor(&keys, pool_len, false) {
             pmdk_ns.push(t);
         }
+        for (m, v) in [1, 2, 4].into_iter().zip(healing.iter_mut()) {
+            v.push(ours(&keys, pool_len, LineCounts::Timed, Some(StripeShape { k: STRIPE_K, m })).0);
+        }
     }
-    let our_lines = ours(&keys, pool_len, LineCounts::Counted).1;
+    let our_lines = ours(&keys, pool_len, LineCounts::Counted, None).1;
     let pmdk_lines = anchor(&keys, pool_len, true).map(|(_, l)| l).filter(|_| pmem_count::interposed());
     let pmdk_ns = (!pmdk_ns.is_empty()).then(|| median(&mut pmdk_ns));
     let case = format!("B+tree insert, random 8 B keys, {VALUE} B values, {n} inserts");
-    emit(
-        Row::latency(format!("{case} vs pmdk"), median(&mut ns), "pmdk btree_map", pmdk_ns).in_bench("heap"),
-    );
+    let plain = median(&mut ns);
+    emit(Row::latency(format!("{case} vs pmdk"), plain, "pmdk btree_map", pmdk_ns).in_bench("heap"));
+    for (m, mut v) in [1, 2, 4].into_iter().zip(healing) {
+        let healed = median(&mut v);
+        let what = format!("{case}, healing k {STRIPE_K} m {m}");
+        emit(Row::latency(format!("{what} vs pmdk"), healed, "pmdk btree_map", pmdk_ns).in_bench("heap"));
+        emit(Row::latency(format!("{what} vs unprotected"), healed, "no stripes", Some(plain)).in_bench("heap"));
+    }
     let (a, b) = (shares(&our_lines), pmdk_lines.as_deref().map(shares));
     for i in 0..a.len().max(b.as_ref().map_or(0, |b| b.len())) {
         let case =
