@@ -212,7 +212,12 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
         emit(Row::latency(format!("{quarter} vs undo floor"), d, floor, Some(u)).in_bench("heap"));
         let healing = format!("healing k {} m {}", HEALING.k, HEALING.m);
         for (what, ours, plain) in [(&quarter, &mut healed_data, d), (&all, &mut healed_whole, w)] {
-            let row = Row::latency(format!("{what}, {healing} vs no stripes"), median(ours), "no stripes", Some(plain));
+            let row = Row::latency(
+                format!("{what}, {healing} vs no stripes"),
+                median(ours),
+                "no stripes",
+                Some(plain),
+            );
             emit(row.in_bench("heap"));
         }
         for (what, logged) in [(quarter, data_log), (all, whole_log)] {

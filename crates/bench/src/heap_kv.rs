@@ -119,7 +119,10 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
         let healed = median(&mut v);
         let what = format!("{case}, healing k {STRIPE_K} m {m}");
         emit(Row::latency(format!("{what} vs pmdk"), healed, "pmdk btree_map", pmdk_ns).in_bench("heap"));
-        emit(Row::latency(format!("{what} vs unprotected"), healed, "no stripes", Some(plain)).in_bench("heap"));
+        emit(
+            Row::latency(format!("{what} vs unprotected"), healed, "no stripes", Some(plain))
+                .in_bench("heap"),
+        );
     }
     let (a, b) = (shares(&our_lines), pmdk_lines.as_deref().map(shares));
     for i in 0..a.len().max(b.as_ref().map_or(0, |b| b.len())) {

@@ -13,6 +13,13 @@ fn ok(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// Output of a command that exits 4 (problems reported).
+fn ok_or_problems(args: &[&str]) -> String {
+    let out = bitmend(args);
+    assert!(matches!(out.status.code(), Some(0 | 4)), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
 fn temp(name: &str) -> String {
     let dir = std::env::temp_dir().join(format!("bitmend-kv-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -82,4 +89,52 @@ fn bad_input_and_a_full_pool_are_clear_errors_that_change_nothing() {
         "nothing of it applied"
     );
     assert!(ok(&["kv", "check", &pool]).contains("clean"));
+}
+
+#[test]
+fn a_healing_store_names_the_keys_on_a_wild_write_and_scrub_rebuilds_them() {
+    let pool = temp("heals.pool");
+    assert!(ok(&["kv", "create", &pool, "--size", "8MiB", "--stripes", "8+2"]).contains("stripes of 8+2"));
+    let input = temp("heals.tsv");
+    let lines: String = (0..2000).map(|i| format!("k{i:05}\tvalue-{i}\n")).collect();
+    std::fs::write(&input, lines).unwrap();
+    ok(&["kv", "load", &pool, &input]);
+    assert!(ok(&["kv", "check", &pool, "--json"]).contains("\"clean\": true"));
+    // A wild write over every copy of k01000's value in the file, straight into it (the live
+    // entry, and stale copies in freed blocks and dead entry bytes: damage too, to pages
+    // the signatures cover).
+    let mut bytes = std::fs::read(&pool).unwrap();
+    let copies: Vec<usize> =
+        bytes.windows(10).enumerate().filter(|(_, w)| w == b"value-1000").map(|(i, _)| i).collect();
+    assert!(!copies.is_empty());
+    for &at in &copies {
+        for b in &mut bytes[at..at + 10] {
+            *b ^= 0x5A;
+        }
+    }
+    std::fs::write(&pool, &bytes).unwrap();
+    let at = copies[0];
+    let out = bitmend(&["kv", "check", &pool, "--json"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(4), "{text}");
+    assert!(text.contains("\"clean\": false") && text.contains("repairable"), "{text}");
+    assert!(text.contains("key \\\"k01000\\\" is on a damaged page"), "{text}");
+    let terminal = ok_or_problems(&["kv", "check", &pool]);
+    assert!(terminal.lines().count() <= 24, "a terminal gets the first lines: {terminal}");
+    // The cheap pass reads only the table: the damage is in a page, so it takes the full one.
+    let scrub = ok(&["kv", "scrub", &pool, "--full", "--json"]);
+    let repaired = format!("\"pages_repaired\": {}", text.matches("repairable").count());
+    assert!(scrub.contains(&repaired) && scrub.contains("\"beyond_repair\": []"), "{scrub}");
+    assert_eq!(&std::fs::read(&pool).unwrap()[at..at + 10], b"value-1000", "the page was rebuilt");
+    assert!(ok(&["kv", "check", &pool, "--json"]).contains("\"clean\": true"));
+    assert_eq!(ok(&["kv", "get", &pool, "k01000"]), "value-1000\n");
+    assert_eq!(ok(&["kv", "scan", &pool]).lines().count(), 2000);
+    // A pool without stripes has nothing to scrub with, and says so.
+    let plain = temp("plain.pool");
+    ok(&["kv", "create", &plain, "--size", "4MiB"]);
+    let out = bitmend(&["kv", "scrub", &plain]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no parity"));
+    // A shape outside what a pool can have is refused before anything is made.
+    assert_eq!(bitmend(&["kv", "create", &temp("bad.pool"), "--stripes", "8+5"]).status.code(), Some(2));
 }

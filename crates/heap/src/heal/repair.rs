@@ -59,6 +59,12 @@ impl<R: Region> Healed<R> {
     /// Signs every page of `stripe` and its parity; rebuilds up to m bad ones from the rest
     /// and writes them back, fenced. Beyond m, or with no parity, nothing is written.
     pub(crate) fn check_stripe(&mut self, stripe: u64) -> Result<StripeCheck, RegionError> {
+        self.check_stripe_and(stripe, true)
+    }
+
+    /// [`Healed::check_stripe`]; with `repair` false nothing is written, and `repaired`
+    /// says whether the damage found could be rebuilt.
+    pub(crate) fn check_stripe_and(&mut self, stripe: u64, repair: bool) -> Result<StripeCheck, RegionError> {
         let s = self.shield.as_mut().expect("protected");
         let (k, m) = (s.geo.shape.k as usize, s.geo.shape.m as usize);
         let mut check = StripeCheck::default();
@@ -83,13 +89,19 @@ impl<R: Region> Healed<R> {
         }
         if erased.is_empty() {
             check.repaired = true;
-            check.checks_rewritten = self.rewrite_checks(stripe)?;
+            if repair {
+                check.checks_rewritten = self.rewrite_checks(stripe)?;
+            }
             return Ok(check);
         }
         let Some(codec) = &s.codec else {
             return Ok(check);
         };
         if erased.len() > m {
+            return Ok(check);
+        }
+        if !repair {
+            check.repaired = true;
             return Ok(check);
         }
         let mut chunks: Vec<Vec<u8>> = (0..k + m)

@@ -31,6 +31,8 @@ pub struct ScrubReport {
     pub checks_rewritten: u64,
     /// Data pages that could not be rebuilt (more bad pages in their stripe than parity).
     pub beyond_repair: Vec<u64>,
+    /// Every data page found bad, rebuilt or not.
+    pub damaged: Vec<u64>,
 }
 
 impl<R: Region> Pool<R> {
@@ -42,6 +44,16 @@ impl<R: Region> Pool<R> {
     /// Scrubs every stripe (see [`ScrubPass`]); rebuilds what it can. Nothing for a pool
     /// without stripes.
     pub fn scrub(&mut self, pass: ScrubPass) -> Result<ScrubReport, HeapError> {
+        self.scrub_and(pass, true)
+    }
+
+    /// A scrub that only looks: the report says what [`Pool::scrub`] would rebuild
+    /// (`pages_repaired` counts pages that could be; no byte is written).
+    pub fn check_damage(&mut self, pass: ScrubPass) -> Result<ScrubReport, HeapError> {
+        self.scrub_and(pass, false)
+    }
+
+    fn scrub_and(&mut self, pass: ScrubPass, repair: bool) -> Result<ScrubReport, HeapError> {
         let mut report = ScrubReport::default();
         let Some(shield) = self.log.region().shield.as_ref() else {
             return Ok(report);
@@ -55,8 +67,9 @@ impl<R: Region> Pool<R> {
             }
         };
         for stripe in stripes {
-            let check = self.log.region_mut().check_stripe(stripe)?;
+            let check = self.log.region_mut().check_stripe_and(stripe, repair)?;
             report.stripes_checked += 1;
+            report.damaged.extend(&check.bad_pages);
             report.bad_pages += (check.bad_pages.len() + check.bad_parity.len()) as u64;
             report.sigs_rewritten += check.sigs_rewritten as u64;
             report.checks_rewritten += check.checks_rewritten as u64;

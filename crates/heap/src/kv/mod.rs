@@ -72,6 +72,15 @@ pub struct Kv {
     count: Count,
 }
 
+/// What [`Kv::damaged`] found on damaged bytes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KvDamage {
+    /// Keys whose leaf or value is on them, in order.
+    pub keys: Vec<Vec<u8>>,
+    /// Nodes on them.
+    pub nodes: Vec<Ptr>,
+}
+
 /// Counts of a store.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KvStats {
@@ -508,6 +517,54 @@ impl Kv {
             return Err(HeapError::Corrupt { at: self.header.0, what: "the entry count" });
         }
         Ok(st)
+    }
+
+    /// What lies on damaged bytes (`ranges`, offset and length each: the pages a check found
+    /// bad): the keys whose leaf or value block overlaps them, and the nodes that do (a
+    /// damaged node's keys may not read; an inner one's subtree may be cut off).
+    pub fn damaged<R: Region>(&self, pool: &Pool<R>, ranges: &[(u64, u64)]) -> Result<KvDamage, HeapError> {
+        let overlaps = |at: u64, len: u64| ranges.iter().any(|&(a, n)| at < a + n && a < at + len.max(1));
+        let hit = |p: Ptr| overlaps(p.0, pool.size_of(p).unwrap_or(0));
+        let mut found = KvDamage::default();
+        let mut stack = vec![self.root(pool)?];
+        while let Some(p) = stack.pop() {
+            let on_damage = hit(p);
+            if on_damage {
+                found.nodes.push(p);
+            }
+            let Ok(b) = pool.object(p) else { continue };
+            let Some(n) = Node::decode(b) else { continue };
+            if !n.leaf {
+                stack.extend(n.kids.iter().copied());
+                continue;
+            }
+            // A slotted leaf whose header and index are sound names only the entries on the
+            // damage; any other leaf on it, all its keys.
+            let index_end = written_parts(b)[0].1.len() as u64;
+            match Slotted::parse(b).filter(|_| on_damage && !overlaps(p.0, index_end)) {
+                Some(s) => {
+                    for i in 0..s.n {
+                        let (Some(key), Some((at, len)), Some(block)) =
+                            (s.key(i), s.span(i), s.value_block(i))
+                        else {
+                            continue;
+                        };
+                        if overlaps(p.0 + at as u64, len as u64) || block.is_some_and(hit) {
+                            found.keys.push(key.to_vec());
+                        }
+                    }
+                }
+                None => {
+                    for (k, v) in n.keys.iter().zip(&n.vals) {
+                        if on_damage || matches!(v, Val::Out(b, _) if hit(*b)) {
+                            found.keys.push(k.clone());
+                        }
+                    }
+                }
+            }
+        }
+        found.keys.sort_unstable();
+        Ok(found)
     }
 
     #[allow(clippy::too_many_arguments)]
