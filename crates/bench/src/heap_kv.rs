@@ -3,14 +3,16 @@
 //! (order 8; the value a new object copied in the same transaction). Beside the time per
 //! insert, the wear NVMalloc's slide plots: the share of 64-byte lines by writes per line.
 //! Then the same inserts into a pool that heals (stripes of k = 8 pages with m = 1, 2, 4
-//! parity pages, signatures and line checks), against PMDK and against no protection.
+//! parity pages, signatures and line checks), against PMDK and against no protection; and
+//! Zipf-distributed gets from such a pool with each read-check strategy (Loris's ER, LC and
+//! LU at one tick) against reads that check nothing (the scrubber alone).
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use bitmend_anchors::{pmdk, pmem_count};
 use bitmend_heap::kv::Kv;
-use bitmend_heap::{Pool, PoolOptions, StripeShape};
+use bitmend_heap::{Pool, PoolOptions, ReadCheck, StripeShape};
 use bitmend_media::pmem::Region;
 use bitmend_media::rng::Rng;
 
@@ -85,6 +87,83 @@ fn anchor(keys: &[u64], pool_len: usize, count: bool) -> Option<(f64, Vec<u32>)>
     Some((ns, lines))
 }
 
+/// `n` draws from a Zipf distribution (s = 0.99) over `keys`: a few keys take most gets.
+fn zipf(keys: &[u64], n: usize) -> Vec<u64> {
+    let weights: Vec<f64> = (1..=keys.len()).map(|r| 1.0 / (r as f64).powf(0.99)).collect();
+    let total: f64 = weights.iter().sum();
+    let mut cdf = Vec::with_capacity(keys.len());
+    let mut acc = 0.0;
+    for w in &weights {
+        acc += w / total;
+        cdf.push(acc);
+    }
+    let mut rng = Rng::new(0x21BF);
+    (0..n)
+        .map(|_| {
+            let u = rng.unit();
+            keys[cdf.partition_point(|&c| c < u).min(keys.len() - 1)]
+        })
+        .collect()
+}
+
+/// Ns per get of `gets` from a healing store of `keys`, with each read-check strategy: ER,
+/// LC and LU at one tick, and none (rows against none).
+fn verified_gets(keys: &[u64], gets: &[u64], pool_len: usize, runs: usize, emit: &mut dyn FnMut(Row)) {
+    let path = shm("gets");
+    let opts = PoolOptions { stripes: Some(StripeShape { k: STRIPE_K, m: 2 }), ..PoolOptions::default() };
+    let mut pool = Pool::create(shm_region(&path, pool_len, LineCounts::Timed), opts).expect("pool");
+    let kv = Kv::create(&mut pool).expect("store");
+    for &k in keys {
+        kv.put(&mut pool, &k.to_be_bytes(), &value(k)).expect("insert");
+    }
+    let tick = bitmend_heap::heal::TICK;
+    let modes = [
+        ("ER (every read)", ReadCheck::Every),
+        ("LC (last check a tick ago)", ReadCheck::AfterCheck(tick)),
+        ("LU (last use a tick ago)", ReadCheck::AfterUse(tick)),
+        ("none", ReadCheck::Background),
+    ];
+    let mut ns = vec![Vec::new(); modes.len()];
+    let mut checks = vec![0u64; modes.len()];
+    for _ in 0..runs {
+        for (i, (_, mode)) in modes.iter().enumerate() {
+            pool.set_read_check(*mode);
+            let before = pool.read_checks();
+            let t = Instant::now();
+            for &k in gets {
+                let v = kv.get(&pool, &k.to_be_bytes()).expect("get");
+                assert!(v.is_some_and(|v| v.len() == VALUE), "key {k:#x} holds its value");
+            }
+            ns[i].push(t.elapsed().as_secs_f64() * 1e9 / gets.len() as f64);
+            checks[i] = pool.read_checks() - before;
+        }
+    }
+    drop(pool);
+    let _ = std::fs::remove_file(&path);
+    let none = median(&mut ns[modes.len() - 1]);
+    let case = format!("Zipf get (s 0.99) of {} keys, healing k {STRIPE_K} m 2", keys.len());
+    for (i, (name, _)) in modes.iter().enumerate().take(modes.len() - 1) {
+        let row = Row::latency(
+            format!("{case}, read check {name} vs none"),
+            median(&mut ns[i]),
+            "no read check",
+            Some(none),
+        );
+        emit(row.in_bench("heap"));
+        let per = checks[i] as f64 / gets.len() as f64;
+        emit(
+            Row::shown(
+                format!("{case}, read check {name}: pages signed per get"),
+                per,
+                "none",
+                Some(0.0),
+                "pages",
+            )
+            .in_bench("heap"),
+        );
+    }
+}
+
 /// Shares of written lines by writes per line, bucket i: 2^i to 2^(i+1) - 1 writes.
 fn shares(lines: &[u32]) -> Vec<f64> {
     let mut h = vec![0u64; 1 + lines.iter().map(|&c| c.ilog2() as usize).max().unwrap_or(0)];
@@ -131,6 +210,14 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
         let theirs = b.as_ref().map(|b| b.get(i).copied().unwrap_or(0.0));
         emit(Row::shown(case, a.get(i).copied().unwrap_or(0.0), "pmdk", theirs, "%").in_bench("heap"));
     }
+    let (stored, gets) = if opts.quick { (20_000, 50_000) } else { (200_000, 1_000_000) };
+    verified_gets(
+        &keys[..stored.min(keys.len())],
+        &zipf(&keys[..stored.min(keys.len())], gets),
+        pool_len.min(1 << 30),
+        runs,
+        emit,
+    );
     let hottest = |l: &[u32]| l.iter().copied().max().unwrap_or(0) as f64;
     let theirs = pmdk_lines.as_deref().map(hottest);
     emit(

@@ -24,7 +24,7 @@ mod tx;
 
 pub use alloc::{AllocStats, BadHeader, Clock, Ptr};
 pub use error::HeapError;
-pub use heal::{HealStats, Healed, ScrubPass, ScrubReport, StripeShape};
+pub use heal::{HealStats, Healed, ReadCheck, ScrubPass, ScrubReport, StripeShape};
 pub use layout::{HeaderFault, HEAP_VERSION, RUN};
 pub use pool::{OpenReport, Pool, PoolOptions};
 pub use tx::{LogBytes, Slot, Tx, TxState, REDO_OVERHEAD};

@@ -85,6 +85,8 @@ const ROOT_SLOT: u64 = 128;
 /// A pool on a region.
 pub struct Pool<R: Region> {
     pub(crate) log: NvLog<Healed<R>>,
+    /// How reads check what they read, and when each page was last checked and used.
+    pub(crate) reads: crate::heal::reads::ReadChecker,
     pub(crate) sb: Superblock,
     pub(crate) alloc: Allocator,
     header: u64,
@@ -217,6 +219,7 @@ impl<R: Region> Pool<R> {
             links: Default::default(),
             vouched: Vec::new(),
             tx_buffers: TxBuffers::default(),
+            reads: crate::heal::reads::ReadChecker::new(geometry(&sb, header).map_or(0, |g| g.pages)),
         }
     }
 
@@ -531,12 +534,14 @@ impl<R: Region> Pool<R> {
     pub fn read(&self, p: Ptr, off: u64, len: u64) -> Result<&[u8], HeapError> {
         self.check(p, off, len)?;
         let at = (p.0 + off) as usize;
+        self.check_read(at as u64, len)?;
         Ok(&self.log.region().bytes()[at..at + len as usize])
     }
 
     /// The whole object at `p`.
     pub fn object(&self, p: Ptr) -> Result<&[u8], HeapError> {
         let len = self.size_of(p)?;
+        self.check_read(p.0, len)?;
         Ok(&self.log.region().bytes()[p.0 as usize..(p.0 + len) as usize])
     }
 

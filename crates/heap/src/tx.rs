@@ -586,6 +586,7 @@ impl<'p, R: Region> Tx<'p, R> {
     /// The whole object at `p`, through the pool (this transaction's writes included).
     pub fn object(&self, p: Ptr) -> Result<&[u8], HeapError> {
         let len = self.size_of(p)?;
+        self.pool.check_read(p.0, len)?;
         Ok(&self.pool.log.region().bytes()[p.0 as usize..(p.0 + len) as usize])
     }
 
@@ -593,6 +594,7 @@ impl<'p, R: Region> Tx<'p, R> {
     pub fn read(&self, p: Ptr, off: u64, len: u64) -> Result<&[u8], HeapError> {
         self.check(p, off, len)?;
         let at = (p.0 + off) as usize;
+        self.pool.check_read(at as u64, len)?;
         Ok(&self.pool.log.region().bytes()[at..at + len as usize])
     }
 

@@ -22,10 +22,12 @@
 //! recovery recomputes them for every range the journal names ([`Healed::recompute`]).
 
 mod geometry;
+pub(crate) mod reads;
 pub(crate) mod repair;
 mod scrub;
 
 pub use geometry::{Geometry, StripeShape, CHECK, LINE, MAX_K, MAX_M, PAGE, SIG, ZERO_LINE_CRC};
+pub use reads::{ReadCheck, TICK};
 pub use scrub::{ScrubPass, ScrubReport};
 
 use bitmend_code::rs::Codec;

@@ -32,6 +32,12 @@ impl<R: Region> Healed<R> {
         s.signer.sign(page_bytes(&self.inner, &s.geo, p)) == s.sigs[p as usize]
     }
 
+    /// Whether data page `p` matches its signature, counting nothing (a read's check).
+    pub(crate) fn page_sound(&self, p: u64) -> bool {
+        let s = self.shield.as_ref().expect("protected");
+        s.signer.sign(page_bytes(&self.inner, &s.geo, p)) == s.sigs[p as usize]
+    }
+
     /// The stripes whose parity signatures disagree with their data signatures: the cheap
     /// pass, which reads the table only (in DRAM).
     pub(crate) fn cheap_pass(&self) -> Vec<u64> {

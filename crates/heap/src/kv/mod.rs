@@ -203,6 +203,24 @@ impl Kv {
         }
     }
 
+    /// [`Kv::get`], rebuilding what a read check refuses: a damaged page is rebuilt from its
+    /// stripe ([`Pool::verify`]) and the read taken again; beyond repair, the error names
+    /// the pages.
+    pub fn get_healing<R: Region>(
+        &self,
+        pool: &mut Pool<R>,
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>, HeapError> {
+        // Each round rebuilds at least one page or fails: a read crosses a few pages.
+        for _ in 0..8 {
+            match self.get(pool, key) {
+                Err(HeapError::Damaged { at, len, .. }) => pool.verify(at, len)?,
+                r => return r,
+            }
+        }
+        self.get(pool, key)
+    }
+
     fn value<R: Region>(pool: &Pool<R>, v: &Val) -> Result<Vec<u8>, HeapError> {
         Ok(match v {
             Val::Inline(b) => b.clone(),

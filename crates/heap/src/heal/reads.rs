@@ -1,0 +1,120 @@
+//! Checking what the API reads against the page signatures, with the strategies Loris names
+//! for cached pages: every read, a read after a minimum time since the page's last check, a
+//! read after a minimum time since its last use, or none (the scrubber alone).
+//!
+//! Reads inside a transaction are checked the same way: a put decides what to write from
+//! what it reads, and damaged bytes read there would be written back as if committed.
+//!
+//! A read goes through `&Pool`, so it cannot rebuild: a page that fails is refused with
+//! [`HeapError::Damaged`] (never its bytes), and a caller with the pool to itself rebuilds
+//! it with [`Pool::verify`] and reads again ([`crate::kv::Kv::get_healing`] does).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bitmend_media::pmem::Region;
+
+use crate::pool::Pool;
+use crate::HeapError;
+
+/// When a read checks the pages it reads (Loris section 4.2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReadCheck {
+    /// Every read (ER).
+    Every,
+    /// A read of a page last checked at least this long ago (LC).
+    AfterCheck(Duration),
+    /// A read of a page last used at least this long ago (LU): a page read often is
+    /// checked rarely, one left alone is checked when it is taken up again.
+    AfterUse(Duration),
+    /// No read checks: the scrubber alone.
+    #[default]
+    Background,
+}
+
+/// The state of the read checks: per page, when it was last checked and last used, in
+/// microseconds since the pool was opened (0: never).
+pub(crate) struct ReadChecker {
+    pub mode: ReadCheck,
+    epoch: Instant,
+    checked: Vec<AtomicU64>,
+    used: Vec<AtomicU64>,
+    /// Pages signed by read checks.
+    pub checks: AtomicU64,
+}
+
+impl ReadChecker {
+    pub fn new(pages: u64) -> ReadChecker {
+        let stamps = || (0..pages).map(|_| AtomicU64::new(0)).collect();
+        ReadChecker {
+            mode: ReadCheck::Background,
+            epoch: Instant::now(),
+            checked: stamps(),
+            used: stamps(),
+            checks: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether page `p`, read at `now`, is due a check; notes the use.
+    fn due(&self, p: usize, now: u64) -> bool {
+        let age = |stamp: &AtomicU64| {
+            let t = stamp.load(Ordering::Relaxed);
+            if t == 0 {
+                u64::MAX
+            } else {
+                now.saturating_sub(t)
+            }
+        };
+        let due = match self.mode {
+            ReadCheck::Every => true,
+            ReadCheck::AfterCheck(d) => age(&self.checked[p]) >= d.as_micros() as u64,
+            ReadCheck::AfterUse(d) => age(&self.used[p]) >= d.as_micros() as u64,
+            ReadCheck::Background => false,
+        };
+        self.used[p].store(now, Ordering::Relaxed);
+        due
+    }
+}
+
+impl<R: Region> Pool<R> {
+    /// How reads check the pages they read (a pool that heals; others have nothing to
+    /// check against).
+    pub fn set_read_check(&mut self, mode: ReadCheck) {
+        self.reads.mode = mode;
+    }
+
+    /// Pages signed by read checks since the pool was opened.
+    pub fn read_checks(&self) -> u64 {
+        self.reads.checks.load(Ordering::Relaxed)
+    }
+
+    /// Checks the pages under `[at, at + len)` that the read strategy says are due: the
+    /// read's bytes are returned only if they pass.
+    pub(crate) fn check_read(&self, at: u64, len: u64) -> Result<(), HeapError> {
+        let r = &self.reads;
+        let Some(shield) = self.log.region().shield.as_ref().filter(|_| r.mode != ReadCheck::Background)
+        else {
+            return Ok(());
+        };
+        let geo = shield.geo;
+        let (Some(first), Some(last)) = (geo.page_of(at), geo.page_of(at + len.max(1) - 1)) else {
+            return Ok(());
+        };
+        // Never 0, which means "never".
+        let now = r.epoch.elapsed().as_micros() as u64 + 1;
+        for p in first..=last {
+            if !r.due(p as usize, now) {
+                continue;
+            }
+            r.checks.fetch_add(1, Ordering::Relaxed);
+            if !self.log.region().page_sound(p) {
+                return Err(HeapError::Damaged { at, len, pages: vec![p] });
+            }
+            r.checked[p as usize].store(now, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+/// Ticks of the read-check bench: Loris's target is LC at one tick.
+pub const TICK: Duration = Duration::from_millis(1);
