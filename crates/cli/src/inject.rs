@@ -1,4 +1,5 @@
-//! `bitmend inject`: damage an unmounted NAND image the way hardware does, and say exactly how.
+//! `bitmend inject`: damage an unmounted NAND image, or a heap pool file, the way hardware
+//! does, and say exactly how.
 
 use crate::error::CliError;
 use std::path::PathBuf;
@@ -10,21 +11,22 @@ use clap::{Args, Subcommand, ValueEnum};
 
 #[derive(Args, Debug)]
 pub struct InjectArgs {
-    /// The NAND image file (not mounted: the image is locked while in use).
-    image: PathBuf,
+    /// The NAND image file (not mounted: the image is locked while in use), or a heap pool
+    /// file (`bitmend kv create`; not in use), whose pages take flips and losses.
+    pub(crate) image: PathBuf,
     #[command(subcommand)]
-    fault: Fault,
+    pub(crate) fault: Fault,
     /// Seed for every random choice; the same seed on the same image repeats the damage.
     /// Without it a seed is drawn and printed.
     #[arg(long, global = true)]
-    seed: Option<u64>,
+    pub(crate) seed: Option<u64>,
     /// One JSON object per fault on stdout instead of text.
     #[arg(long, global = true)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 #[derive(Subcommand, Debug)]
-enum Fault {
+pub(crate) enum Fault {
     /// Flip random bits in pages (retention loss, read disturb).
     Flip {
         /// The page to damage; without it, random programmed pages.
@@ -67,7 +69,7 @@ enum Fault {
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
-enum AreaArg {
+pub(crate) enum AreaArg {
     Data,
     Spare,
     Both,
@@ -106,7 +108,10 @@ pub fn run(args: InjectArgs) -> Result<(), CliError> {
         let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         t.as_nanos() as u64 ^ (std::process::id() as u64) << 32
     });
-    let chip = crate::fscmd::open_image(&args.image)?;
+    let chip = match crate::fscmd::open_image(&args.image) {
+        Ok(chip) => chip,
+        Err(nand) => return crate::inject_pool::run(&args, seed).map_err(|pool| pool.or_not_nand(nand)),
+    };
     let mut pick = Rng::new(seed ^ 0x5EED_0F7A_26E7);
     let plan = match &args.fault {
         Fault::Flip { page, pages, .. } | Fault::Lose { page, pages } => {

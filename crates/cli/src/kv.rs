@@ -5,7 +5,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use bitmend_heap::kv::Kv;
-use bitmend_heap::{HeapError, Pool, PoolOptions, ScrubPass, ScrubReport, StripeShape};
+use bitmend_heap::{HeapError, Pool, PoolOptions, ReadCheck, ScrubPass, ScrubReport, StripeShape};
 use bitmend_media::pmem::{MmapRegion, Region};
 use clap::{Args, Subcommand};
 
@@ -41,7 +41,8 @@ pub enum KvCommand {
         #[arg(long, conflicts_with = "value")]
         value_file: Option<PathBuf>,
     },
-    /// Print the value of KEY (exit 1 if there is none).
+    /// Print the value of KEY (exit 1 if there is none). In a pool that heals, every page
+    /// read is checked, and a damaged one rebuilt before its bytes are used.
     Get {
         file: PathBuf,
         key: String,
@@ -126,8 +127,10 @@ pub fn run(a: KvArgs) -> Result<u8, CliError> {
             kv.put(&mut pool, key.as_bytes(), &value)?;
         }
         KvCommand::Get { file, key, json } => {
-            let (pool, _, kv) = open(&file)?;
-            let Some(v) = kv.get(&pool, key.as_bytes())? else {
+            let (mut pool, _, kv) = open(&file)?;
+            // One read: checking every page it reads costs nothing a person would notice.
+            pool.set_read_check(ReadCheck::Every);
+            let Some(v) = kv.get_healing(&mut pool, key.as_bytes())? else {
                 return Err(CliError::Failed(format!("no key {key:?}")));
             };
             if json {

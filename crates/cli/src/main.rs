@@ -8,6 +8,7 @@ mod error;
 mod fscmd;
 mod fuse;
 mod inject;
+mod inject_pool;
 mod json;
 mod kv;
 mod media;

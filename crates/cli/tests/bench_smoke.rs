@@ -92,12 +92,29 @@ fn bench_heap_quick_json_rows_beside_pmdk_and_the_floor() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    let overwrites = lines.iter().filter(|l| l.contains("tx overwrite")).count();
+    let overwrites = lines.iter().filter(|l| l.contains("tx overwrite") && !l.contains("healing")).count();
     assert_eq!(
         overwrites,
         5 * 6,
         "5 sizes x (data and pointer logging vs pmdk, vs two floors, log bytes of each)"
     );
+    // The healing rows: each size at m = 2 against no stripes (both loggings), and the
+    // cache line counters (lines and fences per tx for three writes).
+    let healing = |what: &str| lines.iter().filter(|l| l.contains("healing") && l.contains(what)).count();
+    assert_eq!(healing("vs no stripes"), 5 * 2);
+    assert_eq!(healing("per tx, counters"), 3 * 2);
+    for m in [1, 2, 4] {
+        let case = format!("inserts, healing k 8 m {m} vs");
+        assert_eq!(
+            lines.iter().filter(|l| l.contains(&case)).count(),
+            2,
+            "B+tree at m = {m} vs pmdk and unprotected"
+        );
+    }
+    for strategy in ["ER (every read)", "LC (last check a tick ago)", "LU (last use a tick ago)"] {
+        let n = lines.iter().filter(|l| l.contains("Zipf get") && l.contains(strategy)).count();
+        assert_eq!(n, 2, "{strategy}: the time against none, and pages signed per get");
+    }
     for l in &lines {
         assert_eq!(field(l, "bench"), "\"heap\"");
         let ours: f64 = field(l, "ours").parse().unwrap();

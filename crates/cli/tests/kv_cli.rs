@@ -129,6 +129,16 @@ fn a_healing_store_names_the_keys_on_a_wild_write_and_scrub_rebuilds_them() {
     assert!(ok(&["kv", "check", &pool, "--json"]).contains("\"clean\": true"));
     assert_eq!(ok(&["kv", "get", &pool, "k01000"]), "value-1000\n");
     assert_eq!(ok(&["kv", "scan", &pool]).lines().count(), 2000);
+    // bitmend inject learns pools: lost pages and flipped bits, named, then rebuilt.
+    let lost = ok(&["inject", &pool, "lose", "--pages", "2", "--seed", "9"]);
+    assert_eq!(lost.lines().filter(|l| l.contains("replaced with garbage")).count(), 2, "{lost}");
+    let flipped = ok(&["inject", &pool, "flip", "--bits", "5", "--seed", "10", "--json"]);
+    assert!(flipped.contains("\"fault\": \"bit-flips\""), "{flipped}");
+    assert_eq!(bitmend(&["kv", "check", &pool]).status.code(), Some(4));
+    let scrub = ok(&["kv", "scrub", &pool, "--full", "--json"]);
+    assert!(scrub.contains("\"beyond_repair\": []") && !scrub.contains("\"pages_repaired\": 0"), "{scrub}");
+    assert!(ok(&["kv", "check", &pool, "--json"]).contains("\"clean\": true"));
+    assert_eq!(ok(&["kv", "scan", &pool]).lines().count(), 2000);
     // A pool without stripes has nothing to scrub with, and says so.
     let plain = temp("plain.pool");
     ok(&["kv", "create", &plain, "--size", "4MiB"]);
