@@ -13,7 +13,7 @@ use std::time::Instant;
 use bitmend_anchors::{pmdk, pmem_count};
 use bitmend_heap::kv::Kv;
 use bitmend_heap::{Pool, PoolOptions, ReadCheck, StripeShape};
-use bitmend_media::pmem::Region;
+use bitmend_media::pmem::{Guarded, Region, Reprotect};
 use bitmend_media::rng::Rng;
 
 use crate::harness::{median, shm_region, LineCounts, Options, Row};
@@ -164,6 +164,67 @@ fn verified_gets(keys: &[u64], gets: &[u64], pool_len: usize, runs: usize, emit:
     }
 }
 
+/// Inserts into a store whose pages are read-only between transactions (`reprotect`; none:
+/// no protection): mean, median and maximum ns per insert, each timed.
+fn guarded_inserts(keys: &[u64], pool_len: usize, reprotect: Option<Reprotect>) -> [f64; 3] {
+    let path = shm("guard");
+    let region = shm_region(&path, pool_len, LineCounts::Timed);
+    let mut times = Vec::with_capacity(keys.len());
+    let mut run = |pool: &mut dyn FnMut(u64)| {
+        for &k in keys {
+            let t = Instant::now();
+            pool(k);
+            times.push(t.elapsed().as_nanos() as f64);
+        }
+    };
+    match reprotect {
+        Some(r) => {
+            let mut pool = Pool::create(Guarded::new(region, r), PoolOptions::default()).expect("pool");
+            let kv = Kv::create(&mut pool).expect("store");
+            run(&mut |k| kv.put(&mut pool, &k.to_be_bytes(), &value(k)).expect("insert"));
+        }
+        None => {
+            let mut pool = Pool::create(region, PoolOptions::default()).expect("pool");
+            let kv = Kv::create(&mut pool).expect("store");
+            run(&mut |k| kv.put(&mut pool, &k.to_be_bytes(), &value(k)).expect("insert"));
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+    let mean = times.iter().sum::<f64>() / times.len() as f64;
+    let max = times.iter().copied().fold(0.0, f64::max);
+    [mean, median(&mut times), max]
+}
+
+/// NVMalloc's table: B+tree inserts with the pool's pages read-only between transactions,
+/// protected again at once (synchronous mprotect) or by the background thread after several
+/// quanta, against no protection.
+fn mprotect_rows(keys: &[u64], pool_len: usize, emit: &mut dyn FnMut(Row)) {
+    let none = guarded_inserts(keys, pool_len, None);
+    let modes = [
+        ("sync".to_string(), Reprotect::Sync),
+        ("async, 0.1 ms quantum".to_string(), Reprotect::After(std::time::Duration::from_micros(100))),
+        ("async, 1 ms quantum".to_string(), Reprotect::After(std::time::Duration::from_millis(1))),
+        ("async, 10 ms quantum".to_string(), Reprotect::After(std::time::Duration::from_millis(10))),
+        ("async, 200 ms quantum".to_string(), Reprotect::After(std::time::Duration::from_millis(200))),
+    ];
+    let case = format!("B+tree insert, {} inserts, mprotect", keys.len());
+    for (name, r) in modes {
+        let [mean, med, max] = guarded_inserts(keys, pool_len, Some(r));
+        emit(
+            Row::latency(format!("{case} {name}: mean vs none"), mean, "no protection", Some(none[0]))
+                .in_bench("heap"),
+        );
+        emit(
+            Row::latency(format!("{case} {name}: median vs none"), med, "no protection", Some(none[1]))
+                .in_bench("heap"),
+        );
+        emit(
+            Row::latency(format!("{case} {name}: max vs none"), max, "no protection", Some(none[2]))
+                .in_bench("heap"),
+        );
+    }
+}
+
 /// Shares of written lines by writes per line, bucket i: 2^i to 2^(i+1) - 1 writes.
 fn shares(lines: &[u32]) -> Vec<f64> {
     let mut h = vec![0u64; 1 + lines.iter().map(|&c| c.ilog2() as usize).max().unwrap_or(0)];
@@ -218,6 +279,7 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
         runs,
         emit,
     );
+    mprotect_rows(&keys, pool_len, emit);
     let hottest = |l: &[u32]| l.iter().copied().max().unwrap_or(0) as f64;
     let theirs = pmdk_lines.as_deref().map(hottest);
     emit(

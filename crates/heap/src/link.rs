@@ -123,6 +123,12 @@ impl<R: Region> Pool<R> {
     /// record, where the pool's headers can link (version 4) and the block is a run's; else
     /// one transaction does the same.
     pub fn alloc_into(&mut self, slot: Slot, len: u64) -> Result<Ptr, HeapError> {
+        let r = self.alloc_into_unsealed(slot, len);
+        self.log.region_mut().seal()?;
+        r
+    }
+
+    fn alloc_into_unsealed(&mut self, slot: Slot, len: u64) -> Result<Ptr, HeapError> {
         let linkable = self.alloc.links(len) && slot.at / 8 <= u32::MAX as u64;
         let plan = match linkable {
             true => Some(self.plan(len)?),
@@ -168,6 +174,12 @@ impl<R: Region> Pool<R> {
     /// slot). A block [`alloc_into`](Self::alloc_into) linked to this slot costs the slot's
     /// line and one fence; any other, one transaction.
     pub fn free_from(&mut self, slot: Slot) -> Result<(), HeapError> {
+        let r = self.free_from_unsealed(slot);
+        self.log.region_mut().seal()?;
+        r
+    }
+
+    fn free_from_unsealed(&mut self, slot: Slot) -> Result<(), HeapError> {
         let p = self.get(slot);
         if p == Ptr::NULL {
             return Ok(());

@@ -199,7 +199,9 @@ impl<R: Region> Pool<R> {
             region.persist((header + copy) as usize, 64)?;
         }
         let alloc = Allocator::rebuild(log.region(), sb, opts.reuse_after, opts.clock);
-        Ok(Pool::assemble(log, sb, alloc, header))
+        let mut pool = Pool::assemble(log, sb, alloc, header);
+        pool.guard()?;
+        Ok(pool)
     }
 
     fn assemble(log: NvLog<Healed<R>>, sb: Superblock, alloc: Allocator, header: u64) -> Pool<R> {
@@ -292,12 +294,27 @@ impl<R: Region> Pool<R> {
         let mut pool = Pool::assemble(log, sb, alloc, header);
         pool.recover(recs, &mut report)?;
         pool.log.region_mut().start_verifying();
+        pool.guard()?;
         Ok((pool, report))
+    }
+
+    /// Asks the region to keep the heap's pages (the pool header page and the runs)
+    /// read-only between transactions, if it can (a `Guarded` region).
+    fn guard(&mut self) -> Result<(), HeapError> {
+        let end = self.sb.first_run + self.sb.runs as u64 * RUN;
+        Ok(self.log.region_mut().guard(self.header as usize, end as usize)?)
     }
 
     /// Runs `f` as one transaction: all of its writes, allocations and frees, or none. An
     /// error from `f`, or a failure before the commit record is durable, rolls it back.
     pub fn tx<T>(&mut self, f: impl FnOnce(&mut Tx<R>) -> Result<T, HeapError>) -> Result<T, HeapError> {
+        let r = self.tx_unsealed(f);
+        // The pages it wrote may be protected again (a guarded region).
+        self.log.region_mut().seal()?;
+        r
+    }
+
+    fn tx_unsealed<T>(&mut self, f: impl FnOnce(&mut Tx<R>) -> Result<T, HeapError>) -> Result<T, HeapError> {
         let id = self.next_tx;
         self.next_tx += 1;
         let mut tx = Tx::new(self, id);
@@ -397,6 +414,7 @@ impl<R: Region> Pool<R> {
         self.log.region_mut().fence()?;
         let tail = self.log.tail();
         self.log.trim(tail)?;
+        self.log.region_mut().seal()?;
         self.vouched.clear();
         self.last_checkout = std::time::Instant::now();
         self.checkouts += 1;

@@ -513,6 +513,12 @@ impl<R: Region> Region for Healed<R> {
     fn line_writes(&self) -> &[u32] {
         self.inner.line_writes()
     }
+    fn guard(&mut self, start: usize, end: usize) -> Result<(), RegionError> {
+        self.inner.guard(start, end)
+    }
+    fn seal(&mut self) -> Result<(), RegionError> {
+        self.inner.seal()
+    }
     /// Damage, as the media layer injects it: the protection does not see it.
     fn corrupt(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
         self.inner.corrupt(offset, data)

@@ -32,47 +32,76 @@ pub enum ReadCheck {
     Background,
 }
 
-/// The state of the read checks: per page, when it was last checked and last used, in
-/// microseconds since the pool was opened (0: never).
+/// The state of the read checks: per page, one stamp (microseconds since the pool was
+/// opened, 0 for never): when it was last checked (LC) or last used (LU), whichever the mode
+/// needs, so that a read touches one word per page.
 pub(crate) struct ReadChecker {
     pub mode: ReadCheck,
     epoch: Instant,
-    checked: Vec<AtomicU64>,
-    used: Vec<AtomicU64>,
+    stamps: Vec<AtomicU64>,
+    /// The clock, read every [`CLOCK_EVERY`] checks (a read of it costs as much as a get's
+    /// whole check): microseconds since `epoch`, and the checks since it was read.
+    now: AtomicU64,
+    calls: AtomicU64,
     /// Pages signed by read checks.
     pub checks: AtomicU64,
 }
 
+/// Checks between two reads of the clock: a tick (1 ms) is thousands of reads.
+const CLOCK_EVERY: u64 = 32;
+
 impl ReadChecker {
     pub fn new(pages: u64) -> ReadChecker {
-        let stamps = || (0..pages).map(|_| AtomicU64::new(0)).collect();
         ReadChecker {
             mode: ReadCheck::Background,
             epoch: Instant::now(),
-            checked: stamps(),
-            used: stamps(),
+            stamps: (0..pages).map(|_| AtomicU64::new(0)).collect(),
+            now: AtomicU64::new(1),
+            calls: AtomicU64::new(0),
             checks: AtomicU64::new(0),
         }
     }
 
-    /// Whether page `p`, read at `now`, is due a check; notes the use.
+    /// A new mode: no page has a stamp of it yet.
+    pub fn set_mode(&mut self, mode: ReadCheck) {
+        self.mode = mode;
+        for s in &self.stamps {
+            s.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Microseconds since the pool was opened, never 0 (which means "never"), as of at most
+    /// [`CLOCK_EVERY`] checks ago.
+    fn now(&self) -> u64 {
+        if self.calls.fetch_add(1, Ordering::Relaxed).is_multiple_of(CLOCK_EVERY) {
+            self.now.store(self.epoch.elapsed().as_micros() as u64 + 1, Ordering::Relaxed);
+        }
+        self.now.load(Ordering::Relaxed)
+    }
+
+    /// Whether page `p`, read at `now`, is due a check; notes the use (LU).
     fn due(&self, p: usize, now: u64) -> bool {
-        let age = |stamp: &AtomicU64| {
-            let t = stamp.load(Ordering::Relaxed);
-            if t == 0 {
-                u64::MAX
-            } else {
-                now.saturating_sub(t)
-            }
+        let since = |interval: Duration| {
+            let t = self.stamps[p].load(Ordering::Relaxed);
+            t == 0 || now.saturating_sub(t) >= interval.as_micros() as u64
         };
-        let due = match self.mode {
+        match self.mode {
             ReadCheck::Every => true,
-            ReadCheck::AfterCheck(d) => age(&self.checked[p]) >= d.as_micros() as u64,
-            ReadCheck::AfterUse(d) => age(&self.used[p]) >= d.as_micros() as u64,
+            ReadCheck::AfterCheck(d) => since(d),
+            ReadCheck::AfterUse(d) => {
+                let due = since(d);
+                self.stamps[p].store(now, Ordering::Relaxed);
+                due
+            }
             ReadCheck::Background => false,
-        };
-        self.used[p].store(now, Ordering::Relaxed);
-        due
+        }
+    }
+
+    /// Page `p` passed its check at `now`.
+    fn passed(&self, p: usize, now: u64) {
+        if let ReadCheck::AfterCheck(_) = self.mode {
+            self.stamps[p].store(now, Ordering::Relaxed);
+        }
     }
 }
 
@@ -80,7 +109,7 @@ impl<R: Region> Pool<R> {
     /// How reads check the pages they read (a pool that heals; others have nothing to
     /// check against).
     pub fn set_read_check(&mut self, mode: ReadCheck) {
-        self.reads.mode = mode;
+        self.reads.set_mode(mode);
     }
 
     /// Pages signed by read checks since the pool was opened.
@@ -100,8 +129,7 @@ impl<R: Region> Pool<R> {
         let (Some(first), Some(last)) = (geo.page_of(at), geo.page_of(at + len.max(1) - 1)) else {
             return Ok(());
         };
-        // Never 0, which means "never".
-        let now = r.epoch.elapsed().as_micros() as u64 + 1;
+        let now = r.now();
         for p in first..=last {
             if !r.due(p as usize, now) {
                 continue;
@@ -110,7 +138,7 @@ impl<R: Region> Pool<R> {
             if !self.log.region().page_sound(p) {
                 return Err(HeapError::Damaged { at, len, pages: vec![p] });
             }
-            r.checked[p as usize].store(now, Ordering::Relaxed);
+            r.passed(p as usize, now);
         }
         Ok(())
     }

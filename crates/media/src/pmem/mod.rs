@@ -12,12 +12,14 @@
 
 mod crash;
 mod faults;
+mod guard;
 mod mmap;
 mod protected;
 mod ram;
 
 pub use crash::{CrashGranularity, CrashPoint, CrashRegion, CrashReport};
 pub use faults::{RegionFault, RegionFaults};
+pub use guard::{GuardStats, Guarded, Reprotect};
 pub use mmap::{flush_instruction, MmapRegion, Persistence};
 pub use protected::ProtectedRegion;
 pub use ram::RamRegion;
@@ -85,6 +87,18 @@ pub trait Region: Send {
     /// Damages the medium: `data` replaces the stored bytes at once, durable, bypassing
     /// caches, protection and counters (what a failing cell or a stray DMA does).
     fn corrupt(&mut self, offset: usize, data: &[u8]) -> Result<(), RegionError>;
+
+    /// From now on, pages inside `[start, end)` may be kept read-only between transactions
+    /// (a region that can: [`Guarded`]); others ignore it.
+    fn guard(&mut self, start: usize, end: usize) -> Result<(), RegionError> {
+        let _ = (start, end);
+        Ok(())
+    }
+
+    /// A transaction is over: the guarded pages it wrote may be protected again.
+    fn seal(&mut self) -> Result<(), RegionError> {
+        Ok(())
+    }
 
     /// Whether the region is empty.
     fn is_empty(&self) -> bool {
