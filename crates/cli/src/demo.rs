@@ -1,4 +1,5 @@
-//! `bitmend demo`: the flash file system meeting the faults it was built for, narrated.
+//! `bitmend demo`: the flash file system, then the heap (`demo_heap.rs`), meeting the faults
+//! they were built for, narrated.
 
 use crate::error::CliError;
 use std::collections::BTreeMap;
@@ -101,12 +102,12 @@ pub fn run(a: &DemoArgs) -> Result<(), CliError> {
     if temp {
         let _ = std::fs::remove_file(&path);
     }
-    if check.clean() {
-        println!("   result: every fault corrected, nothing lost");
-        Ok(())
-    } else {
-        Err(format!("not clean: {:?}", check.problems).into())
+    if !check.clean() {
+        return Err(format!("not clean: {:?}", check.problems).into());
     }
+    println!("   result: every fault corrected, nothing lost");
+    let pool = path.with_extension("pool");
+    crate::demo_heap::run(&pool, a.seed)
 }
 
 /// One damaged page per erase block (one lost, five with 1 to 4000 flipped bits), so that

@@ -4,6 +4,7 @@
 mod bench;
 mod commit;
 mod demo;
+mod demo_heap;
 mod error;
 mod fscmd;
 mod fuse;

@@ -449,3 +449,55 @@ fn bit_flips_during_a_workload_with_the_scrubber_are_corrected_and_nothing_wrong
     }
     eprintln!("heal: {flips} bit flips over the heap's {} KiB (one per 2 operations) during {ops} puts and gets ({gets} gets checked against a model, every read checked), {scrubs} full scrubs: {repaired} pages and table entries rebuilt, none beyond repair, nothing wrong read, before or after reopening", (hi - lo) >> 10);
 }
+
+#[test]
+fn the_scrubber_thread_rebuilds_flips_while_a_workload_runs() {
+    use bitmend_heap::heal::{Scrubber, ScrubberOptions};
+    use bitmend_heap::kv::Kv;
+    use bitmend_heap::ReadCheck;
+    use std::sync::{Arc, Mutex};
+    let mut pool = Pool::create(RamRegion::new(6 << 20), opts(8, 2)).unwrap();
+    pool.set_read_check(ReadCheck::Every);
+    let kv = Kv::create(&mut pool).unwrap();
+    for i in 0..200u32 {
+        kv.put(&mut pool, &i.to_be_bytes(), &[i as u8; 300]).unwrap();
+    }
+    let geo = pool.geometry().unwrap();
+    let round = geo.pages + geo.stripes * 2;
+    let pool = Arc::new(Mutex::new(pool));
+    let scrubber = Scrubber::spawn(
+        Arc::clone(&pool),
+        ScrubberOptions { stripes_per_second: 200_000, pass: ScrubPass::Full },
+    );
+    let mut rng = Rng::new(41);
+    let flips = 20;
+    for _ in 0..flips {
+        // A flip into a data page, then the workload until the scrubber has been round once.
+        let start = {
+            let mut p = pool.lock().unwrap();
+            let at = (geo.base + rng.below(geo.pages * 4096)) as usize;
+            let byte = p.region().bytes()[at] ^ (1 << rng.below(8));
+            p.region_mut().corrupt(at, &[byte]).unwrap();
+            p.heal_stats().pages_checked
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let mut p = pool.lock().unwrap();
+            let i = rng.below(200) as u32;
+            assert_eq!(kv.get_healing(&mut p, &i.to_be_bytes()).unwrap(), Some(vec![i as u8; 300]));
+            if p.heal_stats().pages_checked >= start + 2 * round {
+                break;
+            }
+            drop(p);
+            assert!(std::time::Instant::now() < deadline, "the scrubber makes progress");
+            std::thread::yield_now();
+        }
+    }
+    let report = scrubber.stop().unwrap();
+    assert!(report.rounds >= flips, "{report:?}");
+    assert!(report.total.beyond_repair.is_empty(), "{report:?}");
+    let mut p = pool.lock().unwrap();
+    let r = p.scrub(ScrubPass::Full).unwrap();
+    assert_eq!(r.bad_pages, 0, "every flip rebuilt by the scrubber or a read: {r:?}");
+    eprintln!("heal: {flips} bit flips into data pages while gets ran, each followed by a round of the scrubber thread ({} rounds, {} stripes checked, {} pages rebuilt by it): none left", report.rounds, report.total.stripes_checked, report.total.pages_repaired);
+}

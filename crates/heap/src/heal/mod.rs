@@ -25,10 +25,12 @@ mod geometry;
 pub(crate) mod reads;
 pub(crate) mod repair;
 mod scrub;
+mod scrubber;
 
 pub use geometry::{Geometry, StripeShape, CHECK, LINE, MAX_K, MAX_M, PAGE, SIG, ZERO_LINE_CRC};
 pub use reads::{ReadCheck, TICK};
 pub use scrub::{ScrubPass, ScrubReport};
+pub use scrubber::{Scrubber, ScrubberOptions, ScrubberReport};
 
 use bitmend_code::rs::Codec;
 use bitmend_code::sig::{Sig64, Signer};

@@ -40,7 +40,7 @@ impl<R: Region> Healed<R> {
 
     /// The stripes whose parity signatures disagree with their data signatures: the cheap
     /// pass, which reads the table only (in DRAM).
-    pub(crate) fn cheap_pass(&self) -> Vec<u64> {
+    pub(crate) fn cheap_pass(&self, range: std::ops::Range<u64>) -> Vec<u64> {
         let s = self.shield.as_ref().expect("protected");
         let Some(codec) = &s.codec else {
             return Vec::new();
@@ -48,7 +48,7 @@ impl<R: Region> Healed<R> {
         let (k, m) = (s.geo.shape.k as usize, s.geo.shape.m as usize);
         let mut bad = Vec::new();
         let mut sigs = vec![Sig64::ZERO; k];
-        for stripe in 0..s.geo.stripes {
+        for stripe in range {
             for (i, sig) in sigs.iter_mut().enumerate() {
                 *sig = s.geo.member(stripe, i).map_or(Sig64::ZERO, |p| s.sigs[p as usize]);
             }

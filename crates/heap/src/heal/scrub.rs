@@ -54,14 +54,40 @@ impl<R: Region> Pool<R> {
     }
 
     fn scrub_and(&mut self, pass: ScrubPass, repair: bool) -> Result<ScrubReport, HeapError> {
+        let stripes = self.log.region().shield.as_ref().map_or(0, |s| s.geo.stripes);
+        self.scrub_range(0..stripes, pass, repair)
+    }
+
+    /// Stripes in the pool (0 without).
+    pub fn stripes(&self) -> u64 {
+        self.log.region().shield.as_ref().map_or(0, |s| s.geo.stripes)
+    }
+
+    /// Scrubs the stripes in `range` (clamped to the pool's): a step of a scrub, for a
+    /// scrubber that keeps the pool only a moment at a time ([`super::Scrubber`]).
+    pub fn scrub_stripes(
+        &mut self,
+        range: std::ops::Range<u64>,
+        pass: ScrubPass,
+    ) -> Result<ScrubReport, HeapError> {
+        self.scrub_range(range, pass, true)
+    }
+
+    fn scrub_range(
+        &mut self,
+        range: std::ops::Range<u64>,
+        pass: ScrubPass,
+        repair: bool,
+    ) -> Result<ScrubReport, HeapError> {
         let mut report = ScrubReport::default();
         let Some(shield) = self.log.region().shield.as_ref() else {
             return Ok(report);
         };
+        let range = range.start.min(shield.geo.stripes)..range.end.min(shield.geo.stripes);
         let stripes: Vec<u64> = match pass {
-            ScrubPass::Full => (0..shield.geo.stripes).collect(),
+            ScrubPass::Full => range.collect(),
             ScrubPass::Cheap => {
-                let bad = self.log.region().cheap_pass();
+                let bad = self.log.region().cheap_pass(range);
                 report.cheap_mismatches = bad.len() as u64;
                 bad
             }
