@@ -95,8 +95,15 @@ pub enum KvCommand {
 }
 
 fn open(file: &Path) -> Result<(Pool<MmapRegion>, bitmend_heap::OpenReport, Kv), CliError> {
+    open_with(file, PoolOptions::default())
+}
+
+fn open_with(
+    file: &Path,
+    opts: PoolOptions,
+) -> Result<(Pool<MmapRegion>, bitmend_heap::OpenReport, Kv), CliError> {
     let region = MmapRegion::open(file).map_err(|e| CliError::Target(format!("{}: {e}", file.display())))?;
-    let (pool, report) = Pool::open(region, PoolOptions::default())?;
+    let (pool, report) = Pool::open(region, opts)?;
     let kv = Kv::open(&pool)?;
     Ok((pool, report, kv))
 }
@@ -284,20 +291,24 @@ fn shown(lines: &[String]) -> Vec<String> {
 }
 
 fn check(file: &Path, json: bool) -> Result<u8, CliError> {
-    let (mut pool, report, kv) = open(file)?;
+    // Recovery writes what a crash left; damage is only reported.
+    let (mut pool, report, kv) =
+        open_with(file, PoolOptions { rebuild_headers: false, ..PoolOptions::default() })?;
     let damage = if pool.heals() { Some(pool.check_damage(ScrubPass::Full)?) } else { None };
     let damage_lines = match &damage {
         Some(d) => damage_lines(&pool, &kv, d)?,
         None => Vec::new(),
     };
     let tree = kv.check(&pool);
-    let problems: Vec<String> = report
-        .bad_headers
-        .iter()
-        .map(|b| format!("{} header at {:#x}: {}", if b.run { "run" } else { "block" }, b.at, b.fault))
-        .chain(tree.as_ref().err().map(|e| e.to_string()))
-        .chain(damage_lines)
-        .collect();
+    // The damage first: bad headers on a damaged page are its consequence.
+    let problems: Vec<String> =
+        damage_lines
+            .into_iter()
+            .chain(report.bad_headers.iter().map(|b| {
+                format!("{} header at {:#x}: {}", if b.run { "run" } else { "block" }, b.at, b.fault)
+            }))
+            .chain(tree.as_ref().err().map(|e| e.to_string()))
+            .collect();
     let st = tree.unwrap_or_default();
     if json {
         let list: Vec<String> = problems.iter().map(|p| json_str(p)).collect();
@@ -330,7 +341,7 @@ fn check(file: &Path, json: bool) -> Result<u8, CliError> {
 }
 
 fn scrub(file: &Path, full: bool, json: bool) -> Result<u8, CliError> {
-    let (mut pool, _, kv) = open(file)?;
+    let (mut pool, opened, kv) = open(file)?;
     if !pool.heals() {
         return Err(CliError::Usage(format!(
             "{}: this pool keeps no parity (made without --stripes): nothing to scrub with; `bitmend kv check` checks it",
@@ -338,13 +349,17 @@ fn scrub(file: &Path, full: bool, json: bool) -> Result<u8, CliError> {
         )));
     }
     let pass = if full { ScrubPass::Full } else { ScrubPass::Cheap };
-    let r = pool.scrub(pass)?;
+    let mut r = pool.scrub(pass)?;
+    // Pages under damaged headers were rebuilt as the pool opened: counted with the scrub's.
+    let at_open = opened.header_pages_rebuilt;
+    r.pages_repaired += at_open;
+    r.bad_pages += at_open;
     let lines = damage_lines(&pool, &kv, &ScrubReport { damaged: r.beyond_repair.clone(), ..r.clone() })?;
     if json {
         let left: Vec<String> = r.beyond_repair.iter().map(|p| p.to_string()).collect();
         let keys: Vec<String> = lines.iter().filter(|l| l.starts_with("key ")).map(|l| json_str(l)).collect();
         println!(
-            "{{\"file\": {}, \"pass\": \"{}\", \"stripes_checked\": {}, \"cheap_mismatches\": {}, \"bad_pages\": {}, \"pages_repaired\": {}, \"sigs_rewritten\": {}, \"checks_rewritten\": {}, \"beyond_repair\": [{}], \"damaged_keys\": [{}]}}",
+            "{{\"file\": {}, \"pass\": \"{}\", \"stripes_checked\": {}, \"cheap_mismatches\": {}, \"bad_pages\": {}, \"pages_repaired\": {}, \"sigs_rewritten\": {}, \"checks_rewritten\": {}, \"rebuilt_at_open\": {at_open}, \"beyond_repair\": [{}], \"damaged_keys\": [{}]}}",
             json_str(&file.display().to_string()),
             if full { "full" } else { "cheap" },
             r.stripes_checked,
@@ -358,7 +373,7 @@ fn scrub(file: &Path, full: bool, json: bool) -> Result<u8, CliError> {
         );
     } else {
         println!(
-            "{}: {} pass, {} stripes checked ({} inconsistent in the table), {} bad pages, {} rebuilt, {} signatures and {} line checks rewritten",
+            "{}: {} pass, {} stripes checked ({} inconsistent in the table), {} bad pages, {} rebuilt ({at_open} of them as the pool opened, under damaged headers), {} signatures and {} line checks rewritten",
             file.display(),
             if full { "full" } else { "cheap" },
             r.stripes_checked,

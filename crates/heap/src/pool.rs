@@ -27,11 +27,19 @@ pub struct PoolOptions {
     /// For a pool being made: signatures and parity over its pages, in stripes of this shape
     /// (a version 5 pool), or none (version 4). An existing pool keeps what it was made with.
     pub stripes: Option<StripeShape>,
+    /// At open, rebuild from their stripes the pages under headers that fail their checks
+    /// (a pool that heals). Off for a check that must write nothing it was not asked to.
+    pub rebuild_headers: bool,
 }
 
 impl Default for PoolOptions {
     fn default() -> Self {
-        PoolOptions { reuse_after: Duration::from_millis(200), clock: Clock::System, stripes: None }
+        PoolOptions {
+            reuse_after: Duration::from_millis(200),
+            clock: Clock::System,
+            stripes: None,
+            rebuild_headers: true,
+        }
     }
 }
 
@@ -64,6 +72,9 @@ pub struct OpenReport {
     /// [`alloc_into`](Pool::alloc_into) a crash cut short, or a block freed from its slot):
     /// free.
     pub links_freed: u64,
+    /// Pages under bad headers rebuilt from their stripes at open (a pool that heals), the
+    /// allocator then rebuilt from the healed headers.
+    pub header_pages_rebuilt: u64,
 }
 
 /// How often a checkout runs at the least.
@@ -281,7 +292,7 @@ impl<R: Region> Pool<R> {
         let torn_commit = crate::recover::drop_torn_commit(log.region(), &mut recs);
         let journal_repairs = log.take_repairs().len();
         crate::recover::finish_formats(log.region_mut(), sb, &recs)?;
-        let alloc = Allocator::rebuild(log.region(), sb, opts.reuse_after, opts.clock);
+        let alloc = Allocator::rebuild(log.region(), sb, opts.reuse_after, opts.clock.clone());
         let mut report = OpenReport {
             journal,
             bad_headers: alloc.faults.clone(),
@@ -294,8 +305,30 @@ impl<R: Region> Pool<R> {
         let mut pool = Pool::assemble(log, sb, alloc, header);
         pool.recover(recs, &mut report)?;
         pool.log.region_mut().start_verifying();
+        pool.heal_headers(&mut report, &opts)?;
         pool.guard()?;
         Ok((pool, report))
+    }
+
+    /// In a pool that heals, headers that failed their checks are most likely on a damaged
+    /// page: each such page is rebuilt from its stripe, and the allocator rebuilt from the
+    /// healed headers (its state is DRAM only), so that their blocks are not quarantined
+    /// for a whole session.
+    fn heal_headers(&mut self, report: &mut OpenReport, opts: &PoolOptions) -> Result<(), HeapError> {
+        if !self.heals() || !opts.rebuild_headers || report.bad_headers.is_empty() {
+            return Ok(());
+        }
+        let before = self.heal_stats().pages_repaired;
+        for b in report.bad_headers.clone() {
+            // A page beyond repair keeps its quarantine.
+            let _ = self.verify(b.at, 64);
+        }
+        report.header_pages_rebuilt = self.heal_stats().pages_repaired - before;
+        if report.header_pages_rebuilt > 0 {
+            self.alloc = Allocator::rebuild(self.log.region(), self.sb, opts.reuse_after, opts.clock.clone());
+            report.bad_headers = self.alloc.faults.clone();
+        }
+        Ok(())
     }
 
     /// Asks the region to keep the heap's pages (the pool header page and the runs)
