@@ -104,24 +104,32 @@ impl Shared {
         Ok(())
     }
 
-    /// The worker: every `quantum`, the requests at least that old.
+    /// The worker: every `quantum`, the requests at least that old, protected a few hundred
+    /// pages at a time with the lock let go between, so that a writer waits for one batch
+    /// of calls at most, not for a whole quantum's.
     fn run(&self, quantum: Duration) {
-        let mut st = self.state.lock().expect("guard state");
+        const BATCH: usize = 256;
         loop {
-            let (next, _) = self.wake.wait_timeout(st, quantum).expect("guard state");
-            st = next;
-            if st.stop {
-                return;
-            }
-            let now = Instant::now();
-            let due = st.queue.partition_point(|&(_, t)| now.duration_since(t) >= quantum);
-            let st = &mut *st;
-            let mut pages: Vec<usize> =
-                st.queue.drain(..due).map(|(p, _)| p).filter(|&p| st.pages[p] == Page::Pending).collect();
+            let mut pages: Vec<usize> = {
+                let st = self.state.lock().expect("guard state");
+                let (mut st, _) = self.wake.wait_timeout(st, quantum).expect("guard state");
+                if st.stop {
+                    return;
+                }
+                let now = Instant::now();
+                let due = st.queue.partition_point(|&(_, t)| now.duration_since(t) >= quantum);
+                st.queue.drain(..due).map(|(p, _)| p).collect()
+            };
             pages.sort_unstable();
             pages.dedup();
-            // A failed mprotect leaves pages writable: weaker, never wrong.
-            let _ = self.protect(st, &pages);
+            for batch in pages.chunks(BATCH) {
+                let mut st = self.state.lock().expect("guard state");
+                // Written since the request: cancelled.
+                let still: Vec<usize> =
+                    batch.iter().copied().filter(|&p| st.pages[p] == Page::Pending).collect();
+                // A failed mprotect leaves pages writable: weaker, never wrong.
+                let _ = self.protect(&mut st, &still);
+            }
         }
     }
 }
