@@ -48,7 +48,7 @@ struct Done {
 
 pub(crate) fn run(args: &InjectArgs, seed: u64) -> Result<(), PoolInjectError> {
     let region = MmapRegion::open(&args.image).map_err(|_| PoolInjectError::NotAPool)?;
-    let (mut pool, _) = Pool::open(region, PoolOptions::default()).map_err(|_| PoolInjectError::NotAPool)?;
+    let (pool, _) = Pool::open(region, PoolOptions::default()).map_err(|_| PoolInjectError::NotAPool)?;
     let file = args.image.display().to_string();
     let Some(geo) = pool.geometry() else {
         return Err(CliError::Usage(format!(
@@ -56,14 +56,20 @@ pub(crate) fn run(args: &InjectArgs, seed: u64) -> Result<(), PoolInjectError> {
         ))
         .into());
     };
-    let mut rng = Rng::new(seed ^ 0x9E1D_0F7A_26E7);
+    // Closed first: the damage is made to a closed pool, as a wild write between runs would
+    // be, and the next open finds it rather than taking it in.
     // Pages that hold something (a zero page has nothing to lose), as NAND's programmed ones.
-    let used: Vec<u64> = (0..geo.pages)
-        .filter(|&p| {
-            let at = geo.page_at(p) as usize;
-            pool.region().bytes()[at..at + 4096].iter().any(|&b| b != 0)
-        })
-        .collect();
+    let used_pages = |pool: &Pool<MmapRegion>| -> Vec<u64> {
+        (0..geo.pages)
+            .filter(|&p| {
+                let at = geo.page_at(p) as usize;
+                pool.region().bytes()[at..at + 4096].iter().any(|&b| b != 0)
+            })
+            .collect()
+    };
+    let used = used_pages(&pool);
+    let mut region = pool.close();
+    let mut rng = Rng::new(seed ^ 0x9E1D_0F7A_26E7);
     let pick = |rng: &mut Rng, page: Option<u32>, pages: u32| -> Result<Vec<u64>, CliError> {
         match page {
             Some(p) if (p as u64) < geo.pages => Ok(vec![p as u64]),
@@ -81,10 +87,8 @@ pub(crate) fn run(args: &InjectArgs, seed: u64) -> Result<(), PoolInjectError> {
                 let mut flipped = Vec::new();
                 for _ in 0..*bits {
                     let bit = rng.below(4096 * 8);
-                    let byte = pool.region().bytes()[(at + bit / 8) as usize] ^ (1 << (bit % 8));
-                    pool.region_mut()
-                        .corrupt((at + bit / 8) as usize, &[byte])
-                        .map_err(|e| failed(&file, e))?;
+                    let byte = region.bytes()[(at + bit / 8) as usize] ^ (1 << (bit % 8));
+                    region.corrupt((at + bit / 8) as usize, &[byte]).map_err(|e| failed(&file, e))?;
                     flipped.push(bit);
                 }
                 let list: Vec<String> = flipped.iter().map(|b| b.to_string()).collect();
@@ -96,7 +100,7 @@ pub(crate) fn run(args: &InjectArgs, seed: u64) -> Result<(), PoolInjectError> {
                 let at = geo.page_at(p);
                 let mut garbage = vec![0u8; 4096];
                 rng.fill(&mut garbage);
-                pool.region_mut().corrupt(at as usize, &garbage).map_err(|e| failed(&file, e))?;
+                region.corrupt(at as usize, &garbage).map_err(|e| failed(&file, e))?;
                 done.push(Done { what: "lost-page", page: p, at, detail: String::new() });
             }
         }
@@ -105,8 +109,8 @@ pub(crate) fn run(args: &InjectArgs, seed: u64) -> Result<(), PoolInjectError> {
             if from.max(to) >= geo.pages {
                 return Err(CliError::Usage(format!("{file}: the pool has {} pages", geo.pages)).into());
             }
-            let bytes = pool.region().bytes()[geo.page_at(from) as usize..][..4096].to_vec();
-            pool.region_mut().corrupt(geo.page_at(to) as usize, &bytes).map_err(|e| failed(&file, e))?;
+            let bytes = region.bytes()[geo.page_at(from) as usize..][..4096].to_vec();
+            region.corrupt(geo.page_at(to) as usize, &bytes).map_err(|e| failed(&file, e))?;
             done.push(Done {
                 what: "misdirected",
                 page: to,
@@ -120,8 +124,8 @@ pub(crate) fn run(args: &InjectArgs, seed: u64) -> Result<(), PoolInjectError> {
             );
         }
     }
-    let len = pool.region().len();
-    pool.region_mut().persist(0, len).map_err(|e| failed(&file, e))?;
+    let len = region.len();
+    region.persist(0, len).map_err(|e| failed(&file, e))?;
     for d in &done {
         if args.json {
             println!(

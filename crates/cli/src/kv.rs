@@ -115,6 +115,7 @@ pub fn run(a: KvArgs) -> Result<u8, CliError> {
                 .map_err(|e| CliError::Target(format!("{}: {e}", file.display())))?;
             let mut pool = Pool::create(region, PoolOptions { stripes, ..PoolOptions::default() })?;
             Kv::create(&mut pool)?;
+            pool.close();
             let heals = stripes.map_or(String::new(), |s| format!(", healing in stripes of {}+{}", s.k, s.m));
             println!(
                 "{}: a key-value store in a pool of {}{heals}",
@@ -132,12 +133,15 @@ pub fn run(a: KvArgs) -> Result<u8, CliError> {
             };
             let (mut pool, _, kv) = open(&file)?;
             kv.put(&mut pool, key.as_bytes(), &value)?;
+            pool.close();
         }
         KvCommand::Get { file, key, json } => {
             let (mut pool, _, kv) = open(&file)?;
             // One read: checking every page it reads costs nothing a person would notice.
             pool.set_read_check(ReadCheck::Every);
-            let Some(v) = kv.get_healing(&mut pool, key.as_bytes())? else {
+            let got = kv.get_healing(&mut pool, key.as_bytes())?;
+            pool.close();
+            let Some(v) = got else {
                 return Err(CliError::Failed(format!("no key {key:?}")));
             };
             if json {
@@ -153,7 +157,9 @@ pub fn run(a: KvArgs) -> Result<u8, CliError> {
         }
         KvCommand::Del { file, key } => {
             let (mut pool, _, kv) = open(&file)?;
-            if !kv.delete(&mut pool, key.as_bytes())? {
+            let found = kv.delete(&mut pool, key.as_bytes())?;
+            pool.close();
+            if !found {
                 return Err(CliError::Failed(format!("no key {key:?}")));
             }
         }
@@ -230,6 +236,7 @@ fn load(file: &Path, input: &Path) -> Result<(), CliError> {
         eprintln!();
     }
     println!("{}: {entries} entries loaded; the store holds {}", file.display(), kv.len(&pool)?);
+    pool.close();
     Ok(())
 }
 
@@ -387,6 +394,7 @@ fn scrub(file: &Path, full: bool, json: bool) -> Result<u8, CliError> {
             println!("  {l}");
         }
     }
+    pool.close();
     Ok(if r.beyond_repair.is_empty() { 0 } else { EXIT_PROBLEMS })
 }
 

@@ -870,7 +870,8 @@ mod tests {
     fn fresh_of(version: u32, runs: u32, reuse_after: Duration, clock: Clock) -> (CrashRegion, Allocator) {
         let first_run = 4096;
         let region = CrashRegion::new((first_run + runs as u64 * RUN) as usize);
-        let sb = Superblock { version, first_run, runs, journal: 0, pool_id: POOL_ID, shape: None };
+        let sb =
+            Superblock { version, first_run, runs, journal: 0, pool_id: POOL_ID, shape: None, closed: false };
         let a = Allocator::rebuild(&region, sb, reuse_after, clock);
         (region, a)
     }

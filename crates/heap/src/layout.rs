@@ -66,6 +66,7 @@ mod superblock_at {
     /// Version 5: data and parity pages per stripe.
     pub const STRIPE_K: usize = 40;
     pub const STRIPE_M: usize = 41;
+    pub const CLOSED: usize = 42;
     /// CRC-32C of the bytes before it.
     pub const CRC: usize = 60;
     pub const LEN: usize = 64;
@@ -84,6 +85,9 @@ pub struct Superblock {
     /// Version 5: the stripes of parity and signatures over the pages (FORMAT.md section 9,
     /// "Stripes"); older pools have none.
     pub shape: Option<StripeShape>,
+    /// Version 6: the pool was closed with every store fenced, its parity and signatures
+    /// with it ([`crate::Pool::close`]); cleared at open before anything is stored.
+    pub closed: bool,
 }
 
 impl Superblock {
@@ -101,6 +105,10 @@ impl Superblock {
             debug_assert!(self.version >= 5, "only version 5 and 6 pools have stripes");
             b[at::STRIPE_K] = shape.k;
             b[at::STRIPE_M] = shape.m;
+        }
+        if self.closed {
+            debug_assert!(self.version > HEAP_VERSION_UNCHECKED, "only version 6 pools are marked closed");
+            b[at::CLOSED] = 1;
         }
         let crc = crc32c(&b[..at::CRC]);
         le::put_u32(&mut b, at::CRC, crc);
@@ -134,6 +142,7 @@ impl Superblock {
                 ..=4 => None,
                 _ => Some(StripeShape { k: b[at::STRIPE_K], m: b[at::STRIPE_M] }.check()?),
             },
+            closed: version > HEAP_VERSION_UNCHECKED && b[at::CLOSED] == 1,
         })
     }
 
@@ -547,6 +556,7 @@ mod tests {
             journal: 300_000,
             pool_id: 12,
             shape: Some(StripeShape { k: 8, m: 2 }),
+            closed: true,
         };
         let e = sb.encode();
         assert_eq!(Superblock::decode(&e).unwrap(), sb);
@@ -559,16 +569,19 @@ mod tests {
             b
         };
         assert!(matches!(Superblock::decode(&with_version(7)), Err(HeapError::Version { found: 7, .. })));
-        assert_eq!(Superblock::decode(&with_version(5)).unwrap(), Superblock { version: 5, ..sb });
+        assert_eq!(
+            Superblock::decode(&with_version(5)).unwrap(),
+            Superblock { version: 5, closed: false, ..sb }
+        );
         assert!(matches!(Superblock::decode(&with_version(0)), Err(HeapError::Version { found: 0, .. })));
         // Older versions have no stripes, whatever the bytes say.
         assert_eq!(
             Superblock::decode(&with_version(1)).unwrap(),
-            Superblock { version: 1, shape: None, ..sb }
+            Superblock { version: 1, shape: None, closed: false, ..sb }
         );
         assert_eq!(
             Superblock::decode(&with_version(2)).unwrap(),
-            Superblock { version: 2, shape: None, ..sb }
+            Superblock { version: 2, shape: None, closed: false, ..sb }
         );
     }
 }

@@ -75,6 +75,8 @@ pub struct OpenReport {
     /// Pages under bad headers rebuilt from their stripes at open (a pool that heals), the
     /// allocator then rebuilt from the healed headers.
     pub header_pages_rebuilt: u64,
+    /// The pool had been closed cleanly ([`Pool::close`]): nothing was recomputed.
+    pub was_closed: bool,
 }
 
 /// How often a checkout runs at the least.
@@ -186,6 +188,7 @@ impl<R: Region> Pool<R> {
             journal: log.footprint() as u32,
             pool_id,
             shape,
+            closed: false,
         };
         let region = log.region_mut();
         // Every run unassigned (a region reused from an earlier pool holds old headers).
@@ -266,11 +269,21 @@ impl<R: Region> Pool<R> {
         if sb.journal as usize != log.footprint() || end as usize > log.region().len() {
             return Err(HeapError::NotAPool { why: "the superblock disagrees with the region".into() });
         }
+        // A pool closed cleanly needs no recompute of its parity and signatures (nothing was
+        // torn), and must not take in damage made while it was closed: its stores check the
+        // lines they overwrite from the first one on. The mark goes before anything is
+        // stored (copy A first: read first, a crash between leaves it open).
+        let clean = sb.closed;
         // Protected before anything below writes a page.
         if let Some(geo) = geo {
             log.region_mut().protect(geo);
+            if clean {
+                log.region_mut().start_verifying();
+            }
         }
-        for copy in &damaged {
+        sb.closed = false;
+        let rewrite: Vec<u64> = if clean { vec![SUPERBLOCK_A, SUPERBLOCK_B] } else { damaged.clone() };
+        for copy in &rewrite {
             let at = (header + copy) as usize;
             log.region_mut().write(at, &sb.encode())?;
             log.region_mut().persist(at, 64)?;
@@ -300,10 +313,15 @@ impl<R: Region> Pool<R> {
             journal_repairs,
             torn_commit,
             upgraded_from,
+            was_closed: clean,
             ..OpenReport::default()
         };
         let mut pool = Pool::assemble(log, sb, alloc, header);
-        pool.recover(recs, &mut report)?;
+        // A closed pool's journal was emptied at close; one that is not was never closed
+        // by this build, and is recovered as after a crash.
+        let clean = clean && recs.is_empty();
+        report.was_closed = clean;
+        pool.recover(recs, &mut report, clean)?;
         pool.log.region_mut().start_verifying();
         pool.heal_headers(&mut report, &opts)?;
         pool.guard()?;
@@ -548,7 +566,32 @@ impl<R: Region> Pool<R> {
     /// Gives the region back (what a crash or a close does; nothing is pending outside a
     /// transaction).
     pub fn into_region(self) -> R {
+        self.close()
+    }
+
+    /// Closes the pool: every store fenced, and a version 6 pool marked closed, so that the
+    /// next open recomputes nothing (and a wild write made while it was closed is found, not
+    /// taken in). A pool dropped without it is opened as after a crash. Gives the region
+    /// back. If the mark cannot be written the pool stays as after a crash: safe, slower.
+    pub fn close(mut self) -> R {
+        if self.sb.version > HEAP_VERSION_UNCHECKED && self.heals() {
+            let _ = self.mark_closed();
+        }
         self.log.into_region().into_inner()
+    }
+
+    fn mark_closed(&mut self) -> Result<(), HeapError> {
+        // The journal emptied first (old blocks of pointer-logged writes released): the next
+        // open has nothing to recover, and so nothing to take on trust.
+        self.checkout()?;
+        self.log.region_mut().fence()?;
+        let sb = Superblock { closed: true, ..self.sb };
+        for copy in [SUPERBLOCK_A, SUPERBLOCK_B] {
+            let at = (self.header + copy) as usize;
+            self.log.region_mut().write(at, &sb.encode())?;
+            self.log.region_mut().persist(at, 64)?;
+        }
+        Ok(())
     }
 
     /// The root object (none: [`Ptr::NULL`]).

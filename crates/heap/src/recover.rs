@@ -145,12 +145,16 @@ fn write_line<R: Region>(region: &mut R, at: u64, bytes: &[u8]) -> Result<(), He
 }
 
 impl<R: Region> Pool<R> {
+    /// `clean`: the pool was closed cleanly, and its parity and signatures need no
+    /// recompute (see [`Pool::close`]).
     pub(crate) fn recover(
         &mut self,
         recs: Vec<(u64, Rec)>,
         report: &mut OpenReport,
+        clean: bool,
     ) -> Result<(), HeapError> {
-        let linked = self.alloc.linked.clone();
+        // Nothing torn to recompute after a clean close: an empty list skips it.
+        let linked = if clean { Vec::new() } else { self.alloc.linked.clone() };
         if recs.is_empty() {
             self.resolve_links(report);
             self.recompute_links(&linked)?;
@@ -210,7 +214,9 @@ impl<R: Region> Pool<R> {
                 report.blocks_settled += 1;
             }
         }
-        self.recompute_named(&recs)?;
+        if !clean {
+            self.recompute_named(&recs)?;
+        }
         self.recompute_links(&linked)?;
         // The settled headers durable before the records that stand for them are trimmed
         // (and the parity and signatures recomputed for them).

@@ -503,6 +503,35 @@ fn the_scrubber_thread_rebuilds_flips_while_a_workload_runs() {
 }
 
 #[test]
+fn damage_made_while_the_pool_was_closed_is_found_not_taken_in() {
+    // A block allocated into a slot is linked to it: after a crash, the next open recomputes
+    // the signature of its header's page, which would take in damage made while closed.
+    let mut pool = Pool::create(RamRegion::new(6 << 20), opts(8, 2)).unwrap();
+    let root = busy(&mut pool, &mut Rng::new(47), 150).unwrap();
+    let slot = pool.slot(root, 63 * 8).unwrap();
+    pool.free_from(slot).unwrap();
+    let linked = pool.alloc_into(slot, 300).unwrap();
+    pool.tx(|tx| tx.write(linked, 0, &[0x42; 300])).unwrap();
+    let live = objects(&pool, root);
+    let mut region = pool.close();
+    // Into the object's bytes, beside its (intact, linked) header.
+    region.corrupt(linked.0 as usize + 100, &[0x3C; 64]).unwrap();
+    {
+        let (mut pool, report) = Pool::open(&mut region, opts(1, 0)).unwrap();
+        assert!(report.was_closed, "{report:?}");
+        pool.verify(linked.0, 300).unwrap();
+        for (s, p, want) in &live {
+            assert_eq!(pool.object(*p).unwrap(), &want[..], "slot {s}");
+        }
+        assert_eq!(pool.object(linked).unwrap(), &[0x42; 300][..]);
+        pool.tx(|tx| tx.write(root, 0, &[7; 8])).unwrap();
+        // Dropped, not closed.
+    }
+    let (_, report) = Pool::open(&mut region, opts(1, 0)).unwrap();
+    assert!(!report.was_closed, "a pool dropped without close opens as after a crash");
+}
+
+#[test]
 fn a_page_of_block_headers_wiped_is_rebuilt_at_open_and_nothing_is_quarantined() {
     let mut pool = Pool::create(RamRegion::new(6 << 20), opts(8, 2)).unwrap();
     // Objects allocated in transactions only: a linked header (alloc_into) has its page's
