@@ -564,3 +564,26 @@ fn a_page_of_block_headers_wiped_is_rebuilt_at_open_and_nothing_is_quarantined()
         assert_eq!(pool.object(*p).unwrap(), &want[..], "object at {:#x}", p.0);
     }
 }
+
+#[test]
+fn a_full_healing_pool_refuses_honestly_and_keeps_everything_it_acknowledged() {
+    use bitmend_heap::kv::Kv;
+    let mut pool = Pool::create(RamRegion::new(3 << 20), opts(4, 2)).unwrap();
+    let kv = Kv::create(&mut pool).unwrap();
+    let mut kept = Vec::new();
+    let refused = loop {
+        let i = kept.len() as u32;
+        match kv.put(&mut pool, &i.to_be_bytes(), &vec![i as u8; 3000]) {
+            Ok(()) => kept.push(i),
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(refused, HeapError::Full { .. }), "{refused:?}");
+    assert!(kept.len() > 100, "{} keys before the pool filled", kept.len());
+    let r = pool.scrub(ScrubPass::Full).unwrap();
+    assert_eq!((r.bad_pages, r.checks_rewritten), (0, 0), "the refused put left nothing half-patched: {r:?}");
+    let (pool, _) = Pool::open(pool.close(), opts(1, 0)).unwrap();
+    for &i in &kept {
+        assert_eq!(kv.get(&pool, &i.to_be_bytes()).unwrap(), Some(vec![i as u8; 3000]), "key {i}");
+    }
+}
