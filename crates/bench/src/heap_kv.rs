@@ -121,6 +121,8 @@ fn verified_gets(keys: &[u64], gets: &[u64], pool_len: usize, runs: usize, emit:
         ("ER (every read)", ReadCheck::Every),
         ("LC (last check a tick ago)", ReadCheck::AfterCheck(tick)),
         ("LU (last use a tick ago)", ReadCheck::AfterUse(tick)),
+        // Where the interval would have to be for the checks to cost little.
+        ("LC (last check 1000 ticks ago)", ReadCheck::AfterCheck(tick * 1000)),
         ("none", ReadCheck::Background),
     ];
     let mut ns = vec![Vec::new(); modes.len()];

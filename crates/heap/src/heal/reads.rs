@@ -73,7 +73,11 @@ impl ReadChecker {
     /// Microseconds since the pool was opened, never 0 (which means "never"), as of at most
     /// [`CLOCK_EVERY`] checks ago.
     fn now(&self) -> u64 {
-        if self.calls.fetch_add(1, Ordering::Relaxed).is_multiple_of(CLOCK_EVERY) {
+        // A plain load and store, not a locked add: a lost count between two threads only
+        // moves the next clock read.
+        let n = self.calls.load(Ordering::Relaxed);
+        self.calls.store(n.wrapping_add(1), Ordering::Relaxed);
+        if n.is_multiple_of(CLOCK_EVERY) {
             self.now.store(self.epoch.elapsed().as_micros() as u64 + 1, Ordering::Relaxed);
         }
         self.now.load(Ordering::Relaxed)
