@@ -404,12 +404,16 @@ fn stat(file: &Path, json: bool) -> Result<(), CliError> {
     let t = kv.check(&pool)?;
     let wear = pool.wear_histogram();
     let (log_used, log_cap) = pool.journal_use();
+    // The protection: stripes k+m over how many pages, and the version that says so.
+    let geo = pool.geometry();
+    let stripes = geo.map_or("null".to_string(), |g| format!("\"{}+{}\"", g.shape.k, g.shape.m));
     if json {
         let w: Vec<String> = wear.iter().map(|n| n.to_string()).collect();
         println!(
             "{{\"file\": {}, \"capacity\": {}, \"entries\": {}, \"nodes\": {}, \"depth\": {}, \"value_blocks\": {}, \
              \"allocated_blocks\": {}, \"free_blocks\": {}, \"quarantined_blocks\": {}, \"unassigned_runs\": {}, \
-             \"journal_used\": {log_used}, \"journal_capacity\": {log_cap}, \"wear_histogram\": [{}]}}",
+             \"journal_used\": {log_used}, \"journal_capacity\": {log_cap}, \"version\": {}, \"stripes\": {stripes}, \
+             \"protected_pages\": {}, \"wear_histogram\": [{}]}}",
             json_str(&file.display().to_string()),
             pool.capacity(),
             t.entries,
@@ -420,10 +424,19 @@ fn stat(file: &Path, json: bool) -> Result<(), CliError> {
             a.free_blocks + a.cooling_blocks,
             a.quarantined_blocks,
             a.unassigned_runs,
+            pool.version(),
+            geo.map_or(0, |g| g.pages),
             w.join(", ")
         );
     } else {
-        println!("{}: bitmend key-value store", file.display());
+        println!("{}: bitmend key-value store (pool version {})", file.display(), pool.version());
+        match geo {
+            Some(g) => println!(
+                "  healing        stripes of {}+{} over {} pages: up to {} bad pages per stripe rebuilt",
+                g.shape.k, g.shape.m, g.pages, g.shape.m
+            ),
+            None => println!("  healing        none (made without --stripes): damage is not detected"),
+        }
         println!(
             "  pool           {} of runs, {} runs unassigned",
             crate::units::show_size(pool.capacity()),
