@@ -362,33 +362,30 @@ fn scrub(file: &Path, full: bool, json: bool) -> Result<u8, CliError> {
     r.pages_repaired += at_open;
     r.bad_pages += at_open;
     let lines = damage_lines(&pool, &kv, &ScrubReport { damaged: r.beyond_repair.clone(), ..r.clone() })?;
+    // Each figure named once, for both printers.
+    let ScrubReport {
+        stripes_checked,
+        cheap_mismatches,
+        bad_pages,
+        pages_repaired,
+        sigs_rewritten,
+        checks_rewritten,
+        ..
+    } = &r;
+    let pass = if full { "full" } else { "cheap" };
     if json {
         let left: Vec<String> = r.beyond_repair.iter().map(|p| p.to_string()).collect();
         let keys: Vec<String> = lines.iter().filter(|l| l.starts_with("key ")).map(|l| json_str(l)).collect();
         println!(
-            "{{\"file\": {}, \"pass\": \"{}\", \"stripes_checked\": {}, \"cheap_mismatches\": {}, \"bad_pages\": {}, \"pages_repaired\": {}, \"sigs_rewritten\": {}, \"checks_rewritten\": {}, \"rebuilt_at_open\": {at_open}, \"beyond_repair\": [{}], \"damaged_keys\": [{}]}}",
+            "{{\"file\": {}, \"pass\": \"{pass}\", \"stripes_checked\": {stripes_checked}, \"cheap_mismatches\": {cheap_mismatches}, \"bad_pages\": {bad_pages}, \"pages_repaired\": {pages_repaired}, \"sigs_rewritten\": {sigs_rewritten}, \"checks_rewritten\": {checks_rewritten}, \"rebuilt_at_open\": {at_open}, \"beyond_repair\": [{}], \"damaged_keys\": [{}]}}",
             json_str(&file.display().to_string()),
-            if full { "full" } else { "cheap" },
-            r.stripes_checked,
-            r.cheap_mismatches,
-            r.bad_pages,
-            r.pages_repaired,
-            r.sigs_rewritten,
-            r.checks_rewritten,
             left.join(", "),
             keys.join(", ")
         );
     } else {
         println!(
-            "{}: {} pass, {} stripes checked ({} inconsistent in the table), {} bad pages, {} rebuilt ({at_open} of them as the pool opened, under damaged headers), {} signatures and {} line checks rewritten",
-            file.display(),
-            if full { "full" } else { "cheap" },
-            r.stripes_checked,
-            r.cheap_mismatches,
-            r.bad_pages,
-            r.pages_repaired,
-            r.sigs_rewritten,
-            r.checks_rewritten
+            "{}: {pass} pass, {stripes_checked} stripes checked ({cheap_mismatches} inconsistent in the table), {bad_pages} bad pages, {pages_repaired} rebuilt ({at_open} of them as the pool opened, under damaged headers), {sigs_rewritten} signatures and {checks_rewritten} line checks rewritten",
+            file.display()
         );
         for l in shown(&lines) {
             println!("  {l}");

@@ -35,6 +35,20 @@ pub struct ScrubReport {
     pub damaged: Vec<u64>,
 }
 
+impl ScrubReport {
+    /// Adds what another scrub (a step of the same one) found and did.
+    pub fn absorb(&mut self, r: ScrubReport) {
+        self.stripes_checked += r.stripes_checked;
+        self.cheap_mismatches += r.cheap_mismatches;
+        self.bad_pages += r.bad_pages;
+        self.pages_repaired += r.pages_repaired;
+        self.sigs_rewritten += r.sigs_rewritten;
+        self.checks_rewritten += r.checks_rewritten;
+        self.beyond_repair.extend(r.beyond_repair);
+        self.damaged.extend(r.damaged);
+    }
+}
+
 impl<R: Region> Pool<R> {
     /// Whether this pool keeps signatures and parity over its pages (version 5).
     pub fn heals(&self) -> bool {

@@ -81,7 +81,7 @@ fn run<R: Region>(
             let stripes = pool.stripes();
             (pool.scrub_stripes(next..next + STEP, opts.pass)?, stripes)
         };
-        add(&mut report.total, r);
+        report.total.absorb(r);
         next += STEP;
         if next >= stripes {
             next = 0;
@@ -93,15 +93,4 @@ fn run<R: Region>(
         }
     }
     Ok(report)
-}
-
-fn add(t: &mut ScrubReport, r: ScrubReport) {
-    t.stripes_checked += r.stripes_checked;
-    t.cheap_mismatches += r.cheap_mismatches;
-    t.bad_pages += r.bad_pages;
-    t.pages_repaired += r.pages_repaired;
-    t.sigs_rewritten += r.sigs_rewritten;
-    t.checks_rewritten += r.checks_rewritten;
-    t.beyond_repair.extend(r.beyond_repair);
-    t.damaged.extend(r.damaged);
 }

@@ -168,13 +168,12 @@ impl Guarded {
     /// Makes the guarded pages under `[offset, offset + len)` writable before a store.
     fn open_up(&mut self, offset: usize, len: usize) -> Result<(), RegionError> {
         let Some(shared) = &self.shared else { return Ok(()) };
-        let n = shared.state.lock().expect("guard state").pages.len();
+        let mut st = shared.state.lock().expect("guard state");
         let lo = (offset / PAGE).max(shared.first);
-        let hi = (offset + len).div_ceil(PAGE).min(shared.first + n);
+        let hi = (offset + len).div_ceil(PAGE).min(shared.first + st.pages.len());
         if lo >= hi {
             return Ok(());
         }
-        let mut st = shared.state.lock().expect("guard state");
         let mut p = lo - shared.first;
         while p < hi - shared.first {
             match st.pages[p] {
