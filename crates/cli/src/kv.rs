@@ -373,11 +373,13 @@ fn scrub(file: &Path, full: bool, json: bool) -> Result<u8, CliError> {
         ..
     } = &r;
     let pass = if full { "full" } else { "cheap" };
+    // Lines damaged while a crashed pool was down, rebuilt before its recovery.
+    let mended = opened.lines_mended;
     if json {
         let left: Vec<String> = r.beyond_repair.iter().map(|p| p.to_string()).collect();
         let keys: Vec<String> = lines.iter().filter(|l| l.starts_with("key ")).map(|l| json_str(l)).collect();
         println!(
-            "{{\"file\": {}, \"pass\": \"{pass}\", \"stripes_checked\": {stripes_checked}, \"cheap_mismatches\": {cheap_mismatches}, \"bad_pages\": {bad_pages}, \"pages_repaired\": {pages_repaired}, \"sigs_rewritten\": {sigs_rewritten}, \"checks_rewritten\": {checks_rewritten}, \"rebuilt_at_open\": {at_open}, \"beyond_repair\": [{}], \"damaged_keys\": [{}]}}",
+            "{{\"file\": {}, \"pass\": \"{pass}\", \"stripes_checked\": {stripes_checked}, \"cheap_mismatches\": {cheap_mismatches}, \"bad_pages\": {bad_pages}, \"pages_repaired\": {pages_repaired}, \"sigs_rewritten\": {sigs_rewritten}, \"checks_rewritten\": {checks_rewritten}, \"rebuilt_at_open\": {at_open}, \"lines_mended_before_recovery\": {mended}, \"beyond_repair\": [{}], \"damaged_keys\": [{}]}}",
             json_str(&file.display().to_string()),
             left.join(", "),
             keys.join(", ")
@@ -387,6 +389,11 @@ fn scrub(file: &Path, full: bool, json: bool) -> Result<u8, CliError> {
             "{}: {pass} pass, {stripes_checked} stripes checked ({cheap_mismatches} inconsistent in the table), {bad_pages} bad pages, {pages_repaired} rebuilt ({at_open} of them as the pool opened, under damaged headers), {sigs_rewritten} signatures and {checks_rewritten} line checks rewritten",
             file.display()
         );
+        if mended > 0 {
+            println!(
+                "  {mended} lines damaged while the pool was down after a crash, rebuilt before its recovery"
+            );
+        }
         for l in shown(&lines) {
             println!("  {l}");
         }

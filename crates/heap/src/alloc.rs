@@ -147,6 +147,10 @@ pub(crate) struct Allocator {
     /// [`Pool::open`](crate::Pool::open) has looked at the slots (after the journal's
     /// rollback, which may restore them).
     pub linked: Vec<(Ptr, u64)>,
+    /// Allocated blocks whose headers still name the slot they were linked to: unlinked
+    /// ([`unlink`](Allocator::unlink) rewrites word 0 alone) with no journal record, so
+    /// recovery after a crash recomputes their headers' parity and signatures.
+    pub unlinked: Vec<Ptr>,
 }
 
 impl Allocator {
@@ -298,6 +302,7 @@ impl Allocator {
             layout: sb.header_layout(),
             plans: 0,
             linked: Vec::new(),
+            unlinked: Vec::new(),
         };
         let bytes = region.bytes();
         let mut run = 0u32;
@@ -370,7 +375,12 @@ impl Allocator {
                 self.faults.push(BadHeader { at, run: false, fault: HeaderFault::Contents });
                 Slot::Quarantined
             }
-            Ok(h) if h.state == BlockState::Allocated => Slot::Allocated,
+            Ok(h) if h.state == BlockState::Allocated => {
+                if h.link != 0 {
+                    self.unlinked.push(Ptr(at + BLOCK_HEADER));
+                }
+                Slot::Allocated
+            }
             Ok(h) if h.state == BlockState::Linked && h.link != 0 => {
                 self.linked.push((Ptr(at + BLOCK_HEADER), h.link as u64 * 8));
                 Slot::Allocated

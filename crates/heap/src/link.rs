@@ -129,7 +129,10 @@ impl<R: Region> Pool<R> {
     }
 
     fn alloc_into_unsealed(&mut self, slot: Slot, len: u64) -> Result<Ptr, HeapError> {
-        let linkable = self.alloc.links(len) && slot.at / 8 <= u32::MAX as u64;
+        // Not in a pool that heals: a crash can tear the linked header's store so that it
+        // reads as the free header it was, and nothing would then name the block for
+        // recovery to recompute its page's parity and signature. A transaction names it.
+        let linkable = !self.heals() && self.alloc.links(len) && slot.at / 8 <= u32::MAX as u64;
         let plan = match linkable {
             true => Some(self.plan(len)?),
             false => None,

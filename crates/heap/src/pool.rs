@@ -77,6 +77,12 @@ pub struct OpenReport {
     pub header_pages_rebuilt: u64,
     /// The pool had been closed cleanly ([`Pool::close`]): nothing was recomputed.
     pub was_closed: bool,
+    /// After a crash, in a pool with line checks: lines damaged while the pool was down,
+    /// rebuilt from their stripes before recovery (which would have taken them in).
+    pub lines_mended: u64,
+    /// Data pages (by number) with damage that could not be rebuilt before recovery: they
+    /// read as damaged, never as their bytes.
+    pub pages_left_damaged: Vec<u64>,
 }
 
 /// How often a checkout runs at the least.
@@ -302,10 +308,31 @@ impl<R: Region> Pool<R> {
             }
         }
         let mut recs = crate::recover::heap_records(&mut log)?;
-        let torn_commit = crate::recover::drop_torn_commit(log.region(), &mut recs);
         let journal_repairs = log.take_repairs().len();
-        crate::recover::finish_formats(log.region_mut(), sb, &recs)?;
-        let alloc = Allocator::rebuild(log.region(), sb, opts.reuse_after, opts.clock.clone());
+        // A closed pool's journal was emptied at close; one that is not was never closed
+        // by this build, and is recovered as after a crash.
+        let clean = clean && recs.is_empty();
+        let mut alloc = Allocator::rebuild(log.region(), sb, opts.reuse_after, opts.clock.clone());
+        // The superblocks too: the open that a crash cut short may have been writing them.
+        let torn = |recs: &[(u64, Rec)]| match clean {
+            true => Vec::new(),
+            false => {
+                [vec![(header, 128)], crate::recover::torn_ranges(log.region(), sb, &alloc, recs)].concat()
+            }
+        };
+        // Every transaction before the last was fenced, patches and all, before the next
+        // began: only the last one's stores can be torn, and damage anywhere else is found
+        // by the line checks and rebuilt before recovery writes or recomputes anything
+        // (either would take it in). All are recomputed, as ever.
+        let last = recs.last().map(|(id, _)| *id);
+        let last_tx: Vec<(u64, Rec)> = recs.iter().filter(|(id, _)| Some(*id) == last).cloned().collect();
+        let (suspect, torn) = (torn(&last_tx), torn(&recs));
+        let mended = crate::recover::mend(log.region_mut(), &recs, &torn, &suspect)?;
+        let torn_commit = crate::recover::drop_torn_commit(log.region(), &mut recs);
+        let formatted = crate::recover::finish_formats(log.region_mut(), sb, &recs)?;
+        if formatted || mended.lines_rebuilt > 0 {
+            alloc = Allocator::rebuild(log.region(), sb, opts.reuse_after, opts.clock.clone());
+        }
         let mut report = OpenReport {
             journal,
             bad_headers: alloc.faults.clone(),
@@ -314,14 +341,12 @@ impl<R: Region> Pool<R> {
             torn_commit,
             upgraded_from,
             was_closed: clean,
+            lines_mended: mended.lines_rebuilt,
+            pages_left_damaged: mended.pages_beyond,
             ..OpenReport::default()
         };
         let mut pool = Pool::assemble(log, sb, alloc, header);
-        // A closed pool's journal was emptied at close; one that is not was never closed
-        // by this build, and is recovered as after a crash.
-        let clean = clean && recs.is_empty();
-        report.was_closed = clean;
-        pool.recover(recs, &mut report, clean)?;
+        pool.recover(recs, &torn, &mut report)?;
         pool.log.region_mut().start_verifying();
         pool.heal_headers(&mut report, &opts)?;
         pool.guard()?;

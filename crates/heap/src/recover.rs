@@ -11,7 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use bitmend_media::pmem::Region;
 use bitmend_nvlog::NvLog;
 
-use crate::alloc::Ptr;
+use crate::alloc::{Allocator, Ptr};
+use crate::heal::mend::{Mend, MendRanges};
+use crate::heal::Healed;
 use crate::layout::{
     class_size, BlockHeader, BlockState, RunHeader, RunKind, Superblock, BLOCK_HEADER, CLASSES, RUN,
     RUN_HEADER,
@@ -55,12 +57,12 @@ pub(crate) fn drop_torn_commit<R: Region>(region: &R, recs: &mut Vec<(u64, Rec)>
 /// (a crash may have torn its headers), and rewrites, free, the header of any block the
 /// journal names that does not decode (torn while being written; settled to its state
 /// after). Writes only headers the journal vouches for: damage elsewhere stays for the
-/// allocator to quarantine.
+/// allocator to quarantine. Returns whether it wrote.
 pub(crate) fn finish_formats<R: Region>(
-    region: &mut R,
+    region: &mut Healed<R>,
     sb: Superblock,
     recs: &[(u64, Rec)],
-) -> Result<(), HeapError> {
+) -> Result<bool, HeapError> {
     let run_base = |run: u32| sb.first_run + run as u64 * RUN;
     let mut touched = false;
     for (_, r) in recs {
@@ -85,7 +87,10 @@ pub(crate) fn finish_formats<R: Region>(
                     mend_block(region, sb, run_base(run) + RUN_HEADER + i * size, class)?;
                 }
                 // As a format does it: the block headers durable before the run header that
-                // says they are all there.
+                // says they are all there, and (a pool that heals) their parity and
+                // signatures too, so that a run header in place means the run's patches
+                // are whole (see `torn_ranges`).
+                region.recompute(run_base(run), RUN)?;
                 region.fence()?;
                 let h = RunHeader { kind: RunKind::Blocks, class, arg: 0 };
                 write_line(region, run_base(run), &h.encode(run, sb.pool_id))?;
@@ -98,12 +103,9 @@ pub(crate) fn finish_formats<R: Region>(
         }
     }
     for (_, r) in recs {
-        let named: &[Ptr] = match r {
-            Rec::Alloc { p, .. } | Rec::Free(p) => std::slice::from_ref(p),
-            Rec::Pointer { old, new, .. } => &[*old, *new],
-            _ => &[],
-        };
-        for p in named.iter().filter(|p| p.0 >= sb.first_run + RUN_HEADER + BLOCK_HEADER) {
+        for p in
+            blocks_named(r).into_iter().flatten().filter(|p| p.0 >= sb.first_run + RUN_HEADER + BLOCK_HEADER)
+        {
             let run = ((p.0 - sb.first_run) / RUN) as u32;
             if run >= sb.runs {
                 continue;
@@ -121,7 +123,16 @@ pub(crate) fn finish_formats<R: Region>(
     if touched {
         region.fence()?;
     }
-    Ok(())
+    Ok(touched)
+}
+
+/// The blocks a record names, whose headers recovery settles.
+fn blocks_named(r: &Rec) -> [Option<Ptr>; 2] {
+    match r {
+        Rec::Alloc { p, .. } | Rec::Free(p) => [Some(*p), None],
+        Rec::Pointer { old, new, .. } => [Some(*old), Some(*new)],
+        _ => [None, None],
+    }
 }
 
 /// Writes a free header for the block at `at` if its header does not decode as one of
@@ -144,20 +155,96 @@ fn write_line<R: Region>(region: &mut R, at: u64, bytes: &[u8]) -> Result<(), He
     Ok(())
 }
 
+/// The ranges whose parity and signature patches a crash may have torn: every store not yet
+/// fenced is named by a journal record, or is a linked block's header or slot, or an
+/// unlinked block's header. A format whose
+/// run header is in place finished (its block headers, and their patches, were fenced before
+/// that header was written): only the run header is named. Read before recovery writes
+/// anything.
+pub(crate) fn torn_ranges<R: Region>(
+    region: &R,
+    sb: Superblock,
+    alloc: &Allocator,
+    recs: &[(u64, Rec)],
+) -> Vec<(u64, u64)> {
+    let block = |p: Ptr| (p.header(), BLOCK_HEADER + alloc.capacity(p).unwrap_or(0));
+    let mut ranges: Vec<(u64, u64)> = Vec::new();
+    for (_, r) in recs {
+        match r {
+            Rec::Undo(undo) => ranges.extend(undo.iter().map(|(at, b)| (*at, b.len() as u64))),
+            Rec::Alloc { p, .. } => ranges.push(block(*p)),
+            Rec::Free(p) => ranges.push((p.header(), BLOCK_HEADER)),
+            Rec::Pointer { slot, old, new } => {
+                ranges.extend([(*slot, 8), (old.header(), BLOCK_HEADER), block(*new)])
+            }
+            Rec::Commit(Some(w)) => ranges.extend(w.ranges.iter().map(|&(at, len)| (at, len as u64))),
+            &Rec::Format { run, class, runs } => {
+                let base = sb.first_run + run as u64 * RUN;
+                let at = base as usize;
+                let in_place = region.bytes().get(at..at + RUN_HEADER as usize).is_some_and(|b| {
+                    RunHeader::decode(b, run, sb.pool_id)
+                        == Ok(Some(RunHeader { kind: RunKind::Blocks, class, arg: 0 }))
+                });
+                ranges.push(match class {
+                    0 => (base, RUN_HEADER + BLOCK_HEADER),
+                    _ if in_place => (base, RUN_HEADER),
+                    _ => (base, runs.max(1) as u64 * RUN),
+                });
+            }
+            Rec::Begin | Rec::Commit(None) => {}
+        }
+    }
+    for &(p, slot) in &alloc.linked {
+        ranges.extend([(slot, 8), (p.header(), BLOCK_HEADER)]);
+    }
+    ranges.extend(alloc.unlinked.iter().map(|p| (p.header(), BLOCK_HEADER)));
+    ranges
+}
+
+/// Before recovery writes anything to a pool that heals: the last commit's damaged lines,
+/// then every damaged line of the stripes recovery recomputes (`torn`) but those whose
+/// patches may be torn (`suspect`), rebuilt from their stripes (see `heal/mend.rs`).
+/// Returns the lines rebuilt and the pages left damaged.
+pub(crate) fn mend<R: Region>(
+    region: &mut Healed<R>,
+    recs: &[(u64, Rec)],
+    torn: &[(u64, u64)],
+    suspect: &[(u64, u64)],
+) -> Result<Mend, HeapError> {
+    let mut mended = Mend::default();
+    if let Some((_, Rec::Commit(Some(w)))) = recs.last() {
+        let ranges: Vec<(u64, u64)> = w.ranges.iter().map(|&(at, len)| (at, len as u64)).collect();
+        mended.lines_rebuilt += region.mend_written(&ranges, |bytes| w.matches(bytes))?;
+    }
+    // Recovery settles the header of every block the journal names, and an earlier recovery
+    // that a crash cut short may have torn their patches.
+    let settled: Vec<(u64, u64)> = recs
+        .iter()
+        .flat_map(|(_, r)| blocks_named(r).into_iter().flatten())
+        .map(|p| {
+            debug_assert!(p.header().is_multiple_of(64), "a block header starts its line");
+            (p.header(), BLOCK_HEADER)
+        })
+        .collect();
+    let around = region.mend_around(MendRanges { recomputed: torn, suspect, settled: &settled })?;
+    mended.lines_rebuilt += around.lines_rebuilt;
+    mended.checks_rewritten += around.checks_rewritten;
+    mended.pages_beyond = around.pages_beyond;
+    Ok(mended)
+}
+
 impl<R: Region> Pool<R> {
-    /// `clean`: the pool was closed cleanly, and its parity and signatures need no
-    /// recompute (see [`Pool::close`]).
+    /// `torn`: the ranges whose patches a crash may have torn ([`torn_ranges`]; none after
+    /// a clean close), recomputed once recovery has written them.
     pub(crate) fn recover(
         &mut self,
         recs: Vec<(u64, Rec)>,
+        torn: &[(u64, u64)],
         report: &mut OpenReport,
-        clean: bool,
     ) -> Result<(), HeapError> {
-        // Nothing torn to recompute after a clean close: an empty list skips it.
-        let linked = if clean { Vec::new() } else { self.alloc.linked.clone() };
         if recs.is_empty() {
             self.resolve_links(report);
-            self.recompute_links(&linked)?;
+            self.recompute_torn(torn)?;
             self.log.region_mut().fence()?;
             return Ok(());
         }
@@ -214,10 +301,7 @@ impl<R: Region> Pool<R> {
                 report.blocks_settled += 1;
             }
         }
-        if !clean {
-            self.recompute_named(&recs)?;
-        }
-        self.recompute_links(&linked)?;
+        self.recompute_torn(torn)?;
         // The settled headers durable before the records that stand for them are trimmed
         // (and the parity and signatures recomputed for them).
         self.log.region_mut().fence()?;
@@ -227,50 +311,15 @@ impl<R: Region> Pool<R> {
         Ok(())
     }
 
-    /// A crash may have torn the parity and signature patches of the last stores before it
-    /// (they are fenced with the data, and flushed in any order before that fence). Every
-    /// store that was not fenced is named by a journal record, or by a linked header: their
-    /// bytes are as recovery left them, and the pages' signatures and the stripes' parity
-    /// are recomputed from them. Nothing to do in a pool without stripes.
-    fn recompute_named(&mut self, recs: &[(u64, Rec)]) -> Result<(), HeapError> {
-        if self.log.region().shield.is_none() {
-            return Ok(());
-        }
-        let block = |pool: &Self, p: Ptr| (p.header(), BLOCK_HEADER + pool.alloc.capacity(p).unwrap_or(0));
-        let mut ranges: Vec<(u64, u64)> = Vec::new();
-        for (_, r) in recs {
-            match r {
-                Rec::Undo(undo) => ranges.extend(undo.iter().map(|(at, b)| (*at, b.len() as u64))),
-                Rec::Alloc { p, .. } => ranges.push(block(self, *p)),
-                Rec::Free(p) => ranges.push((p.header(), BLOCK_HEADER)),
-                Rec::Pointer { slot, old, new } => {
-                    ranges.extend([(*slot, 8), (old.header(), BLOCK_HEADER), block(self, *new)])
-                }
-                Rec::Commit(Some(w)) => ranges.extend(w.ranges.iter().map(|&(at, len)| (at, len as u64))),
-                Rec::Format { run, runs, .. } => {
-                    let base = self.sb.first_run + *run as u64 * RUN;
-                    ranges.push((base, (*runs).max(1) as u64 * RUN));
-                }
-                Rec::Begin | Rec::Commit(None) => {}
-            }
-        }
-        let region = self.log.region_mut();
-        for (at, len) in ranges {
-            region.recompute(at, len)?;
-        }
-        Ok(())
-    }
-
-    /// The headers of linked blocks and their slots: `alloc_into` and `free_from` store them
-    /// with no journal record.
-    fn recompute_links(&mut self, linked: &[(Ptr, u64)]) -> Result<(), HeapError> {
+    /// Recomputes the parity and signatures of `torn` (see [`torn_ranges`]) from the bytes
+    /// as recovery left them. Nothing to do in a pool without stripes.
+    fn recompute_torn(&mut self, torn: &[(u64, u64)]) -> Result<(), HeapError> {
         let region = self.log.region_mut();
         if region.shield.is_none() {
             return Ok(());
         }
-        for &(p, slot) in linked {
-            region.recompute(slot, 8)?;
-            region.recompute(p.header(), BLOCK_HEADER)?;
+        for &(at, len) in torn {
+            region.recompute(at, len)?;
         }
         Ok(())
     }

@@ -236,7 +236,20 @@ impl<'p, R: Region> Tx<'p, R> {
         }
         self.undo.push(Undo::Alloc(p));
         self.take_fresh(p, len);
+        self.fence_fresh()?;
         Ok(p)
+    }
+
+    /// In a pool that heals, the record that names a fresh block is made durable before the
+    /// block is written: a crash could otherwise leave its stores' parity, signature and
+    /// line check patches torn in what recovery, without the record, takes for free space
+    /// that nothing wrote (and a later store there for damage). One fence more per
+    /// transaction that allocates.
+    fn fence_fresh(&mut self) -> Result<(), HeapError> {
+        match self.pool.heals() {
+            true => self.fence_records(),
+            false => Ok(()),
+        }
     }
 
     /// Block `p`, taken for this transaction, is its object of `len` bytes: written
@@ -562,7 +575,8 @@ impl<'p, R: Region> Tx<'p, R> {
         self.undo.push(Undo::Pointer { slot: slot.at, old, new });
         self.take_fresh(new, len);
         // The new block is a free block's payload until its header says otherwise: no
-        // fence is needed before it is written.
+        // fence is needed before it is written (but in a pool that heals, see below).
+        self.fence_fresh()?;
         fill(self, new)?;
         self.fence_records()?;
         self.write_in_place(slot.at, &new.0.to_le_bytes(), Lines::Cached)?;

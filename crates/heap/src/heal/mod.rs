@@ -22,6 +22,7 @@
 //! recovery recomputes them for every range the journal names ([`Healed::recompute`]).
 
 mod geometry;
+pub(crate) mod mend;
 pub(crate) mod reads;
 pub(crate) mod repair;
 mod scrub;
@@ -69,6 +70,9 @@ pub(crate) struct Shield {
     pub verify: bool,
     /// The change of the store being patched (see [`Shield::take_delta`]).
     delta: Vec<u8>,
+    /// Data pages whose signatures a recompute leaves as they are: damage on them could not
+    /// be rebuilt before recovery, and they must read as damaged (see [`mend`]).
+    keep_sigs: std::collections::BTreeSet<u64>,
     pub stats: HealStats,
 }
 
@@ -117,6 +121,7 @@ impl<R: Region> Healed<R> {
             eager: false,
             verify: false,
             delta: Vec::new(),
+            keep_sigs: Default::default(),
             stats: HealStats::default(),
         }));
     }
@@ -262,6 +267,13 @@ impl Shield {
         (base..stop).step_by(LINE as usize).enumerate().all(|(i, at)| {
             self.line_check(bytes, at) == bitmend_code::le::get_u32(bytes, checks + i * CHECK as usize)
         })
+    }
+
+    /// Whether `line`, as the line at `at` would be, matches that line's check.
+    fn check_matches(&self, bytes: &[u8], at: usize, line: &[u8]) -> bool {
+        let Some(checks) = self.geo.check_at(at as u64) else { return true };
+        let crc = bitmend_code::crc::crc32c(line) ^ ZERO_LINE_CRC;
+        crc == bitmend_code::le::get_u32(bytes, checks as usize)
     }
 
     /// Rewrites the checks of the lines of `[base, stop)` (whole lines) from their bytes.
@@ -424,8 +436,10 @@ impl Shield {
             let (stripe, _) = self.geo.locate(p);
             let off = (pos - self.geo.page_at(p)) as usize;
             self.recompute_parity(inner, stripe, off, (stop - pos) as usize)?;
-            let sig = self.signer.sign(page_bytes(inner, &self.geo, p));
-            self.set_sig(inner, p, sig)?;
+            if !self.keep_sigs.contains(&p) {
+                let sig = self.signer.sign(page_bytes(inner, &self.geo, p));
+                self.set_sig(inner, p, sig)?;
+            }
             pos = stop;
         }
         Ok(())
