@@ -113,7 +113,7 @@ fn bench_heap_quick_json_rows_beside_pmdk_and_the_floor() {
     }
     for strategy in ["ER (every read)", "LC (last check a tick ago)", "LU (last use a tick ago)"] {
         let n = lines.iter().filter(|l| l.contains("Zipf get") && l.contains(strategy)).count();
-        assert_eq!(n, 2, "{strategy}: the time against none, and pages signed per get");
+        assert_eq!(n, 2, "{strategy}: the time against none, and lines checked per get");
     }
     for l in &lines {
         assert_eq!(field(l, "bench"), "\"heap\"");

@@ -657,6 +657,13 @@ impl<R: Region> Pool<R> {
         Ok(&self.log.region().bytes()[at..at + len as usize])
     }
 
+    /// The whole object at `p`, not checked: the caller checks what it reads of it
+    /// ([`Pool::check_parts`]).
+    pub(crate) fn object_unchecked(&self, p: Ptr) -> Result<&[u8], HeapError> {
+        let len = self.size_of(p)?;
+        Ok(&self.log.region().bytes()[p.0 as usize..(p.0 + len) as usize])
+    }
+
     /// The whole object at `p`.
     pub fn object(&self, p: Ptr) -> Result<&[u8], HeapError> {
         let len = self.size_of(p)?;

@@ -366,22 +366,28 @@ fn reads_check_their_pages_as_the_strategy_says_and_never_return_damaged_bytes()
     }
     // A long interval: a page checked a moment ago is not checked again, so a read costs
     // nothing; a page that waited out the interval is.
+    // A get checks the lines its search read (a version 6 pool), not the path's pages.
     pool.set_read_check(ReadCheck::AfterCheck(Duration::from_secs(3600)));
-    let before = pool.read_checks();
+    let checked = |pool: &Pool<RamRegion>| (pool.read_checks(), pool.read_lines_checked());
+    let before = checked(&pool);
     for _ in 0..100 {
         kv.get(&pool, &key).unwrap();
     }
-    let first = pool.read_checks() - before;
-    assert!((1..=12).contains(&first), "each page of the path checked once, not per read: {first}");
+    let first = checked(&pool);
+    let lines = first.1 - before.1;
+    assert_eq!(first.0, before.0, "no page signed");
+    assert!(
+        (4..=64).contains(&lines),
+        "the lines of the path's searches, checked once, not per read: {lines}"
+    );
     for _ in 0..100 {
         kv.get(&pool, &key).unwrap();
     }
-    assert_eq!(pool.read_checks() - before, first, "and not again within the interval");
+    assert_eq!(checked(&pool), first, "and not again within the interval");
     // The scrubber alone: reads check nothing.
     pool.set_read_check(ReadCheck::Background);
-    let before = pool.read_checks();
     kv.get(&pool, &key).unwrap();
-    assert_eq!(pool.read_checks(), before);
+    assert_eq!(checked(&pool), first);
     eprintln!("heal: {faults} wild writes under a key, read with ER, LC and LU: refused each time, then rebuilt and read back");
 }
 
@@ -536,10 +542,9 @@ fn damage_made_while_the_pool_was_closed_is_found_not_taken_in() {
     assert!(!report.was_closed, "a pool dropped without close opens as after a crash");
 }
 
-#[test]
-fn a_page_of_block_headers_wiped_is_rebuilt_at_open_and_nothing_is_quarantined() {
-    let mut pool = Pool::create(RamRegion::new(6 << 20), opts(8, 2)).unwrap();
-    let objects: Vec<(Ptr, Vec<u8>)> = (0..60u8)
+/// Sixty objects of 200 to 3,150 bytes, each allocated and written by a transaction.
+fn sixty_objects<R: Region>(pool: &mut Pool<R>) -> Vec<(Ptr, Vec<u8>)> {
+    (0..60u8)
         .map(|i| {
             let bytes = vec![i; 200 + 50 * i as usize];
             let p = pool
@@ -551,7 +556,13 @@ fn a_page_of_block_headers_wiped_is_rebuilt_at_open_and_nothing_is_quarantined()
                 .unwrap();
             (p, bytes)
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn a_page_of_block_headers_wiped_is_rebuilt_at_open_and_nothing_is_quarantined() {
+    let mut pool = Pool::create(RamRegion::new(6 << 20), opts(8, 2)).unwrap();
+    let objects = sixty_objects(&mut pool);
     let geo = pool.geometry().unwrap();
     // The page of the first object's 16-byte header, and every header on it, wiped while the
     // pool is closed, its journal checked out.
@@ -575,19 +586,7 @@ fn a_page_of_headers_wiped_after_a_crash_is_rebuilt_before_recovery_settles_them
     // wiped bytes. The 64 lines are rebuilt from the stripe first.
     let mut region = RamRegion::new(6 << 20);
     let mut pool = Pool::create(&mut region, opts(8, 2)).unwrap();
-    let objects: Vec<(Ptr, Vec<u8>)> = (0..60u8)
-        .map(|i| {
-            let bytes = vec![i; 200 + 50 * i as usize];
-            let p = pool
-                .tx(|tx| {
-                    let p = tx.alloc(bytes.len() as u64)?;
-                    tx.write(p, 0, &bytes)?;
-                    Ok(p)
-                })
-                .unwrap();
-            (p, bytes)
-        })
-        .collect();
+    let objects = sixty_objects(&mut pool);
     let geo = pool.geometry().unwrap();
     let page = geo.page_at(geo.page_of(objects[0].0 .0 - 16).unwrap());
     drop(pool);
@@ -623,4 +622,58 @@ fn a_full_healing_pool_refuses_honestly_and_keeps_everything_it_acknowledged() {
     for &i in &kept {
         assert_eq!(kv.get(&pool, &i.to_be_bytes()).unwrap(), Some(vec![i as u8; 3000]), "key {i}");
     }
+}
+
+#[test]
+fn a_get_checks_the_lines_its_search_reads_and_never_answers_wrong() {
+    use bitmend_heap::kv::Kv;
+    use bitmend_heap::ReadCheck;
+    let mut pool = Pool::create(RamRegion::new(6 << 20), opts(4, 2)).unwrap();
+    let kv = Kv::create(&mut pool).unwrap();
+    // Keys that share their first 4 bytes: every search compares keys, not just prefixes.
+    let key = |i: u32| [&[0u8; 4][..], &i.to_be_bytes()].concat();
+    let value = |i: u32| format!("v{i}-").repeat(1 + i as usize % 40).into_bytes();
+    for i in 0..300u32 {
+        kv.put(&mut pool, &key(i), &value(i)).unwrap();
+    }
+    pool.set_read_check(ReadCheck::Every);
+    let geo = pool.geometry().unwrap();
+    let mut rng = Rng::new(31);
+    // Where the keys are stored: half the flips land in one (a search compares it).
+    let image = pool.region().bytes();
+    let (lo, hi) = (geo.base as usize, geo.limit() as usize);
+    let keys_at: Vec<usize> = (0..300u32)
+        .filter_map(|i| image[lo..hi].windows(8).position(|w| w == key(i)).map(|at| lo + at))
+        .collect();
+    let (mut wild, mut refused, mut answered) = (0, 0, 0);
+    while wild < 300 {
+        let (at, bit) = match wild % 2 {
+            0 => {
+                let k = keys_at[rng.below(keys_at.len() as u64) as usize] + 4 + rng.below(4) as usize;
+                ((k & !63) as u64, k % 64)
+            }
+            _ => ((geo.base + rng.below(geo.limit() - geo.base)) & !63, rng.below(64) as usize),
+        };
+        let old = pool.region().bytes()[at as usize..at as usize + 64].to_vec();
+        if bitmend_code::le::is_zero(&old) {
+            continue;
+        }
+        let mut junk = old.clone();
+        junk[bit] ^= 1 << rng.below(8);
+        pool.region_mut().corrupt(at as usize, &junk).unwrap();
+        wild += 1;
+        for i in 0..300u32 {
+            match kv.get(&pool, &key(i)) {
+                Ok(v) => {
+                    assert_eq!(v, Some(value(i)), "line {at:#x} flipped: key {i} answered wrong");
+                    answered += 1;
+                }
+                Err(HeapError::Damaged { .. }) => refused += 1,
+                Err(e) => panic!("line {at:#x}: key {i}: {e}"),
+            }
+        }
+        pool.region_mut().corrupt(at as usize, &old).unwrap();
+    }
+    assert!(refused > 0, "some flips were under a search's lines");
+    eprintln!("heal: {wild} single-bit flips, one at a time, each followed by 300 checked gets: {refused} refused, {answered} answered right, none wrong");
 }

@@ -1,6 +1,14 @@
-//! Checking what the API reads against the page signatures, with the strategies Loris names
-//! for cached pages: every read, a read after a minimum time since the page's last check, a
-//! read after a minimum time since its last use, or none (the scrubber alone).
+//! Checking what the API reads, with the strategies Loris names for cached pages: every
+//! read, a read after a minimum time since the page's last check, a read after a minimum time
+//! since its last use, or none (the scrubber alone).
+//!
+//! What is checked is what the read returns: in a pool with line checks (version 6), the
+//! 64-byte lines it covers, each against its CRC-32C; else the pages, against their
+//! signatures. A B+tree get reads a node through [`Pool::check_parts`]: the header and index,
+//! the keys its search compared, and the entry it took, a few lines of an 8 KiB node. The
+//! time stamps stay per page (a word per 4 KiB): a page's stamp says when a read of some of
+//! its lines last passed, and a read of its other lines within the interval is not checked,
+//! as Loris does not re-check a page within its interval.
 //!
 //! Reads inside a transaction are checked the same way: a put decides what to write from
 //! what it reads, and damaged bytes read there would be written back as if committed.
@@ -14,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use bitmend_media::pmem::Region;
 
+use super::{LINE, PAGE};
 use crate::pool::Pool;
 use crate::HeapError;
 
@@ -43,11 +52,13 @@ pub(crate) struct ReadChecker {
     /// whole check): microseconds since `epoch`, and the checks since it was read.
     now: AtomicU64,
     calls: AtomicU64,
-    /// Pages signed by read checks.
+    /// Pages signed by read checks (pools without line checks).
     pub checks: AtomicU64,
+    /// Lines checked by read checks (pools with line checks).
+    pub lines: AtomicU64,
 }
 
-/// Checks between two reads of the clock: a tick (1 ms) is thousands of reads.
+/// Checks between two reads of the clock: a tick (1/60 s) is tens of thousands of reads.
 const CLOCK_EVERY: u64 = 32;
 
 impl ReadChecker {
@@ -59,6 +70,7 @@ impl ReadChecker {
             now: AtomicU64::new(1),
             calls: AtomicU64::new(0),
             checks: AtomicU64::new(0),
+            lines: AtomicU64::new(0),
         }
     }
 
@@ -116,9 +128,14 @@ impl<R: Region> Pool<R> {
         self.reads.set_mode(mode);
     }
 
-    /// Pages signed by read checks since the pool was opened.
+    /// Pages signed by read checks since the pool was opened (a pool without line checks).
     pub fn read_checks(&self) -> u64 {
         self.reads.checks.load(Ordering::Relaxed)
+    }
+
+    /// Lines checked by read checks since the pool was opened (a pool with line checks).
+    pub fn read_lines_checked(&self) -> u64 {
+        self.reads.lines.load(Ordering::Relaxed)
     }
 
     /// Checks the pages under `[at, at + len)` that the read strategy says are due: the
@@ -134,19 +151,41 @@ impl<R: Region> Pool<R> {
             return Ok(());
         };
         let now = r.now();
+        let bytes = self.log.region().bytes();
         for p in first..=last {
             if !r.due(p as usize, now) {
                 continue;
             }
-            r.checks.fetch_add(1, Ordering::Relaxed);
-            if !self.log.region().page_sound(p) {
+            // The lines read, against their checks (version 6): a few ns a line, where
+            // signing the page reads all of it. Else the page, against its signature.
+            let sound = match geo.checks_at {
+                Some(_) => {
+                    let page = geo.page_at(p);
+                    let lo = at.max(page) & !(LINE - 1);
+                    let hi = (at + len.max(1)).min(page + PAGE).next_multiple_of(LINE);
+                    r.lines.fetch_add((hi - lo) / LINE, Ordering::Relaxed);
+                    shield.lines_match(bytes, lo as usize, hi as usize)
+                }
+                None => {
+                    r.checks.fetch_add(1, Ordering::Relaxed);
+                    self.log.region().page_sound(p)
+                }
+            };
+            if !sound {
                 return Err(HeapError::Damaged { at, len, pages: vec![p] });
             }
             r.passed(p as usize, now);
         }
         Ok(())
     }
+
+    /// Checks, as [`Pool::check_read`] does, the parts of the object at `p` that a search
+    /// read: `(offset, length)` pairs.
+    pub(crate) fn check_parts(&self, p: crate::Ptr, parts: &[(usize, usize)]) -> Result<(), HeapError> {
+        parts.iter().try_for_each(|&(off, len)| self.check_read(p.0 + off as u64, len as u64))
+    }
 }
 
-/// Ticks of the read-check bench: Loris's target is LC at one tick.
-pub const TICK: Duration = Duration::from_millis(1);
+/// One tick, as Loris measures its strategies: a MINIX 3 clock tick, 1/60 s (Loris section
+/// VI: "a MINIX 3 clock tick (1/60th of a second)"). Its target is LC at one tick.
+pub const TICK: Duration = Duration::from_micros(16_667);

@@ -179,17 +179,41 @@ impl Kv {
     /// The value of `key`.
     pub fn get<R: Region>(&self, pool: &Pool<R>, key: &[u8]) -> Result<Option<Vec<u8>>, HeapError> {
         let mut p = self.root(pool)?;
+        let mut parts: Vec<(usize, usize)> = Vec::with_capacity(16);
         loop {
+            // A slotted node's bytes are checked where the search read them (the header and
+            // index, the keys it compared, the entry or child pointer it took), before
+            // anything it found is used: a few lines, not the node's pages.
+            let b = pool.object_unchecked(p)?;
+            // Bytes that do not read as a node: damage, if the node's lines say so.
+            let bad = || pool.check_read(p.0, b.len() as u64).err().unwrap_or(not_a_node(p));
+            if let Some(s) = Slotted::parse(b) {
+                parts.clear();
+                parts.push((0, s.index_end()));
+                let found = s.search_seen(key, &mut |at, len| parts.push((at, len))).ok_or_else(bad)?;
+                if !s.leaf {
+                    let i = match found {
+                        Ok(j) => j + 1,
+                        Err(j) => j,
+                    };
+                    let (at, kid) = s.kid(i).ok_or_else(bad)?;
+                    parts.push((at, 8));
+                    pool.check_parts(p, &parts)?;
+                    p = kid;
+                    continue;
+                }
+                let Ok(i) = found else {
+                    pool.check_parts(p, &parts)?;
+                    return Ok(None);
+                };
+                parts.push(s.span(i).ok_or_else(bad)?);
+                pool.check_parts(p, &parts)?;
+                return Ok(Some(Kv::value(pool, &s.leaf_entry(i).ok_or_else(bad)?.1)?));
+            }
             let b = pool.object(p)?;
             if let Some((_, kid)) = child_for(b, key) {
                 p = kid;
                 continue;
-            }
-            if let Some(s) = Slotted::parse(b).filter(|s| s.leaf) {
-                return match s.search(key).ok_or(not_a_node(p))? {
-                    Ok(i) => Ok(Some(Kv::value(pool, &s.leaf_entry(i).ok_or(not_a_node(p))?.1)?)),
-                    Err(_) => Ok(None),
-                };
             }
             // A packed leaf (pool versions 1 and 2), or damage.
             let n = Kv::node(pool, p)?;

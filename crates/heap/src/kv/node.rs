@@ -330,7 +330,8 @@ impl<'a> Slotted<'a> {
         (sound && (leaf || s.low.is_multiple_of(8))).then_some(s)
     }
 
-    fn index_end(&self) -> usize {
+    /// Where the index ends: the header and index are `[0, index_end)`.
+    pub fn index_end(&self) -> usize {
         index_at(self.leaf) + SLOT * self.n
     }
 
@@ -407,6 +408,23 @@ impl<'a> Slotted<'a> {
     /// Where `key` is among the entries (`Ok`), or where it would go (`Err`: at the end of an
     /// appended leaf's index).
     pub fn search(&self, key: &[u8]) -> Option<Result<usize, usize>> {
+        self.search_seen(key, &mut |_, _| {})
+    }
+
+    /// [`Slotted::search`], telling `seen` the bytes of each entry whose key it reads (on a
+    /// prefix tie), as (offset, length): with the header and index, all that the search
+    /// read, for a read check of those bytes alone.
+    pub fn search_seen(
+        &self,
+        key: &[u8],
+        seen: &mut dyn FnMut(usize, usize),
+    ) -> Option<Result<usize, usize>> {
+        let key_of = |i: usize, seen: &mut dyn FnMut(usize, usize)| {
+            let k = self.key(i)?;
+            let at = self.entry(i)?;
+            seen(at, k.as_ptr() as usize + k.len() - self.b.as_ptr() as usize - at);
+            Some(k)
+        };
         let want = prefix(key);
         let index = &self.b[index_at(self.leaf)..self.index_end()];
         touch(index);
@@ -414,7 +432,7 @@ impl<'a> Slotted<'a> {
             |i: usize| u32::from_be_bytes(index[SLOT * i + 2..SLOT * i + 6].try_into().expect("4 bytes"));
         if !self.ordered {
             for i in 0..self.n {
-                if prefix_at(i) == want && self.key(i)? == key {
+                if prefix_at(i) == want && key_of(i, seen)? == key {
                     return Some(Ok(i));
                 }
             }
@@ -424,7 +442,7 @@ impl<'a> Slotted<'a> {
         while lo < hi {
             let mid = (lo + hi) / 2;
             let order = match prefix_at(mid).cmp(&want) {
-                Ordering::Equal => self.key(mid)?.cmp(key),
+                Ordering::Equal => key_of(mid, seen)?.cmp(key),
                 order => order,
             };
             match order {
