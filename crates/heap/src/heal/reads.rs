@@ -141,48 +141,93 @@ impl<R: Region> Pool<R> {
     /// Checks the pages under `[at, at + len)` that the read strategy says are due: the
     /// read's bytes are returned only if they pass.
     pub(crate) fn check_read(&self, at: u64, len: u64) -> Result<(), HeapError> {
+        self.check_spans(&[(at, len)])
+    }
+
+    /// Checks, as [`Pool::check_read`] does, the parts of the object at `p` that a search
+    /// read: `(offset, length)` pairs.
+    pub(crate) fn check_parts(&self, p: crate::Ptr, parts: &[(usize, usize)]) -> Result<(), HeapError> {
+        let mut spans = [(0u64, 0u64); 32];
+        if parts.len() > spans.len() {
+            let spans: Vec<(u64, u64)> =
+                parts.iter().map(|&(off, len)| (p.0 + off as u64, len as u64)).collect();
+            return self.check_spans(&spans);
+        }
+        for (s, &(off, len)) in spans.iter_mut().zip(parts) {
+            *s = (p.0 + off as u64, len as u64);
+        }
+        self.check_spans(&spans[..parts.len()])
+    }
+
+    /// Checks the bytes of `spans` (`(at, len)`, one read's) on the pages that are due. Which
+    /// pages are due is decided once for the whole read, before any is stamped, so that the
+    /// read's later spans on a page are checked with its first.
+    fn check_spans(&self, spans: &[(u64, u64)]) -> Result<(), HeapError> {
         let r = &self.reads;
         let Some(shield) = self.log.region().shield.as_ref().filter(|_| r.mode != ReadCheck::Background)
         else {
             return Ok(());
         };
         let geo = shield.geo;
-        let (Some(first), Some(last)) = (geo.page_of(at), geo.page_of(at + len.max(1) - 1)) else {
-            return Ok(());
+        let pages = |&(at, len): &(u64, u64)| match (geo.page_of(at), geo.page_of(at + len.max(1) - 1)) {
+            (Some(first), Some(last)) => first..last + 1,
+            _ => 0..0,
         };
         let now = r.now();
-        let bytes = self.log.region().bytes();
-        for p in first..=last {
-            if !r.due(p as usize, now) {
-                continue;
-            }
-            // The lines read, against their checks (version 6): a few ns a line, where
-            // signing the page reads all of it. Else the page, against its signature.
-            let sound = match geo.checks_at {
-                Some(_) => {
-                    let page = geo.page_at(p);
-                    let lo = at.max(page) & !(LINE - 1);
-                    let hi = (at + len.max(1)).min(page + PAGE).next_multiple_of(LINE);
-                    r.lines.fetch_add((hi - lo) / LINE, Ordering::Relaxed);
-                    shield.lines_match(bytes, lo as usize, hi as usize)
+        // The due pages of the read (a node spans at most three).
+        let mut due = [u64::MAX; 8];
+        let mut n = 0;
+        for p in spans.iter().flat_map(pages) {
+            if !due[..n].contains(&p) && r.due(p as usize, now) {
+                if n == due.len() {
+                    // A read over more pages than that: checked at once.
+                    self.check_pages(&due, spans)?;
+                    due.iter().for_each(|&p| r.passed(p as usize, now));
+                    n = 0;
                 }
-                None => {
-                    r.checks.fetch_add(1, Ordering::Relaxed);
-                    self.log.region().page_sound(p)
-                }
-            };
-            if !sound {
-                return Err(HeapError::Damaged { at, len, pages: vec![p] });
+                due[n] = p;
+                n += 1;
             }
+        }
+        self.check_pages(&due[..n], spans)?;
+        for &p in &due[..n] {
             r.passed(p as usize, now);
         }
         Ok(())
     }
 
-    /// Checks, as [`Pool::check_read`] does, the parts of the object at `p` that a search
-    /// read: `(offset, length)` pairs.
-    pub(crate) fn check_parts(&self, p: crate::Ptr, parts: &[(usize, usize)]) -> Result<(), HeapError> {
-        parts.iter().try_for_each(|&(off, len)| self.check_read(p.0 + off as u64, len as u64))
+    /// Checks the parts of `spans` on pages `due`: their lines against their checks
+    /// (version 6), a few ns a line where signing the page reads all of it; else each page
+    /// against its signature.
+    fn check_pages(&self, due: &[u64], spans: &[(u64, u64)]) -> Result<(), HeapError> {
+        let r = &self.reads;
+        let region = self.log.region();
+        let shield = region.shield.as_ref().expect("a pool that heals");
+        let geo = shield.geo;
+        // The page that failed, for the caller to rebuild ([`Pool::verify`]).
+        let refuse = |p: u64| Err(HeapError::Damaged { at: geo.page_at(p), len: PAGE, pages: vec![p] });
+        for &p in due {
+            if geo.checks_at.is_none() {
+                r.checks.fetch_add(1, Ordering::Relaxed);
+                if !region.page_sound(p) {
+                    return refuse(p);
+                }
+                continue;
+            }
+            let page = geo.page_at(p);
+            for &(at, len) in spans {
+                let lo = at.max(page) & !(LINE - 1);
+                let hi = (at + len.max(1)).min(page + PAGE).next_multiple_of(LINE);
+                if lo >= hi {
+                    continue;
+                }
+                r.lines.fetch_add((hi - lo) / LINE, Ordering::Relaxed);
+                if !shield.lines_match(region.bytes(), lo as usize, hi as usize) {
+                    return refuse(p);
+                }
+            }
+        }
+        Ok(())
     }
 }
 
