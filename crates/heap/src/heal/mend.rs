@@ -107,19 +107,10 @@ impl<R: Region> Healed<R> {
     }
 
     fn mend_stripe(&mut self, stripe: u64, suspect: &Suspect, mend: &mut Mend) -> Result<(), RegionError> {
-        let shield = self.shield.as_ref().expect("protected");
         let torn_at: BTreeSet<usize> = suspect.torn.iter().map(|&(_, n)| n).collect();
-        let mut damaged: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-        for i in 0..shield.geo.shape.k as usize {
-            let Some(p) = shield.geo.member(stripe, i) else { continue };
-            let at = shield.geo.page_at(p) as usize;
-            for n in (0..LINES).filter(|&n| !suspect.torn.contains(&(i, n))) {
-                let line = at + n * LINE as usize;
-                if !shield.lines_match(self.inner.bytes(), line, line + LINE as usize) {
-                    damaged.entry(n).or_default().push(i);
-                }
-            }
-        }
+        let k = self.shield.as_ref().expect("protected").geo.shape.k as usize;
+        let lines = (0..k).flat_map(|i| (0..LINES).map(move |n| (i, n)));
+        let damaged = self.failing_lines(stripe, lines.filter(|l| !suspect.torn.contains(l)));
         for (n, lost) in damaged {
             let shield = self.shield.as_ref().expect("protected");
             let rebuilt = match torn_at.contains(&n) {
@@ -141,6 +132,20 @@ impl<R: Region> Healed<R> {
         Ok(())
     }
 
+    /// The lines of `lines` in `stripe` that fail their checks, by line number: the members
+    /// whose line it is.
+    fn failing_lines(&self, stripe: u64, lines: impl Iterator<Item = Line>) -> BTreeMap<usize, Vec<usize>> {
+        let shield = self.shield.as_ref().expect("protected");
+        let mut failing: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for (i, n) in lines {
+            let Some(at) = shield.line_at(stripe, (i, n)) else { continue };
+            if !shield.lines_match(self.inner.bytes(), at, at + LINE as usize) {
+                failing.entry(n).or_default().push(i);
+            }
+        }
+        failing
+    }
+
     /// Writes rebuilt line `n` of member `i`, raw (the parity already holds it), or its
     /// check if the line was good and its check was what was damaged. A settled `header`
     /// line (a block header in its first 16 bytes) that differs in the header alone was
@@ -154,8 +159,7 @@ impl<R: Region> Healed<R> {
         mend: &mut Mend,
     ) -> Result<(), RegionError> {
         let shield = self.shield.as_mut().expect("protected");
-        let p = shield.geo.member(stripe, i).expect("a member");
-        let at = shield.geo.page_at(p) as usize + n * LINE as usize;
+        let at = shield.line_at(stripe, (i, n)).expect("a member's line");
         let now = &self.inner.bytes()[at..at + LINE as usize];
         if now == line {
             mend.checks_rewritten += 1;
@@ -183,20 +187,12 @@ impl<R: Region> Healed<R> {
         }
         let mut candidates = Vec::new();
         for (stripe, lines) in self.lines_of(ranges) {
+            let lost = self.failing_lines(stripe, lines.into_iter());
             let shield = self.shield.as_ref().expect("protected");
-            let mut lost: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-            for &(i, n) in &lines {
-                let Some(p) = shield.geo.member(stripe, i) else { continue };
-                let at = shield.geo.page_at(p) as usize + n * LINE as usize;
-                if !shield.lines_match(self.inner.bytes(), at, at + LINE as usize) {
-                    lost.entry(n).or_default().push(i);
-                }
-            }
             for (n, lost) in lost {
                 let Some(rebuilt) = shield.rebuild_lines(&self.inner, stripe, n, &lost) else { continue };
                 for (i, line) in lost.into_iter().zip(rebuilt) {
-                    let p = shield.geo.member(stripe, i).expect("a member");
-                    candidates.push((shield.geo.page_at(p) as usize + n * LINE as usize, line));
+                    candidates.push((shield.line_at(stripe, (i, n)).expect("a member's line"), line));
                 }
             }
         }
@@ -219,6 +215,11 @@ impl<R: Region> Healed<R> {
 }
 
 impl Shield {
+    /// Where line `n` of `stripe`'s member `i` is (none past the last data page).
+    fn line_at(&self, stripe: u64, (i, n): Line) -> Option<usize> {
+        Some(self.geo.page_at(self.geo.member(stripe, i)?) as usize + n * LINE as usize)
+    }
+
     /// Line `n` of `stripe`'s members `lost`, rebuilt from the other members' and the
     /// parity's lines `n`, each matching its check. A parity line has no check of its own:
     /// each choice of parity lines to leave out is tried while the erasures fit in m.
@@ -235,7 +236,7 @@ impl Shield {
         let off = n * LINE as usize;
         let line_of = |c: usize| -> [u8; 64] {
             let at = match c {
-                c if c < k => self.geo.member(stripe, c).map(|p| self.geo.page_at(p) as usize + off),
+                c if c < k => self.line_at(stripe, (c, n)),
                 c => Some(self.geo.parity_page(stripe, c - k) as usize + off),
             };
             at.map_or([0; 64], |at| bytes[at..at + 64].try_into().expect("a line"))
@@ -250,8 +251,8 @@ impl Shield {
             let mut refs: Vec<&mut [u8]> = chunks.iter_mut().map(|c| c.as_mut_slice()).collect();
             codec.reconstruct(&mut refs, &erased).ok()?;
             let sound = lost.iter().all(|&i| {
-                let p = self.geo.member(stripe, i).expect("a member");
-                self.check_matches(bytes, self.geo.page_at(p) as usize + off, &chunks[i])
+                let at = self.line_at(stripe, (i, n)).expect("a member's line");
+                self.check_matches(bytes, at, &chunks[i])
             });
             if sound {
                 return Some(lost.iter().map(|&i| chunks[i]).collect());

@@ -256,7 +256,7 @@ impl<R: Region> Healed<R> {
 impl Shield {
     /// Line `at`'s check as it should be.
     fn line_check(&self, bytes: &[u8], at: usize) -> u32 {
-        bitmend_code::crc::crc32c(&bytes[at..at + LINE as usize]) ^ ZERO_LINE_CRC
+        check_of(&bytes[at..at + LINE as usize])
     }
 
     /// Whether every line of `[base, stop)` (whole lines) matches its check (all do in a
@@ -272,8 +272,7 @@ impl Shield {
     /// Whether `line`, as the line at `at` would be, matches that line's check.
     fn check_matches(&self, bytes: &[u8], at: usize, line: &[u8]) -> bool {
         let Some(checks) = self.geo.check_at(at as u64) else { return true };
-        let crc = bitmend_code::crc::crc32c(line) ^ ZERO_LINE_CRC;
-        crc == bitmend_code::le::get_u32(bytes, checks as usize)
+        check_of(line) == bitmend_code::le::get_u32(bytes, checks as usize)
     }
 
     /// Rewrites the checks of the lines of `[base, stop)` (whole lines) from their bytes.
@@ -483,6 +482,11 @@ impl Shield {
         }
         Ok(())
     }
+}
+
+/// A line's check: its CRC-32C XOR that of a zero line (FORMAT.md section 9).
+fn check_of(line: &[u8]) -> u32 {
+    bitmend_code::crc::crc32c(line) ^ ZERO_LINE_CRC
 }
 
 /// The bytes of data page `p`.

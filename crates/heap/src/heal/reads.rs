@@ -206,11 +206,15 @@ impl<R: Region> Pool<R> {
         let geo = shield.geo;
         // The page that failed, for the caller to rebuild ([`Pool::verify`]).
         let refuse = |p: u64| Err(HeapError::Damaged { at: geo.page_at(p), len: PAGE, pages: vec![p] });
-        for &p in due {
+        // Counted here, added once: a locked add per part would cost more than its check.
+        let mut lines = 0;
+        let mut result = Ok(());
+        'pages: for &p in due {
             if geo.checks_at.is_none() {
                 r.checks.fetch_add(1, Ordering::Relaxed);
                 if !region.page_sound(p) {
-                    return refuse(p);
+                    result = refuse(p);
+                    break;
                 }
                 continue;
             }
@@ -221,13 +225,17 @@ impl<R: Region> Pool<R> {
                 if lo >= hi {
                     continue;
                 }
-                r.lines.fetch_add((hi - lo) / LINE, Ordering::Relaxed);
+                lines += (hi - lo) / LINE;
                 if !shield.lines_match(region.bytes(), lo as usize, hi as usize) {
-                    return refuse(p);
+                    result = refuse(p);
+                    break 'pages;
                 }
             }
         }
-        Ok(())
+        if lines > 0 {
+            r.lines.fetch_add(lines, Ordering::Relaxed);
+        }
+        result
     }
 }
 
