@@ -17,6 +17,7 @@ use bitmend_media::pmem::{Guarded, Region, Reprotect};
 use bitmend_media::rng::Rng;
 
 use crate::harness::{median, shm_region, LineCounts, Options, Row};
+use crate::parity_floor::Recording;
 
 const VALUE: usize = 256;
 
@@ -65,6 +66,25 @@ fn ours(keys: &[u64], pool_len: usize, lines: LineCounts, shape: Option<StripeSh
     (ns, lines)
 }
 
+/// The parity floor of the m = 2 inserts (see [`crate::parity_floor`]): ns per insert of
+/// their parity stores replayed alone, and parity lines stored per insert.
+fn parity_floor(keys: &[u64], pool_len: usize) -> (f64, f64) {
+    let path = shm("floor");
+    let opts = PoolOptions { stripes: Some(StripeShape { k: STRIPE_K, m: 2 }), ..PoolOptions::default() };
+    let region = Recording::new(shm_region(&path, pool_len, LineCounts::Timed));
+    let mut pool = Pool::create(region, opts).expect("pool");
+    let geo = pool.geometry().expect("a pool with stripes");
+    let kv = Kv::create(&mut pool).expect("store");
+    pool.region_mut().watch(geo.parity_at as usize, geo.sigs_at as usize);
+    for &k in keys {
+        kv.put(&mut pool, &k.to_be_bytes(), &value(k)).expect("insert");
+    }
+    let trace = pool.into_region().finish();
+    let _ = std::fs::remove_file(&path);
+    let ns = trace.replay(&shm("floor-replay"));
+    (ns / keys.len() as f64, trace.lines_stored() as f64 / keys.len() as f64)
+}
+
 /// Ns per insert into PMDK's btree_map; with `count`, its line writes instead of a fair
 /// time (counting costs).
 fn anchor(keys: &[u64], pool_len: usize, count: bool) -> Option<(f64, Vec<u32>)> {
@@ -104,6 +124,54 @@ fn zipf(keys: &[u64], n: usize) -> Vec<u64> {
             keys[cdf.partition_point(|&c| c < u).min(keys.len() - 1)]
         })
         .collect()
+}
+
+/// The parity floor rows: the unprotected insert plus the m = 2 parity stores alone, against
+/// PMDK (the best a design that patches parity at commit could do on this machine).
+fn floor_rows(
+    keys: &[u64],
+    pool_len: usize,
+    runs: usize,
+    (plain, pmdk_ns): (f64, Option<f64>),
+    emit: &mut dyn FnMut(Row),
+) {
+    let mut floors = Vec::new();
+    let mut lines = 0.0;
+    for _ in 0..runs {
+        let (ns, l) = parity_floor(keys, pool_len);
+        floors.push(ns);
+        lines = l;
+    }
+    let floor = median(&mut floors);
+    let case = format!("B+tree insert, {} inserts, healing k {STRIPE_K} m 2", keys.len());
+    emit(
+        Row::shown(
+            format!("{case}: parity lines stored per insert"),
+            lines,
+            "unprotected",
+            Some(0.0),
+            "lines",
+        )
+        .in_bench("heap"),
+    );
+    emit(
+        Row::latency(
+            format!("{case}: its parity stores alone (read, XOR, write, flush, fence)"),
+            floor,
+            "",
+            None,
+        )
+        .in_bench("heap"),
+    );
+    emit(
+        Row::latency(
+            format!("{case}: floor (unprotected insert + its parity stores alone) vs pmdk"),
+            plain + floor,
+            "pmdk btree_map",
+            pmdk_ns,
+        )
+        .in_bench("heap"),
+    );
 }
 
 /// Ns per get of `gets` from a healing store of `keys`, with each read-check strategy: ER,
@@ -266,6 +334,7 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
                 .in_bench("heap"),
         );
     }
+    floor_rows(&keys, pool_len, runs, (plain, pmdk_ns), emit);
     let (a, b) = (shares(&our_lines), pmdk_lines.as_deref().map(shares));
     for i in 0..a.len().max(b.as_ref().map_or(0, |b| b.len())) {
         let case =

@@ -16,6 +16,7 @@ pub mod heap_kv;
 pub mod littlefs;
 pub mod near_full;
 pub mod nvlog;
+pub mod parity_floor;
 pub mod postmark;
 
 pub use harness::{Options, Row};

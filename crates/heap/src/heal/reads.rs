@@ -46,6 +46,9 @@ pub enum ReadCheck {
 /// needs, so that a read touches one word per page.
 pub(crate) struct ReadChecker {
     pub mode: ReadCheck,
+    /// The mode's interval in microseconds (a `Duration`'s conversion costs a 128-bit
+    /// division, more than the rest of a read's bookkeeping).
+    interval: u64,
     epoch: Instant,
     stamps: Vec<AtomicU64>,
     /// The clock, read every [`CLOCK_EVERY`] checks (a read of it costs as much as a get's
@@ -65,6 +68,7 @@ impl ReadChecker {
     pub fn new(pages: u64) -> ReadChecker {
         ReadChecker {
             mode: ReadCheck::Background,
+            interval: 0,
             epoch: Instant::now(),
             stamps: (0..pages).map(|_| AtomicU64::new(0)).collect(),
             now: AtomicU64::new(1),
@@ -77,6 +81,10 @@ impl ReadChecker {
     /// A new mode: no page has a stamp of it yet.
     pub fn set_mode(&mut self, mode: ReadCheck) {
         self.mode = mode;
+        self.interval = match mode {
+            ReadCheck::AfterCheck(d) | ReadCheck::AfterUse(d) => d.as_micros().min(u64::MAX as u128) as u64,
+            ReadCheck::Every | ReadCheck::Background => 0,
+        };
         for s in &self.stamps {
             s.store(0, Ordering::Relaxed);
         }
@@ -97,15 +105,15 @@ impl ReadChecker {
 
     /// Whether page `p`, read at `now`, is due a check; notes the use (LU).
     fn due(&self, p: usize, now: u64) -> bool {
-        let since = |interval: Duration| {
+        let since = || {
             let t = self.stamps[p].load(Ordering::Relaxed);
-            t == 0 || now.saturating_sub(t) >= interval.as_micros() as u64
+            t == 0 || now.saturating_sub(t) >= self.interval
         };
         match self.mode {
             ReadCheck::Every => true,
-            ReadCheck::AfterCheck(d) => since(d),
-            ReadCheck::AfterUse(d) => {
-                let due = since(d);
+            ReadCheck::AfterCheck(_) => since(),
+            ReadCheck::AfterUse(_) => {
+                let due = since();
                 self.stamps[p].store(now, Ordering::Relaxed);
                 due
             }
@@ -141,65 +149,68 @@ impl<R: Region> Pool<R> {
     /// Checks the pages under `[at, at + len)` that the read strategy says are due: the
     /// read's bytes are returned only if they pass.
     pub(crate) fn check_read(&self, at: u64, len: u64) -> Result<(), HeapError> {
-        self.check_spans(&[(at, len)])
+        self.check_spans(at, &[(0, len as usize)])
     }
 
     /// Checks, as [`Pool::check_read`] does, the parts of the object at `p` that a search
     /// read: `(offset, length)` pairs.
     pub(crate) fn check_parts(&self, p: crate::Ptr, parts: &[(usize, usize)]) -> Result<(), HeapError> {
-        let mut spans = [(0u64, 0u64); 32];
-        if parts.len() > spans.len() {
-            let spans: Vec<(u64, u64)> =
-                parts.iter().map(|&(off, len)| (p.0 + off as u64, len as u64)).collect();
-            return self.check_spans(&spans);
-        }
-        for (s, &(off, len)) in spans.iter_mut().zip(parts) {
-            *s = (p.0 + off as u64, len as u64);
-        }
-        self.check_spans(&spans[..parts.len()])
+        self.check_spans(p.0, parts)
     }
 
-    /// Checks the bytes of `spans` (`(at, len)`, one read's) on the pages that are due. Which
-    /// pages are due is decided once for the whole read, before any is stamped, so that the
-    /// read's later spans on a page are checked with its first.
-    fn check_spans(&self, spans: &[(u64, u64)]) -> Result<(), HeapError> {
+    /// Checks the bytes of `parts` (`(offset, len)` from `base`, one read's) on the pages
+    /// that are due. Which pages are due is decided once for the whole read, page by page in
+    /// order, before any is stamped, so that the read's later parts on a page are checked
+    /// with its first. A read whose pages are all within their interval (nearly every read
+    /// under LC and LU) costs a clock read and a stamp per page, nothing per part.
+    fn check_spans(&self, base: u64, parts: &[(usize, usize)]) -> Result<(), HeapError> {
         let r = &self.reads;
-        let Some(shield) = self.log.region().shield.as_ref().filter(|_| r.mode != ReadCheck::Background)
-        else {
+        if r.mode == ReadCheck::Background {
+            return Ok(());
+        }
+        let Some(shield) = self.log.region().shield.as_ref() else {
             return Ok(());
         };
         let geo = shield.geo;
-        let pages = |&(at, len): &(u64, u64)| match (geo.page_of(at), geo.page_of(at + len.max(1) - 1)) {
-            (Some(first), Some(last)) => first..last + 1,
-            _ => 0..0,
+        let (lo, hi) = parts.iter().fold((u64::MAX, 0), |(lo, hi), &(off, len)| {
+            (lo.min(base + off as u64), hi.max(base + (off + len.max(1)) as u64))
+        });
+        let (Some(first), Some(last)) = (geo.page_of(lo), geo.page_of(hi.saturating_sub(1))) else {
+            return Ok(());
         };
         let now = r.now();
-        // The due pages of the read (a node spans at most three).
-        let mut due = [u64::MAX; 8];
+        let touches = |p: u64| {
+            let (start, end) = (geo.page_at(p), geo.page_at(p) + PAGE);
+            parts
+                .iter()
+                .any(|&(off, len)| base + (off as u64) < end && base + (off + len.max(1)) as u64 > start)
+        };
+        // The due pages, a batch at a time (a node spans at most three pages).
+        let mut due = [0u64; 8];
         let mut n = 0;
-        for p in spans.iter().flat_map(pages) {
-            if !due[..n].contains(&p) && r.due(p as usize, now) {
-                if n == due.len() {
-                    // A read over more pages than that: checked at once.
-                    self.check_pages(&due, spans)?;
-                    due.iter().for_each(|&p| r.passed(p as usize, now));
-                    n = 0;
-                }
-                due[n] = p;
-                n += 1;
+        for p in first..=last {
+            if !touches(p) || !r.due(p as usize, now) {
+                continue;
+            }
+            due[n] = p;
+            n += 1;
+            if n == due.len() {
+                self.check_pages(&due[..n], base, parts)?;
+                due[..n].iter().for_each(|&p| r.passed(p as usize, now));
+                n = 0;
             }
         }
-        self.check_pages(&due[..n], spans)?;
-        for &p in &due[..n] {
-            r.passed(p as usize, now);
+        if n > 0 {
+            self.check_pages(&due[..n], base, parts)?;
+            due[..n].iter().for_each(|&p| r.passed(p as usize, now));
         }
         Ok(())
     }
 
-    /// Checks the parts of `spans` on pages `due`: their lines against their checks
+    /// Checks the parts (from `base`) on pages `due`: their lines against their checks
     /// (version 6), a few ns a line where signing the page reads all of it; else each page
     /// against its signature.
-    fn check_pages(&self, due: &[u64], spans: &[(u64, u64)]) -> Result<(), HeapError> {
+    fn check_pages(&self, due: &[u64], base: u64, parts: &[(usize, usize)]) -> Result<(), HeapError> {
         let r = &self.reads;
         let region = self.log.region();
         let shield = region.shield.as_ref().expect("a pool that heals");
@@ -219,9 +230,10 @@ impl<R: Region> Pool<R> {
                 continue;
             }
             let page = geo.page_at(p);
-            for &(at, len) in spans {
+            for &(off, len) in parts {
+                let at = base + off as u64;
                 let lo = at.max(page) & !(LINE - 1);
-                let hi = (at + len.max(1)).min(page + PAGE).next_multiple_of(LINE);
+                let hi = (at + len.max(1) as u64).min(page + PAGE).next_multiple_of(LINE);
                 if lo >= hi {
                     continue;
                 }
