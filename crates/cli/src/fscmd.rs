@@ -184,6 +184,33 @@ pub struct MountArgs {
           value_parser = clap::value_parser!(u64).range(1..=bitmend_flashfs::MAX_NODE_PAGES as u64)
               .map(|n| n as usize))]
     pub node_pages: usize,
+    /// When a read checks the page it reads, in the daemon's cache, against its CRC-32C:
+    /// `every` read, a read of a page last checked at least DUR ago (`last-check=DUR`), or
+    /// last used at least DUR ago (`last-use=DUR`), or no read (`background`: the checker
+    /// alone). DUR is `tick` (1/60 s) or a number with us, ms or s. A clean page that fails is
+    /// read again from flash; a dirty one fails the read (EIO), never returns its bytes.
+    #[arg(long, default_value = "last-check=tick", value_name = "STRATEGY")]
+    pub verify: String,
+    /// Clean file data the daemon keeps in RAM, each 4 KiB page with its CRC (K, M or G; 0:
+    /// none, every read the kernel does not serve goes to flash).
+    #[arg(long, default_value = "16M", value_name = "SIZE")]
+    pub cache: String,
+    /// Pages of the cache (clean and dirty) the background checker checks per second
+    /// against their CRCs, whatever --verify says (0: none).
+    #[arg(long, default_value_t = 10_000, value_name = "PAGES")]
+    pub cache_check_rate: u64,
+    /// Serve every read from the daemon (FUSE direct_io), so that its checked cache is the
+    /// only cache. By default the kernel's page cache keeps what it read and serves it again
+    /// without asking: those copies are not checked.
+    #[arg(long)]
+    pub direct_io: bool,
+}
+
+/// The cache options of `a`, checked: (strategy, pages).
+fn cache_options(a: &MountArgs) -> Result<(bitmend_flashfs::Verify, usize), CliError> {
+    let verify = a.verify.parse().map_err(|e| CliError::Usage(format!("--verify {e}")))?;
+    let bytes = crate::units::parse_size(&a.cache).map_err(|e| CliError::Usage(format!("--cache {e}")))?;
+    Ok((verify, (bytes / bitmend_flashfs::LOGICAL_PAGE as u64) as usize))
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -212,9 +239,18 @@ fn spawn_daemon(a: &MountArgs) -> Result<(), CliError> {
         .arg("--lz4-level")
         .arg(a.lz4_level.to_string())
         .arg("--node-pages")
-        .arg(a.node_pages.to_string());
+        .arg(a.node_pages.to_string())
+        .arg("--verify")
+        .arg(&a.verify)
+        .arg("--cache")
+        .arg(&a.cache)
+        .arg("--cache-check-rate")
+        .arg(a.cache_check_rate.to_string());
     if a.allow_other {
         cmd.arg("--allow-other");
+    }
+    if a.direct_io {
+        cmd.arg("--direct-io");
     }
     // The daemon must not hold our output open (a caller waiting for it would hang): its
     // messages go to a log file, shown if it fails to mount.
@@ -254,6 +290,7 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
     if a.index_chunks == 0 {
         return Err(CliError::Usage("--index-chunks must be at least 1".into()));
     }
+    let (verify, cache_pages) = cache_options(a)?;
     if a.create && !a.image.exists() {
         let m = MkfsArgs {
             image: a.image.clone(),
@@ -275,6 +312,8 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
         index_chunks: a.index_chunks,
         lz4_level: a.lz4_level,
         node_pages: a.node_pages,
+        verify,
+        cache_pages,
         ..FsOptions::default()
     };
     let (mut fs, rep) = Fs::open(nand, opts)?;
@@ -311,12 +350,14 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
     let schedule = crate::scrubber::Schedule {
         every: crate::units::parse_duration(&a.scrub_every).map_err(CliError::Usage)?,
         pause: Duration::from_millis(a.scrub_pause_ms),
+        cache_check_rate: a.cache_check_rate,
     };
     let shared = crate::scrubber::share(fs, schedule);
     let scrubber = crate::scrubber::spawn(shared.clone(), schedule);
     let committer = commit_interval.map(|i| crate::commit::spawn(shared.clone(), i));
     let session =
-        fuser::spawn_mount2(crate::fuse::FuseFs { shared }, &a.mountpoint, &options).map_err(err)?;
+        fuser::spawn_mount2(crate::fuse::FuseFs { shared, direct_io: a.direct_io }, &a.mountpoint, &options)
+            .map_err(err)?;
     while !STOP.load(Ordering::SeqCst) && !session.guard.is_finished() {
         std::thread::sleep(Duration::from_millis(100));
     }

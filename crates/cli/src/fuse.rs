@@ -21,6 +21,9 @@ const TTL: Duration = Duration::from_secs(1);
 /// The mounted file system, shared with the scrubber thread.
 pub struct FuseFs {
     pub shared: Shared,
+    /// Open files with FOPEN_DIRECT_IO: the kernel keeps no copy, every read comes to the
+    /// daemon's checked cache (`mount --direct-io`).
+    pub direct_io: bool,
 }
 
 /// The file system, locked for one request.
@@ -347,7 +350,7 @@ impl Filesystem for FuseFs {
             return reply.opened(0, fuser::consts::FOPEN_DIRECT_IO);
         }
         try_reply!(reply, self.fs().open_file(Ino(ino)));
-        reply.opened(0, 0);
+        reply.opened(0, if self.direct_io { fuser::consts::FOPEN_DIRECT_IO } else { 0 });
     }
 
     fn release(
@@ -416,7 +419,13 @@ impl Filesystem for FuseFs {
                     try_reply!(reply, self.fs().sync());
                     reply.written(data.len() as u32)
                 }
-                _ => reply.error(libc::EINVAL),
+                // `flip INO PAGE BIT`: a memory error in a cached page (tests, the demo).
+                // ENODATA if the page is not in the daemon's memory.
+                command => match lock(&self.shared).flip(command) {
+                    Some(bitmend_flashfs::Cached::No) => reply.error(libc::ENODATA),
+                    Some(_) => reply.written(data.len() as u32),
+                    None => reply.error(libc::EINVAL),
+                },
             };
         }
         let n = try_reply!(reply, self.fs().write(Ino(ino), offset.max(0) as u64, data));
@@ -564,7 +573,7 @@ impl Filesystem for FuseFs {
         let perm = (mode & !umask & 0o7777) as u16;
         let a = try_reply!(reply, self.fs().create(Ino(parent), name.as_bytes(), perm, req.uid(), req.gid()));
         try_reply!(reply, self.fs().open_file(a.ino));
-        reply.created(&TTL, &attr(&a), 0, 0, 0);
+        reply.created(&TTL, &attr(&a), 0, 0, if self.direct_io { fuser::consts::FOPEN_DIRECT_IO } else { 0 });
     }
 }
 

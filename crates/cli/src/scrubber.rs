@@ -36,6 +36,8 @@ pub struct Mounted {
     /// The newest quick pass's report, and how many have run.
     quick: Quick,
     quick_passes: u64,
+    /// When the background checker last ran.
+    cache_checked: Instant,
 }
 
 pub type Shared = Arc<Mutex<Mounted>>;
@@ -45,6 +47,9 @@ pub type Shared = Arc<Mutex<Mounted>>;
 pub struct Schedule {
     pub every: Option<Duration>,
     pub pause: Duration,
+    /// Cached pages checked per second by the background checker (Loris's, beside any read
+    /// strategy).
+    pub cache_check_rate: u64,
 }
 
 pub fn share(fs: Fs<FileNand>, schedule: Schedule) -> Shared {
@@ -58,6 +63,7 @@ pub fn share(fs: Fs<FileNand>, schedule: Schedule) -> Shared {
         error: None,
         quick: Quick::default(),
         quick_passes: 0,
+        cache_checked: Instant::now(),
     }))
 }
 
@@ -85,6 +91,23 @@ impl Mounted {
         Ok(())
     }
 
+    /// Flips a bit of a cached page (`flip INO PAGE BIT` on the control file): memory-error
+    /// injection for tests and demos. Which copy it hit, if any.
+    pub fn flip(&mut self, command: &[u8]) -> Option<bitmend_flashfs::Cached> {
+        let text = std::str::from_utf8(command).ok()?;
+        let mut words = text.split_whitespace();
+        let (Some("flip"), Some(ino), Some(page), Some(bit), None) =
+            (words.next(), words.next(), words.next(), words.next(), words.next())
+        else {
+            return None;
+        };
+        let (ino, page, bit) = (ino.parse().ok()?, page.parse().ok()?, bit.parse::<usize>().ok()?);
+        if bit >= 8 * bitmend_flashfs::LOGICAL_PAGE {
+            return None;
+        }
+        Some(self.fs.as_mut()?.flip_cached(bitmend_flashfs::Ino(ino), page, bit))
+    }
+
     /// One line of JSON: the newest pass's progress and the lifetime counters.
     pub fn status(&self) -> String {
         let h = self.fs.as_ref().map(|fs| fs.health()).unwrap_or_default();
@@ -92,8 +115,15 @@ impl Mounted {
         // Quoted as a JSON string: the message is ours, but a path in it could hold anything.
         let error = self.error.as_ref().map_or("null".to_string(), |e| format!("{e:?}"));
         let space = self.fs.as_ref().map_or(String::new(), |fs| format!(", {}", space_json(&Space::of(fs))));
+        let cache = self.fs.as_ref().map_or(String::new(), |fs| {
+            let (s, pages) = fs.cache_stats();
+            format!(
+                ", \"cache_pages\": {pages}, \"cache_hits\": {}, \"cache_checks\": {}, \"cache_clean_caught\": {}, \"cache_dirty_caught\": {}",
+                s.hits, s.checks, s.clean_caught, s.dirty_caught
+            )
+        });
         format!(
-            "{{\"state\": \"{state}\", \"pass\": {}, \"error\": {error}, {}, \"quick_passes\": {}, {}, {}{space}}}\n",
+            "{{\"state\": \"{state}\", \"pass\": {}, \"error\": {error}, {}, \"quick_passes\": {}, {}, {}{space}{cache}}}\n",
             self.passes_started,
             report_json(&self.report),
             self.quick_passes,
@@ -102,9 +132,30 @@ impl Mounted {
         )
     }
 
+    /// The background checker: the cached pages the rate allows since its last step.
+    fn check_cache(&mut self, rate: u64) {
+        let Some(fs) = self.fs.as_mut() else { return };
+        let due = (self.cache_checked.elapsed().as_secs_f64() * rate as f64) as usize;
+        if due == 0 {
+            return;
+        }
+        self.cache_checked = Instant::now();
+        let r = fs.check_cache(due);
+        if r.clean_caught > 0 {
+            eprintln!(
+                "bitmend: cache check: {} clean pages failed their CRC, dropped (read again from flash)",
+                r.clean_caught
+            );
+        }
+        for (ino, page) in r.dirty_caught {
+            eprintln!("bitmend: cache check: dirty page {page} of inode {ino} failed its CRC: reads of it fail (EIO)");
+        }
+    }
+
     /// Starts a pass if one is due or asked for, then checks one segment. Returns whether
     /// there is more to do right away.
     fn step(&mut self, schedule: Schedule) -> bool {
+        self.check_cache(schedule.cache_check_rate);
         let Some(fs) = self.fs.as_mut() else { return false };
         if self.pass.is_none() {
             let due = self.next_due.is_some_and(|t| Instant::now() >= t);

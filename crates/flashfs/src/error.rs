@@ -20,6 +20,12 @@ pub enum FsError {
     /// A page damaged beyond its block's and its segment's parity.
     #[error("page {page} is damaged beyond the configured redundancy")]
     Unrecoverable { page: u32 },
+    /// A cached page that failed its CRC while dirty (a memory error): there is no good copy
+    /// to read instead.
+    #[error(
+        "logical page {page} of inode {ino} failed its checksum in memory while dirty; it cannot be read"
+    )]
+    CorruptInMemory { ino: u64, page: u64 },
     #[error("page {page} holds no data written by the file system")]
     NotWritten { page: u32 },
     #[error("no such file or directory")]
@@ -50,7 +56,10 @@ impl FsError {
     pub fn errno(&self) -> i32 {
         match self {
             FsError::Nand(NandError::HostFull { .. }) | FsError::NoSpace => libc::ENOSPC,
-            FsError::Nand(_) | FsError::Unrecoverable { .. } | FsError::NotWritten { .. } => libc::EIO,
+            FsError::Nand(_)
+            | FsError::Unrecoverable { .. }
+            | FsError::NotWritten { .. }
+            | FsError::CorruptInMemory { .. } => libc::EIO,
             FsError::Config { .. } | FsError::NotAFs { .. } | FsError::Version { .. } => libc::EINVAL,
             FsError::NotFound => libc::ENOENT,
             FsError::Exists => libc::EEXIST,

@@ -325,9 +325,9 @@ impl<N: Nand> Fs<N> {
             if self.wb.dirty.contains_key(&(ino, index)) {
                 continue;
             }
-            match self.page(ino, index) {
-                Ok(page) => {
-                    self.wb.dirty.insert((ino, index), page);
+            match self.page_and_crc(ino, index) {
+                Ok((page, crc)) => {
+                    self.set_dirty((ino, index), crate::fs::cache::DirtyPage::with_crc(page, crc));
                     self.stats.pages_moved += 1;
                 }
                 // A page beyond repair keeps its place: erasing the segment would turn a

@@ -192,6 +192,9 @@ impl<N: Nand> Fs<N> {
         if whole.start < whole.end {
             self.remove_range(ino, whole.clone(), None)?;
             self.wb.dirty.retain(|k, _| k.0 != ino || !whole.contains(&k.1));
+            for i in whole.clone() {
+                self.cache.forget((ino, i));
+            }
             self.reserved.take(ino, whole.clone());
             let punch = Out {
                 kind: NodeKind::Punch,

@@ -9,6 +9,7 @@
 //! What `fsync` or `sync` returned for is durable and correctable.
 
 mod budget;
+pub(crate) mod cache;
 mod check;
 mod checkpoint;
 mod clean;
@@ -108,7 +109,14 @@ pub struct FsOptions {
     /// better; a read of one page then decompresses its whole node (docs/DESIGN.md, "Nodes of
     /// several pages"). Data that does not compress is stored a page per node whatever this is.
     pub node_pages: usize,
+    /// When a read checks the cached page it reads against its CRC (Loris's strategies).
+    pub verify: Verify,
+    /// Clean logical pages kept in RAM with their CRCs (0: none; reads go to flash).
+    pub cache_pages: usize,
 }
+
+/// The default of [`FsOptions::cache_pages`]: 16 MiB of clean pages.
+pub const DEFAULT_CACHE_PAGES: usize = 4096;
 
 /// The default of [`FsOptions::node_pages`]: 16 KiB compressed together, about 10% smaller
 /// than page by page on source code.
@@ -127,12 +135,15 @@ impl Default for FsOptions {
             index_chunks: DEFAULT_INDEX_CHUNKS,
             lz4_level: DEFAULT_LZ4_LEVEL,
             node_pages: DEFAULT_NODE_PAGES,
+            verify: Verify::AfterCheck(cache::TICK),
+            cache_pages: DEFAULT_CACHE_PAGES,
         }
     }
 }
 
 pub use crate::fs::node::{MAX_LZ4_LEVEL, MAX_NODE_PAGES};
 
+pub use cache::{CacheCheck, CacheStats, Cached, Verify, TICK};
 pub use index::{CHUNK_PAGES, DEFAULT_INDEX_CHUNKS};
 
 /// A directory entry as `readdir` returns it.
@@ -298,6 +309,8 @@ pub struct Fs<N: Nand> {
     pub(crate) cp: checkpoint::CkptState,
     /// Flash pages and nodes last read, for sequential reads (`ops.rs`).
     pub(crate) read_cache: ops::ReadCache,
+    /// Clean logical pages with their CRCs, and the read checks (`cache.rs`).
+    pub(crate) cache: cache::PageCache,
     /// Whether the cleaner runs and which segments it must leave alone (`clean.rs`).
     pub(crate) cleaner: clean::CleanerState,
     /// What the space budget knows beyond the index (`budget.rs`).
@@ -345,6 +358,7 @@ impl<N: Nand> Fs<N> {
             index: index::Index::default(),
             cp: checkpoint::CkptState::default(),
             read_cache: ops::ReadCache::default(),
+            cache: cache::PageCache::new(opts.cache_pages, opts.verify),
             cleaner: clean::CleanerState::default(),
             budget: budget::Budget::default(),
             reserved: Default::default(),
@@ -430,8 +444,8 @@ impl<N: Nand> Fs<N> {
     /// cache checks its copy against); `None` for a hole or a page whose CRC is not recorded.
     pub fn page_crc(&mut self, ino: Ino, index: u64) -> Result<Option<u32>, FsError> {
         let ino = ino.0;
-        if self.wb.dirty.contains_key(&(ino, index)) {
-            return Ok(self.wb.dirty.get(&(ino, index)).map(|p| bitmend_code::crc::crc32c(p)));
+        if let Some(p) = self.wb.dirty.get(&(ino, index)) {
+            return Ok(Some(p.crc));
         }
         Ok(self.loc(ino, index)?.and_then(|l| l.crc))
     }

@@ -8,6 +8,7 @@
 //! CRC-32C of its uncompressed payload, checked end to end on every read.
 
 use bitmend_code::byte_enum;
+#[cfg(test)]
 use bitmend_code::crc::crc32c;
 use bitmend_code::le::{self, Put, Reader};
 
@@ -284,15 +285,17 @@ pub(crate) fn decode_punch(b: &[u8]) -> Option<u64> {
 /// The highest lz4 high-compression level (the library's optimal parser).
 pub const MAX_LZ4_LEVEL: u8 = 12;
 
-/// Data payload of `pages` (one or more logical pages back to back): the CRC-32C of each
-/// uncompressed logical page, then the pages, compressed together with `codec` when that
-/// saves space (else plain, without their trailing zeros). Returns the payload, the codec
-/// flag actually used (0 when stored plain) and the CRCs, which are the end-to-end check the
-/// page cache reuses. `lz4_level` 0 is lz4's fast compressor, 1 to 12 its high-compression
-/// one (the same block format: readers do not know the difference).
-pub(crate) fn encode_data(pages: &[u8], codec: u8, lz4_level: u8) -> (Vec<u8>, u8, Vec<u32>) {
+/// Data payload of `pages` (one or more logical pages back to back): `crcs`, the CRC-32C of
+/// each uncompressed logical page as the page cache carried it (see `cache.rs`: never
+/// recomputed here, so a page a memory error hit while dirty is stored under the CRC of what
+/// was written, and fails at its next read), then the pages, compressed together with
+/// `codec` when that saves space (else plain, without their trailing zeros). Returns the
+/// payload and the codec flag actually used (0 when stored plain). `lz4_level` 0 is lz4's
+/// fast compressor, 1 to 12 its high-compression one (the same block format: readers do not
+/// know the difference).
+pub(crate) fn encode_data(pages: &[u8], crcs: &[u32], codec: u8, lz4_level: u8) -> (Vec<u8>, u8) {
     debug_assert!(pages.len().is_multiple_of(LOGICAL_PAGE) && !pages.is_empty());
-    let crcs: Vec<u32> = pages.chunks(LOGICAL_PAGE).map(crc32c).collect();
+    debug_assert_eq!(crcs.len(), pages.len() / LOGICAL_PAGE);
     let mut v: Vec<u8> = crcs.iter().flat_map(|c| c.to_le_bytes()).collect();
     let packed = match codec {
         FLAG_LZ4 if lz4_level == 0 => Some(lz4_flex::block::compress(pages)),
@@ -307,19 +310,36 @@ pub(crate) fn encode_data(pages: &[u8], codec: u8, lz4_level: u8) -> (Vec<u8>, u
     let plain = &pages[..pages.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1)];
     if let Some(c) = packed.filter(|c| c.len() < plain.len()) {
         v.extend_from_slice(&c);
-        return (v, codec, crcs);
+        return (v, codec);
     }
     v.extend_from_slice(plain);
-    (v, 0, crcs)
+    (v, 0)
 }
 
 /// Decodes a data payload into its `count` logical pages (`count` x [`LOGICAL_PAGE`] bytes);
 /// `None` if the bytes do not decompress or a page does not match its CRC.
+#[cfg(test)]
 pub(crate) fn decode_data(b: &[u8], codec: u8, count: usize) -> Option<Vec<u8>> {
+    let pages = decode_pages(b, codec, count)?;
+    let crcs = &b[..4 * count];
+    let good = pages.chunks(LOGICAL_PAGE).zip(crcs.chunks(4)).all(|(p, c)| crc32c(p).to_le_bytes() == c);
+    good.then_some(pages)
+}
+
+/// The CRC a data payload records for its page `slot`.
+pub(crate) fn recorded_crc(b: &[u8], slot: usize) -> Option<u32> {
+    b.get(4 * slot..4 * slot + 4).map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+}
+
+/// Decodes a data payload into its `count` logical pages, unchecked: each page read must be
+/// checked against its own CRC ([`recorded_crc`]). A page that a memory error hit while
+/// dirty was stored under the CRC of what was written (`cache.rs`), and fails alone; the
+/// pages compressed with it still read.
+pub(crate) fn decode_pages(b: &[u8], codec: u8, count: usize) -> Option<Vec<u8>> {
     if !(1..=MAX_NODE_PAGES).contains(&count) || b.len() < 4 * count {
         return None;
     }
-    let (crcs, body) = b.split_at(4 * count);
+    let body = &b[4 * count..];
     let len = count * LOGICAL_PAGE;
     let pages = match codec {
         0 if body.len() <= len => {
@@ -333,14 +353,19 @@ pub(crate) fn decode_data(b: &[u8], codec: u8, count: usize) -> Option<Vec<u8>> 
         FLAG_ZSTD => zstd::bulk::decompress(body, len).ok()?,
         _ => return None,
     };
-    let good = pages.len() == len
-        && pages.chunks(LOGICAL_PAGE).zip(crcs.chunks(4)).all(|(p, c)| crc32c(p).to_le_bytes() == c);
-    good.then_some(pages)
+    (pages.len() == len).then_some(pages)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `encode_data` with the CRCs computed from the pages (what a page cache would carry).
+    fn encode(pages: &[u8], codec: u8, level: u8) -> (Vec<u8>, u8, Vec<u32>) {
+        let crcs: Vec<u32> = pages.chunks(LOGICAL_PAGE).map(crc32c).collect();
+        let (v, used) = encode_data(pages, &crcs, codec, level);
+        (v, used, crcs)
+    }
 
     #[test]
     fn every_lz4_level_writes_what_the_reader_decodes() {
@@ -352,9 +377,9 @@ mod tests {
             page.extend_from_slice(words[rng.next_u64() as usize % words.len()]);
         }
         page.truncate(4096);
-        let (fast, _, _) = encode_data(&page, FLAG_LZ4, 0);
+        let (fast, _, _) = encode(&page, FLAG_LZ4, 0);
         for level in 0..=MAX_LZ4_LEVEL + 1 {
-            let (enc, used, crc) = encode_data(&page, FLAG_LZ4, level);
+            let (enc, used, crc) = encode(&page, FLAG_LZ4, level);
             assert_eq!((used, crc), (FLAG_LZ4, vec![crc32c(&page)]), "level {level}");
             assert_eq!(decode_data(&enc, FLAG_LZ4, 1), Some(page.clone()), "level {level}");
             if level >= 9 {
@@ -367,11 +392,11 @@ mod tests {
     fn a_plain_page_leaves_out_its_trailing_zeros() {
         let mut page = vec![0u8; 4096];
         page[..1000].iter_mut().enumerate().for_each(|(i, b)| *b = (i * 7919 % 251) as u8 | 1);
-        let (payload, codec, crc) = encode_data(&page, 0, 0);
+        let (payload, codec, crc) = encode(&page, 0, 0);
         assert_eq!((payload.len(), codec, crc), (4 + 1000, 0, vec![crc32c(&page)]));
         assert_eq!(decode_data(&payload, 0, 1).as_deref(), Some(&page[..]));
         // All zeros: the CRC alone.
-        let (zeros, _, _) = encode_data(&[0u8; 4096], 0, 0);
+        let (zeros, _, _) = encode(&[0u8; 4096], 0, 0);
         assert_eq!(zeros.len(), 4);
         assert_eq!(decode_data(&zeros, 0, 1), Some(vec![0u8; 4096]));
         // Longer than a page, or the wrong bytes: refused.
@@ -394,7 +419,7 @@ mod tests {
         pages.truncate(3 * 4096);
         pages[2 * 4096 + 100..].fill(0); // a short last page
         for codec in [FLAG_LZ4, FLAG_ZSTD] {
-            let (enc, used, crcs) = encode_data(&pages, codec, 9);
+            let (enc, used, crcs) = encode(&pages, codec, 9);
             let want: Vec<u32> = pages.chunks(4096).map(crc32c).collect();
             assert_eq!((used, &crcs), (codec, &want));
             // Together the pages take less than the first one alone would plain.
@@ -458,7 +483,7 @@ mod tests {
 
         let page: Vec<u8> = (0..4096).map(|i| (i / 100) as u8).collect();
         for codec in [FLAG_LZ4, FLAG_ZSTD] {
-            let (enc, used, _) = encode_data(&page, codec, 0);
+            let (enc, used, _) = encode(&page, codec, 0);
             assert!(used == codec && enc.len() < 1000);
             assert_eq!(decode_data(&enc, codec, 1), Some(page.clone()));
             let mut bad = enc.clone();
@@ -468,7 +493,7 @@ mod tests {
         // Incompressible data is stored plain.
         let mut noise = vec![0u8; 4096];
         bitmend_media::rng::Rng::new(1).fill(&mut noise);
-        let (enc, used, _) = encode_data(&noise, FLAG_ZSTD, 0);
+        let (enc, used, _) = encode(&noise, FLAG_ZSTD, 0);
         assert_eq!((used, enc.len()), (0, 4100));
         assert_eq!(decode_data(&enc, 0, 1), Some(noise));
     }

@@ -8,6 +8,7 @@ use super::Ino;
 use super::{
     now, DirEntry, Fs, Inode, SetAttr, INLINE_TARGET_MAX, LOGICAL_PAGE, NAME_MAX, PENDING, ROOT, SYMLINK_MAX,
 };
+use crate::fs::cache::DirtyPage;
 use crate::fs::node::{self, Attr, FileType};
 use crate::store::{PageAddr, Repaired};
 use crate::FsError;
@@ -22,6 +23,12 @@ pub(crate) struct ReadCache {
     /// The last node of several pages decoded: (ino, first page, version), its pages, and
     /// whether a flash page under it was repaired.
     pub last_node: Option<super::DecodedNode>,
+}
+
+/// The CRC-32C of a logical page of zeros (a hole).
+fn zero_page_crc() -> u32 {
+    static CRC: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *CRC.get_or_init(|| bitmend_code::crc::crc32c(&[0u8; LOGICAL_PAGE]))
 }
 
 fn check_name(name: &[u8]) -> Result<(), FsError> {
@@ -122,7 +129,7 @@ impl<N: Nand> Fs<N> {
             // inode that does not exist, which mount drops.
             let mut page = target.to_vec();
             page.resize(LOGICAL_PAGE, 0);
-            if let Err(e) = self.write_page(ino, 0, &page) {
+            if let Err(e) = self.write_page(ino, 0, &page, bitmend_code::crc::crc32c(&page)) {
                 self.ns.inodes.remove(&ino);
                 return Err(e);
             }
@@ -280,6 +287,7 @@ impl<N: Nand> Fs<N> {
             // A map beyond repair cannot stop the file's removal (its chunks go whole).
             let _ = self.remove_pages(ino, 0, None);
             self.wb.dirty.retain(|k, _| k.0 != ino);
+            self.cache.forget_from(ino, 0);
             self.wb.dirty_inodes.remove(&ino);
             self.reserved.take(ino, 0..u64::MAX);
         }
@@ -442,12 +450,13 @@ impl<N: Nand> Fs<N> {
             // again: rewrite that page cut.
             let tail = (size % LOGICAL_PAGE as u64) as usize;
             if tail != 0 {
-                let mut page = self.page(ino, keep - 1)?;
-                page[tail..].fill(0);
-                self.wb.dirty.insert((ino, keep - 1), page);
+                let mut page = self.page_to_change(ino, keep - 1)?;
+                page.cut(tail);
+                self.set_dirty((ino, keep - 1), page);
             }
             self.remove_pages(ino, keep, None)?;
             self.wb.dirty.retain(|k, _| k.0 != ino || k.1 < keep);
+            self.cache.forget_from(ino, keep);
             self.reserved.take(ino, keep..u64::MAX);
             self.ns.inodes.get_mut(&ino).expect("checked").attr.size = size;
             // The shrink reaches the flash after the cut page and before any later data, so
@@ -460,13 +469,41 @@ impl<N: Nand> Fs<N> {
         Ok(())
     }
 
-    /// Logical page `index` of file `ino`: dirty copy, else from the flash (verified, CRC
-    /// checked, repaired pages rewritten), else zeros (a hole).
+    /// Logical page `index` of file `ino` (see [`Fs::page_and_crc`]).
     pub(crate) fn page(&mut self, ino: u64, index: u64) -> Result<Vec<u8>, FsError> {
-        if let Some(p) = self.wb.dirty.get(&(ino, index)) {
-            return Ok(p.clone());
+        Ok(self.page_and_crc(ino, index)?.0)
+    }
+
+    /// Logical page `index` of `ino` as a dirty page about to change: the dirty one taken out,
+    /// else the page read with the CRC that came with it.
+    pub(crate) fn page_to_change(&mut self, ino: u64, index: u64) -> Result<DirtyPage, FsError> {
+        if let Some(p) = self.wb.dirty.remove(&(ino, index)) {
+            return Ok(p);
         }
-        let Some(loc) = self.loc(ino, index)? else { return Ok(vec![0; LOGICAL_PAGE]) };
+        let (bytes, crc) = self.page_and_crc(ino, index)?;
+        Ok(DirtyPage::with_crc(bytes, crc))
+    }
+
+    /// Makes `page` the dirty copy of `key`; a clean copy cached is forgotten.
+    pub(crate) fn set_dirty(&mut self, key: (u64, u64), page: DirtyPage) {
+        self.cache.forget(key);
+        self.wb.dirty.insert(key, page);
+    }
+
+    /// Logical page `index` of file `ino` and its CRC-32C: the dirty copy, else the cached
+    /// clean copy, each checked if the read strategy says it is due (`cache.rs`), else from
+    /// the flash (verified, CRC checked, repaired pages rewritten) and cached with the CRC
+    /// the index holds, else zeros (a hole).
+    pub(crate) fn page_and_crc(&mut self, ino: u64, index: u64) -> Result<(Vec<u8>, u32), FsError> {
+        let key = (ino, index);
+        if let Some(p) = self.wb.dirty.get_mut(&key) {
+            self.cache.check_dirty(key, p)?;
+            return Ok((p.bytes.clone(), p.crc));
+        }
+        if let Some((bytes, crc)) = self.cache.get(key) {
+            return Ok((bytes, crc));
+        }
+        let Some(loc) = self.loc(ino, index)? else { return Ok((vec![0; LOGICAL_PAGE], zero_page_crc())) };
         let slot = loc.slot as usize;
         let unreadable = |fs: &mut Self| {
             fs.stats.unreadable += 1;
@@ -476,11 +513,13 @@ impl<N: Nand> Fs<N> {
         let Some(first) = index.checked_sub(slot as u64) else { return Err(unreadable(self)) };
         let node_key = (ino, first, loc.version);
         let span = slot * LOGICAL_PAGE..(slot + 1) * LOGICAL_PAGE;
+        // A node decoded for an earlier page is reused only where the index holds the page's
+        // CRC to check it against (the payload's is not kept).
         let cached = self.read_cache.last_node.as_ref().filter(|n| n.0 == node_key && loc.count > 1);
-        let (page, repaired) = match cached {
+        let (page, repaired) = match cached.filter(|_| loc.crc.is_some()) {
             Some((_, pages, repaired)) => {
                 let page = pages[span].to_vec();
-                if loc.crc.is_some_and(|c| c != bitmend_code::crc::crc32c(&page)) {
+                if loc.crc != Some(bitmend_code::crc::crc32c(&page)) {
                     return Err(unreadable(self));
                 }
                 (page, *repaired)
@@ -492,10 +531,16 @@ impl<N: Nand> Fs<N> {
                 // as a wrong byte.
                 let same =
                     loc.crc.is_none_or(|c| payload.get(4 * slot..4 * slot + 4) == Some(&c.to_le_bytes()[..]));
-                let decoded = node::decode_data(&payload, loc.codec, loc.count as usize).filter(|_| same);
+                let decoded = node::decode_pages(&payload, loc.codec, loc.count as usize).filter(|_| same);
                 let Some(mut pages) = decoded.filter(|p| p.len() >= span.end) else {
                     return Err(unreadable(self));
                 };
+                // Each page against its own CRC: one that failed does not take the pages
+                // stored with it down too.
+                if node::recorded_crc(&payload, slot) != Some(bitmend_code::crc::crc32c(&pages[span.clone()]))
+                {
+                    return Err(unreadable(self));
+                }
                 if loc.count > 1 {
                     let page = pages[span].to_vec();
                     self.read_cache.last_node = Some((node_key, pages, repaired));
@@ -506,12 +551,17 @@ impl<N: Nand> Fs<N> {
                 }
             }
         };
+        // The CRC the store checked the page against (images that recorded none: computed,
+        // as the flash read did not check one).
+        let crc = loc.crc.unwrap_or_else(|| bitmend_code::crc::crc32c(&page));
         if repaired {
             // Rewrite the logical page elsewhere, away from the damaged flash page.
             self.stats.relocated += 1;
-            self.wb.dirty.insert((ino, index), page.clone());
+            self.set_dirty(key, DirtyPage::with_crc(page.clone(), crc));
+        } else {
+            self.cache.insert(key, page.clone(), crc);
         }
-        Ok(page)
+        Ok((page, crc))
     }
 
     /// A node's payload from its fragments: bytes still in the page being filled, in the
@@ -617,10 +667,15 @@ impl<N: Nand> Fs<N> {
             let index = pos / LOGICAL_PAGE as u64;
             let within = (pos % LOGICAL_PAGE as u64) as usize;
             let n = (LOGICAL_PAGE - within).min((end - pos) as usize);
-            let mut page = if n == LOGICAL_PAGE { vec![0; LOGICAL_PAGE] } else { self.page(ino, index)? };
             let from = (pos - off) as usize;
-            page[within..within + n].copy_from_slice(&data[from..from + n]);
-            self.wb.dirty.insert((ino, index), page);
+            let page = if n == LOGICAL_PAGE {
+                DirtyPage::new(data[from..from + n].to_vec())
+            } else {
+                let mut page = self.page_to_change(ino, index)?;
+                page.overwrite(within, &data[from..from + n]);
+                page
+            };
+            self.set_dirty((ino, index), page);
             pos += n as u64;
         }
         let i = self.ns.inodes.get_mut(&ino).expect("checked");

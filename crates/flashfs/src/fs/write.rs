@@ -5,6 +5,7 @@ use bitmend_media::nand::Nand;
 
 use super::Ino;
 use super::{Fs, Loc, LOGICAL_PAGE, PENDING, SKIP_AFTER_INCOMPRESSIBLE};
+use crate::fs::cache::DirtyPage;
 use crate::fs::node::{self, Frag, NodeKind, FLAG_LAST, FRAG_HEADER, MAX_NODE_PAGES};
 use crate::store::PageAddr;
 use crate::FsError;
@@ -21,8 +22,8 @@ pub(crate) enum Pending {
 /// File data and inodes changed but not yet written out.
 #[derive(Debug, Default)]
 pub(crate) struct WriteBack {
-    /// Dirty logical pages, by (ino, page index).
-    pub dirty: std::collections::BTreeMap<(u64, u64), Vec<u8>>,
+    /// Dirty logical pages with their CRCs, by (ino, page index).
+    pub dirty: std::collections::BTreeMap<(u64, u64), DirtyPage>,
     /// Inodes whose node must be written again (size, times).
     pub dirty_inodes: std::collections::BTreeSet<u64>,
     /// Per file: logical pages still to store plain without trying to compress them.
@@ -139,18 +140,18 @@ impl<N: Nand> Fs<N> {
 
     /// Writes a run of consecutive logical pages of a file (`pages`, a multiple of
     /// [`LOGICAL_PAGE`] bytes) as one data node compressed together when it saves at least
-    /// an eighth, else a node per page.
-    fn write_data_run(&mut self, ino: u64, first: u64, pages: &[u8]) -> Result<(), FsError> {
+    /// an eighth, else a node per page. `crcs` are the pages' CRCs as the cache carried them.
+    fn write_data_run(&mut self, ino: u64, first: u64, pages: &[u8], crcs: &[u32]) -> Result<(), FsError> {
         let count = pages.len() / LOGICAL_PAGE;
         let wanted = self.opts.compression.flag();
         if count > 1 && wanted != 0 && self.wb.skip_compression.get(&ino).is_none_or(|&left| left == 0) {
-            let (payload, codec, crcs) = node::encode_data(pages, wanted, self.opts.lz4_level);
+            let (payload, codec) = node::encode_data(pages, crcs, wanted, self.opts.lz4_level);
             let content = pages.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
             if codec != 0 && payload.len() - 4 * count <= content - content / 8 {
                 self.wb.skip_compression.remove(&ino);
                 self.stats.multi_page_nodes += 1;
                 self.stats.pages_in_multi_page_nodes += count as u64;
-                return self.write_data_node(ino, first, pages.len(), payload, codec, &crcs);
+                return self.write_data_node(ino, first, pages.len(), payload, codec, crcs);
             }
             // Tried and found wanting: stored plain a page per node (a read of one need not
             // read the others), and, judged as a page alone would be (see `write_page`),
@@ -158,14 +159,14 @@ impl<N: Nand> Fs<N> {
             if content >= pages.len() / 2 {
                 self.skip_after_incompressible(ino);
             }
-            for (i, page) in pages.chunks(LOGICAL_PAGE).enumerate() {
-                let (payload, _, crcs) = node::encode_data(page, 0, 0);
-                self.write_data_node(ino, first + i as u64, page.len(), payload, 0, &crcs)?;
+            for (i, (page, crc)) in pages.chunks(LOGICAL_PAGE).zip(crcs).enumerate() {
+                let (payload, _) = node::encode_data(page, &[*crc], 0, 0);
+                self.write_data_node(ino, first + i as u64, page.len(), payload, 0, &[*crc])?;
             }
             return Ok(());
         }
-        for (i, page) in pages.chunks(LOGICAL_PAGE).enumerate() {
-            self.write_page(ino, first + i as u64, page)?;
+        for (i, (page, crc)) in pages.chunks(LOGICAL_PAGE).zip(crcs).enumerate() {
+            self.write_page(ino, first + i as u64, page, *crc)?;
         }
         Ok(())
     }
@@ -177,8 +178,8 @@ impl<N: Nand> Fs<N> {
         self.wb.skip_compression.insert(ino, SKIP_AFTER_INCOMPRESSIBLE);
     }
 
-    /// Writes one logical page of file data as a data node of its own.
-    pub(crate) fn write_page(&mut self, ino: u64, index: u64, page: &[u8]) -> Result<(), FsError> {
+    /// Writes one logical page of file data, whose CRC is `crc`, as a data node of its own.
+    pub(crate) fn write_page(&mut self, ino: u64, index: u64, page: &[u8], crc: u32) -> Result<(), FsError> {
         // After a page of a file that compressed poorly (by less than an eighth), the next
         // pages of that file are stored plain without trying (then one is tried again): data
         // that does not compress (media, archives, encrypted files) does not pay for an
@@ -192,7 +193,7 @@ impl<N: Nand> Fs<N> {
             }
             _ => wanted,
         };
-        let (payload, codec, crcs) = node::encode_data(page, attempt, self.opts.lz4_level);
+        let (payload, codec) = node::encode_data(page, &[crc], attempt, self.opts.lz4_level);
         if attempt != 0 {
             // The payload carries a 4-byte CRC before the page. Judged on the page's bytes up
             // to its trailing zeros: a short last page (or a hole) says nothing of the rest.
@@ -203,7 +204,7 @@ impl<N: Nand> Fs<N> {
                 self.wb.skip_compression.remove(&ino);
             }
         }
-        self.write_data_node(ino, index, page.len(), payload, codec, &crcs)
+        self.write_data_node(ino, index, page.len(), payload, codec, &[crc])
     }
 
     /// Writes a data node of `crcs.len()` logical pages from `first` on, in fragments across
@@ -308,28 +309,33 @@ impl<N: Nand> Fs<N> {
         let most = if self.store.sb_version >= 5 { self.opts.node_pages.clamp(1, MAX_NODE_PAGES) } else { 1 };
         let mut dirty = std::mem::take(&mut self.wb.dirty).into_iter().peekable();
         let mut run: Vec<u8> = Vec::with_capacity(most * LOGICAL_PAGE);
+        let mut crcs: Vec<u32> = Vec::with_capacity(most);
         while let Some(((ino, first), page)) = dirty.next() {
             if !self.ns.inodes.contains_key(&ino) {
                 continue;
             }
             run.clear();
-            run.extend_from_slice(&page);
+            crcs.clear();
+            run.extend_from_slice(&page.bytes);
+            crcs.push(page.crc);
             while let Some(&((i, index), _)) = dirty.peek() {
                 let next = first + (run.len() / LOGICAL_PAGE) as u64;
                 if i != ino || index != next || index % most as u64 == 0 {
                     break;
                 }
-                run.extend_from_slice(&dirty.next().expect("peeked").1);
+                let page = dirty.next().expect("peeked").1;
+                run.extend_from_slice(&page.bytes);
+                crcs.push(page.crc);
             }
-            if let Err(e) = self.write_data_run(ino, first, &run) {
+            if let Err(e) = self.write_data_run(ino, first, &run, &crcs) {
                 // Nothing acknowledged is dropped: what was not written stays dirty (the
                 // run's pages may be pending in the page being filled: written again). But
                 // a run whose index chunk became unreadable since it was accepted cannot be
                 // written ever: kept, it would fail every later sync.
                 let lost_map = matches!(e, FsError::Unrecoverable { .. } | FsError::NotWritten { .. });
                 if !lost_map {
-                    for (i, p) in run.chunks(LOGICAL_PAGE).enumerate() {
-                        self.wb.dirty.insert((ino, first + i as u64), p.to_vec());
+                    for (i, (p, crc)) in run.chunks(LOGICAL_PAGE).zip(&crcs).enumerate() {
+                        self.wb.dirty.insert((ino, first + i as u64), DirtyPage::with_crc(p.to_vec(), *crc));
                     }
                 }
                 self.wb.dirty.extend(dirty);
