@@ -588,8 +588,7 @@ fn fs_mount_times(fs: bitmend_flashfs::Fs<RamNand>, mb: usize, page: &[u8], emit
 /// with write-back buffering (synced at the end) and once synced after every transaction, and
 /// on littlefs, which commits at every file close. Transactions per second of device time.
 pub fn postmark(opts: &Options, emit: &mut dyn FnMut(Row)) {
-    use bitmend_flashfs::{Compression, Fs, FsOptions, ROOT};
-    use std::collections::HashMap;
+    use bitmend_flashfs::{Compression, Fs, FsOptions};
     // 500 files at most: littlefs gives every file of more than a few hundred bytes a whole
     // 128 KiB block, and runs out of the chip's 1024 blocks near 1000 files.
     let (files, txns) = if opts.quick { (200, 2000) } else { (500, 15000) };
@@ -610,28 +609,9 @@ pub fn postmark(opts: &Options, emit: &mut dyn FnMut(Row)) {
         let mut fs =
             Fs::format(RamNand::new(Geometry::RCFFS).expect("geometry"), FsConfig::default(), fsopts)
                 .expect("mkfs");
-        let mut inos: HashMap<u64, bitmend_flashfs::Ino> = HashMap::new();
-        let mut run = |fs: &mut Fs<RamNand>, op: &crate::postmark::Op| {
-            use crate::postmark::Op;
-            match *op {
-                Op::Create(id, len) => {
-                    let ino = fs.create(ROOT, format!("pm{id}").as_bytes(), 0o644, 0, 0).expect("create").ino;
-                    fs.write(ino, 0, &body[..len]).expect("write");
-                    inos.insert(id, ino);
-                }
-                Op::Delete(id) => {
-                    fs.unlink(ROOT, format!("pm{id}").as_bytes()).expect("unlink");
-                    inos.remove(&id);
-                }
-                Op::Read(id) => {
-                    fs.read(inos[&id], 0, body.len()).expect("read");
-                }
-                Op::Append(id, len) => {
-                    let size = fs.getattr(inos[&id]).expect("stat").size;
-                    fs.write(inos[&id], size, &body[..len]).expect("append");
-                }
-            }
-        };
+        let mut inos = crate::postmark::Inos::new();
+        let mut run =
+            |fs: &mut Fs<RamNand>, op: &crate::postmark::Op| crate::postmark::apply(fs, &mut inos, op, &body);
         w.pool.iter().for_each(|op| run(&mut fs, op));
         fs.sync().expect("sync");
         let before = fs.store().nand().counters();

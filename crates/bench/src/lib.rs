@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cache;
 pub mod code;
 pub mod corpus;
 pub mod flashfs;

@@ -57,3 +57,35 @@ pub fn workload(files: usize, transactions: usize, seed: u64) -> Workload {
     let finish = live.into_iter().map(Op::Delete).collect();
     Workload { pool, txns, finish, transactions }
 }
+
+/// The files a replay on the flash file system made, by number.
+pub type Inos = std::collections::HashMap<u64, bitmend_flashfs::Ino>;
+
+/// Replays `op` on the flash file system (files in its root, named `pm` and their number),
+/// each file's bytes the first bytes of `body`.
+pub fn apply<N: bitmend_media::nand::Nand>(
+    fs: &mut bitmend_flashfs::Fs<N>,
+    inos: &mut Inos,
+    op: &Op,
+    body: &[u8],
+) {
+    use bitmend_flashfs::ROOT;
+    match *op {
+        Op::Create(id, len) => {
+            let ino = fs.create(ROOT, format!("pm{id}").as_bytes(), 0o644, 0, 0).expect("create").ino;
+            fs.write(ino, 0, &body[..len]).expect("write");
+            inos.insert(id, ino);
+        }
+        Op::Delete(id) => {
+            fs.unlink(ROOT, format!("pm{id}").as_bytes()).expect("unlink");
+            inos.remove(&id);
+        }
+        Op::Read(id) => {
+            fs.read(inos[&id], 0, body.len()).expect("read");
+        }
+        Op::Append(id, len) => {
+            let size = fs.getattr(inos[&id]).expect("stat").size;
+            fs.write(inos[&id], size, &body[..len]).expect("append");
+        }
+    }
+}

@@ -38,6 +38,9 @@ enum Suite {
     /// The PRIMS log's small writes beside mprotect, PMDK transactions and bare persists
     /// (the paper's Figure 2), ns per write.
     Nvlog,
+    /// The checked page cache (Loris's Table VI): PostMark and a file-server mix with each
+    /// read-check strategy, run time against no read checks.
+    Cache,
     /// The persistent heap's transactional overwrites (55 B to 16 KiB; data logging and
     /// pointer logging) beside PMDK transactions and bare persists, ns per transaction.
     Heap,
@@ -108,6 +111,15 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
                 );
             }
             bitmend_bench::nvlog::run(&opts, &mut emit);
+        }
+        Suite::Cache => {
+            if !json {
+                eprintln!(
+                    "bench cache: the flash file system on a RAM chip with no timing (CPU only: the worst case for checks), medians of {} runs",
+                    if args.quick { 1 } else { 5 }
+                );
+            }
+            bitmend_bench::cache::run(&opts, &mut emit);
         }
         Suite::Heap => {
             if !json {

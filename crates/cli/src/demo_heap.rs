@@ -20,7 +20,7 @@ fn value(r: &mut Rng, i: u32) -> Vec<u8> {
 pub fn run(path: &Path, seed: u64) -> Result<(), CliError> {
     let _ = std::fs::remove_file(path);
     let shape = StripeShape { k: 8, m: 2 };
-    println!("8. heap: a key-value store in {} (16 MiB, stripes of 8 data + 2 parity pages)", path.display());
+    println!("9. heap: a key-value store in {} (16 MiB, stripes of 8 data + 2 parity pages)", path.display());
     let region = MmapRegion::create(path, 16 << 20).map_err(|e| CliError::Failed(e.to_string()))?;
     let mut pool = Pool::create(region, PoolOptions { stripes: Some(shape), ..PoolOptions::default() })?;
     let kv = Kv::create(&mut pool)?;
@@ -44,7 +44,7 @@ pub fn run(path: &Path, seed: u64) -> Result<(), CliError> {
     }
     let page = |p: u64| geo.page_at(p) as usize;
     pool.region_mut().corrupt(page(hit[0]), &[0u8; 4096]).map_err(|e| CliError::Failed(e.to_string()))?;
-    println!("9. injected: a wild memset zeroed heap page {}", hit[0]);
+    println!("10. injected: a wild memset zeroed heap page {}", hit[0]);
     let copy = pool.region().bytes()[page(hit[2])..][..4096].to_vec();
     pool.region_mut().corrupt(page(hit[1]), &copy).map_err(|e| CliError::Failed(e.to_string()))?;
     println!("   injected: heap page {} copied over page {} (a store to the wrong address)", hit[2], hit[1]);
@@ -55,7 +55,7 @@ pub fn run(path: &Path, seed: u64) -> Result<(), CliError> {
     }
     println!("   injected: 8 bits flipped in heap page {} (worn cells)", hit[2]);
     let found = pool.check_damage(ScrubPass::Full)?;
-    println!("10. check: {} damaged pages found, {} rebuildable", found.damaged.len(), found.pages_repaired);
+    println!("11. check: {} damaged pages found, {} rebuildable", found.damaged.len(), found.pages_repaired);
     pool.set_read_check(ReadCheck::Every);
     let mut rebuilt_by_reads = 0;
     for (i, v) in values.iter().enumerate().step_by(7) {
@@ -66,10 +66,10 @@ pub fn run(path: &Path, seed: u64) -> Result<(), CliError> {
         }
         rebuilt_by_reads += pool.heal_stats().pages_repaired - before;
     }
-    println!("11. every 7th key read with every read checked: {rebuilt_by_reads} pages rebuilt before their bytes were used");
+    println!("12. every 7th key read with every read checked: {rebuilt_by_reads} pages rebuilt before their bytes were used");
     let scrub = pool.scrub(ScrubPass::Full)?;
     println!(
-        "12. scrub: {} pages rebuilt, {} beyond repair",
+        "13. scrub: {} pages rebuilt, {} beyond repair",
         scrub.pages_repaired,
         scrub.beyond_repair.len()
     );

@@ -129,8 +129,10 @@ fn the_demo_corrects_every_fault_it_injects() {
     assert!(text.contains("power cut"), "{text}");
     assert!(text.contains("verified every byte of the 180 files"), "{text}");
     assert!(text.contains("every fault corrected, nothing lost"), "{text}");
+    // Memory errors in the cache: the clean one caught and read again, the dirty one refused.
+    assert!(text.contains("8. memory errors: a bit flipped in a cached clean page was caught"), "{text}");
     // The heap part: three damaged pages in different stripes, found, rebuilt, every key back.
-    assert!(text.contains("10. check: 3 damaged pages found, 3 rebuildable"), "{text}");
+    assert!(text.contains("11. check: 3 damaged pages found, 3 rebuildable"), "{text}");
     assert!(text.contains("all 5000 keys read back; every damaged page rebuilt"), "{text}");
 }
 

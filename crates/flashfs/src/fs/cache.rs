@@ -123,6 +123,8 @@ struct CleanPage {
 /// What the cache counted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CacheStats {
+    /// Logical pages read (from the dirty pages, the clean ones or the flash).
+    pub reads: u64,
     /// Reads served from a cached clean page.
     pub hits: u64,
     /// Pages checked against their CRC (on reads, and by the background checker).

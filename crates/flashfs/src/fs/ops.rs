@@ -496,6 +496,7 @@ impl<N: Nand> Fs<N> {
     /// the index holds, else zeros (a hole).
     pub(crate) fn page_and_crc(&mut self, ino: u64, index: u64) -> Result<(Vec<u8>, u32), FsError> {
         let key = (ino, index);
+        self.cache.stats.reads += 1;
         if let Some(p) = self.wb.dirty.get_mut(&key) {
             self.cache.check_dirty(key, p)?;
             return Ok((p.bytes.clone(), p.crc));
