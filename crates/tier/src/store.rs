@@ -1,0 +1,231 @@
+//! The tier itself: slots in the heap, records in the log (see the crate docs).
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use bitmend_code::crc::crc32c;
+use bitmend_code::le::{self, Put};
+use bitmend_heap::{Pool, PoolOptions, Ptr};
+use bitmend_media::pmem::Region;
+use bitmend_nvlog::{LogConfig, NvLog};
+
+use crate::record::{Entry, TAG};
+use crate::TierError;
+
+/// Bytes of a logical page.
+pub const PAGE: usize = 4096;
+/// Bytes of a slot: the page, then a trailer: crc u32, zero u32, ino u64, index u64.
+pub const SLOT: usize = PAGE + TRAILER;
+const TRAILER: usize = 24;
+
+/// A change smaller than this is data-logged in place; a larger one goes to a new slot
+/// (MinL2R: undo the bytes a change overwrites, or log a pointer when it changes most).
+const IN_PLACE_MAX: usize = PAGE / 2;
+
+/// A page recovered from the region: verified against its CRC.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecoveredPage {
+    pub ino: u64,
+    pub index: u64,
+    pub bytes: Vec<u8>,
+    pub crc: u32,
+}
+
+/// What [`DirtyTier::open`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// Every page a record names whose slot verified, in (ino, index) order.
+    pub pages: Vec<RecoveredPage>,
+    /// Pages a record names whose slot did not verify: (ino, index). Never applied.
+    pub unverified: Vec<(u64, u64)>,
+    /// Records read, and records that were not the tier's (refused).
+    pub records: usize,
+    pub foreign_records: usize,
+}
+
+/// Counts since the tier was opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TierStats {
+    /// Pages put: changed in place (data-logged), or into a new slot (a record each).
+    pub in_place: u64,
+    pub new_slots: u64,
+    pub checkouts: u64,
+}
+
+/// Dirty pages in a persistent-memory region (see the crate docs).
+pub struct DirtyTier<L: Region, H: Region> {
+    log: NvLog<L>,
+    heap: Pool<H>,
+    /// Where each dirty page's slot is.
+    slots: BTreeMap<(u64, u64), Ptr>,
+    stats: TierStats,
+}
+
+impl<L: Region, H: Region> DirtyTier<L, H> {
+    /// Makes an empty tier: a log formatted in `log`, a heap made in `heap`.
+    pub fn create(log: L, heap: H) -> Result<DirtyTier<L, H>, TierError> {
+        let log = NvLog::format(log, LogConfig::default())?;
+        let heap = Pool::create(heap, PoolOptions::default())?;
+        Ok(DirtyTier { log, heap, slots: BTreeMap::new(), stats: TierStats::default() })
+    }
+
+    /// Opens a tier after a crash of the daemon or of the power: the log and the heap
+    /// recover, then every page a record names is read from its slot and verified. The
+    /// caller applies [`Recovered::pages`] to the file system, writes them to flash, and calls
+    /// [`DirtyTier::checkout`].
+    pub fn open(log: L, heap: H) -> Result<(DirtyTier<L, H>, Recovered), TierError> {
+        let (mut log, _) = NvLog::open(log)?;
+        let mut found = Recovered::default();
+        let mut named: BTreeMap<(u64, u64), (u64, u32)> = BTreeMap::new();
+        for r in log.records()? {
+            found.records += 1;
+            let entry = (r.tag == TAG).then(|| Entry::decode(&r.data)).flatten();
+            match entry {
+                Some(Entry::Page { ino, index, slot, crc }) => {
+                    named.insert((ino, index), (slot, crc));
+                }
+                Some(Entry::Drop { ino, from }) => named.retain(|&(i, p), _| i != ino || p < from),
+                Some(Entry::Checkout) => named.clear(),
+                None => found.foreign_records += 1,
+            }
+        }
+        // Nothing named: every slot in the heap is garbage (a crash between a checkout's trim
+        // and its frees, or between a new slot and its record), and the heap is made afresh.
+        let heap = if named.is_empty() {
+            Pool::create(heap, PoolOptions::default())?
+        } else {
+            Pool::open(heap, PoolOptions::default())?.0
+        };
+        let mut tier = DirtyTier { log, heap, slots: BTreeMap::new(), stats: TierStats::default() };
+        for (&(ino, index), &(slot, _)) in &named {
+            match tier.verified(ino, index, Ptr(slot)) {
+                Some((bytes, crc)) => {
+                    found.pages.push(RecoveredPage { ino, index, bytes, crc });
+                    tier.slots.insert((ino, index), Ptr(slot));
+                }
+                None => found.unverified.push((ino, index)),
+            }
+        }
+        Ok((tier, found))
+    }
+
+    /// The page in `slot` and its CRC, if the slot is a slot of page `index` of `ino` and
+    /// its bytes match the CRC it carries. The record's CRC is not used: a page changed in
+    /// place since carries its new CRC in the trailer, changed in the same transaction.
+    fn verified(&self, ino: u64, index: u64, slot: Ptr) -> Option<(Vec<u8>, u32)> {
+        let b = self.heap.object(slot).ok()?;
+        if b.len() < SLOT {
+            return None;
+        }
+        let (page, t) = (&b[..PAGE], &b[PAGE..SLOT]);
+        let crc = le::get_u32(t, 0);
+        let ours = le::get_u32(t, 4) == 0 && le::get_u64(t, 8) == ino && le::get_u64(t, 16) == index;
+        (ours && crc32c(page) == crc).then(|| (page.to_vec(), crc))
+    }
+
+    fn trailer(ino: u64, index: u64, crc: u32) -> Vec<u8> {
+        let mut t = Vec::with_capacity(TRAILER);
+        t.put_u32(crc);
+        t.put_u32(0);
+        t.put_u64(ino);
+        t.put_u64(index);
+        t
+    }
+
+    /// Makes page `index` of `ino` (`page`, whose CRC is `crc`) durable in the region.
+    /// `changed` is the byte range that differs from the page as last put (all of it for a
+    /// page not put before). Returns once it is durable: an fsync needs nothing more.
+    pub fn put_page(
+        &mut self,
+        (ino, index): (u64, u64),
+        page: &[u8],
+        crc: u32,
+        changed: Range<usize>,
+    ) -> Result<(), TierError> {
+        if page.len() != PAGE || changed.end > PAGE || changed.start > changed.end {
+            return Err(TierError::Invalid {
+                why: format!("a page of {} bytes, changed {changed:?}", page.len()),
+            });
+        }
+        let trailer = Self::trailer(ino, index, crc);
+        let old = self.slots.get(&(ino, index)).copied();
+        if let Some(slot) = old.filter(|_| changed.len() < IN_PLACE_MAX) {
+            // In place: the changed bytes and the trailer in one transaction, each undone
+            // from its record if a crash cuts it short.
+            self.heap.tx(|tx| {
+                tx.write(slot, changed.start as u64, &page[changed.clone()])?;
+                tx.write(slot, PAGE as u64, &trailer)
+            })?;
+            self.stats.in_place += 1;
+            return Ok(());
+        }
+        // A new slot, filled and committed; then the record that names it (the pointer log);
+        // then the old slot freed. A crash before the record leaves the old page named.
+        let slot = self.heap.tx(|tx| {
+            let slot = tx.alloc(SLOT as u64)?;
+            tx.write(slot, 0, page)?;
+            tx.write(slot, PAGE as u64, &trailer)?;
+            Ok(slot)
+        })?;
+        let named = self.log.append(TAG, &Entry::Page { ino, index, slot: slot.0, crc }.encode());
+        if let Err(e) = named {
+            // A full log did not take the record: the slot goes back. Any other failure (the
+            // power going) may have left the record durable, naming the slot: it is kept
+            // (if nothing names it, the next open of a tier with nothing named reclaims it).
+            if matches!(e, bitmend_nvlog::LogError::Full { .. }) {
+                self.heap.tx(|tx| tx.free(slot))?;
+            }
+            return Err(e.into());
+        }
+        self.slots.insert((ino, index), slot);
+        if let Some(old) = old {
+            self.heap.tx(|tx| tx.free(old))?;
+        }
+        self.stats.new_slots += 1;
+        Ok(())
+    }
+
+    /// Drops the pages of `ino` from page `from` on (a truncate; 0: an unlink).
+    pub fn drop_pages(&mut self, ino: u64, from: u64) -> Result<(), TierError> {
+        let gone: Vec<(u64, u64)> =
+            self.slots.range((ino, from)..=(ino, u64::MAX)).map(|(&k, _)| k).collect();
+        if gone.is_empty() {
+            return Ok(());
+        }
+        self.log.append(TAG, &Entry::Drop { ino, from }.encode())?;
+        for k in gone {
+            let slot = self.slots.remove(&k).expect("listed");
+            self.heap.tx(|tx| tx.free(slot))?;
+        }
+        Ok(())
+    }
+
+    /// Everything put so far is on flash: the log is trimmed and the slots freed. A crash
+    /// between leaves slots that nothing names; they are reclaimed at the next open of a
+    /// tier with nothing to recover.
+    pub fn checkout(&mut self) -> Result<(), TierError> {
+        self.log.append(TAG, &Entry::Checkout.encode())?;
+        let tail = self.log.tail();
+        self.log.trim(tail)?;
+        let slots: Vec<Ptr> = std::mem::take(&mut self.slots).into_values().collect();
+        for batch in slots.chunks(32) {
+            self.heap.tx(|tx| batch.iter().try_for_each(|&s| tx.free(s)))?;
+        }
+        self.stats.checkouts += 1;
+        Ok(())
+    }
+
+    /// Dirty pages held.
+    pub fn pages(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn stats(&self) -> TierStats {
+        self.stats
+    }
+
+    /// The two regions back (what a crash leaves, if nothing more is done).
+    pub fn into_regions(self) -> (L, H) {
+        (self.log.into_region(), self.heap.into_region())
+    }
+}

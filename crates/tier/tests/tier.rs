@@ -1,0 +1,190 @@
+//! The NVRAM tier: pages put survive a reopen, checkouts empty it, a damaged slot is named and
+//! never applied, and power cuts at random stores of either region lose no acknowledged page
+//! (each recovered page is the acknowledged one, or the one being put when the power went).
+
+use std::collections::BTreeMap;
+
+use bitmend_code::crc::crc32c;
+use bitmend_media::pmem::{CrashGranularity, CrashPoint, CrashRegion, RamRegion, Region};
+use bitmend_media::rng::Rng;
+use bitmend_tier::{DirtyTier, Recovered, PAGE};
+
+const LOG: usize = 256 << 10;
+const HEAP: usize = 2 << 20;
+
+type Model = BTreeMap<(u64, u64), Vec<u8>>;
+
+fn recovered_map(r: &Recovered) -> Model {
+    r.pages.iter().map(|p| ((p.ino, p.index), p.bytes.clone())).collect()
+}
+
+/// One step of the workload, applied to the tier: the model as it is once the step returned,
+/// or, if the step failed, the model had it completed (the step in flight).
+fn step<L: Region, H: Region>(
+    tier: &mut DirtyTier<L, H>,
+    model: &mut Model,
+    rng: &mut Rng,
+) -> Result<(), Model> {
+    let key = (1 + rng.below(3), rng.below(6));
+    let mut after = model.clone();
+    let done = match rng.below(10) {
+        0 => {
+            after.retain(|&(i, p), _| i != key.0 || p < key.1);
+            tier.drop_pages(key.0, key.1)
+        }
+        1 => {
+            after.clear();
+            tier.checkout()
+        }
+        roll => {
+            let mut page = model.get(&key).cloned().unwrap_or_else(|| vec![0; PAGE]);
+            // Small changes (in place) and large ones (a new slot).
+            let (at, len) =
+                if roll < 6 { (rng.below(4000) as usize, 1 + rng.below(96) as usize) } else { (0, PAGE) };
+            let len = len.min(PAGE - at);
+            rng.fill(&mut page[at..at + len]);
+            let changed = if model.contains_key(&key) { at..at + len } else { 0..PAGE };
+            let crc = crc32c(&page);
+            after.insert(key, page.clone());
+            tier.put_page(key, &page, crc, changed)
+        }
+    };
+    match done {
+        Ok(()) => {
+            *model = after;
+            Ok(())
+        }
+        Err(_) => Err(after),
+    }
+}
+
+#[test]
+fn pages_survive_a_reopen_and_a_checkout_empties_the_tier() {
+    let mut tier = DirtyTier::create(RamRegion::new(LOG), RamRegion::new(HEAP)).unwrap();
+    let mut model = Model::new();
+    let mut rng = Rng::new(1);
+    for _ in 0..400 {
+        step(&mut tier, &mut model, &mut rng).unwrap();
+    }
+    let stats = tier.stats();
+    assert!(stats.in_place > 20 && stats.new_slots > 50 && stats.checkouts > 10, "{stats:?}");
+    let (log, heap) = tier.into_regions();
+    let (mut tier, found) = DirtyTier::open(log, heap).unwrap();
+    assert!(found.unverified.is_empty(), "{:?}", found.unverified);
+    assert_eq!(recovered_map(&found), model, "every page put, as put");
+    for p in &found.pages {
+        assert_eq!(crc32c(&p.bytes), p.crc);
+    }
+    tier.checkout().unwrap();
+    let (log, heap) = tier.into_regions();
+    let (_, found) = DirtyTier::open(log, heap).unwrap();
+    assert_eq!(found.pages, vec![], "checked out: nothing left to recover");
+}
+
+#[test]
+fn a_damaged_slot_is_named_and_never_applied() {
+    let mut tier = DirtyTier::create(RamRegion::new(LOG), RamRegion::new(HEAP)).unwrap();
+    let mut pages = Vec::new();
+    let mut rng = Rng::new(3);
+    for i in 0..8u64 {
+        let mut page = vec![0u8; PAGE];
+        rng.fill(&mut page);
+        tier.put_page((5, i), &page, crc32c(&page), 0..PAGE).unwrap();
+        pages.push(page);
+    }
+    let (log, mut heap) = tier.into_regions();
+    // A wild write into the heap region: find page 3's bytes and flip one.
+    let at = heap.bytes().windows(64).position(|w| w == &pages[3][..64]).expect("page 3 is in the heap");
+    heap.corrupt(at + 10, &[heap.bytes()[at + 10] ^ 0x40]).unwrap();
+    let (_, found) = DirtyTier::open(log, heap).unwrap();
+    assert_eq!(found.unverified, vec![(5, 3)]);
+    let got = recovered_map(&found);
+    assert_eq!(got.len(), 7);
+    for (i, p) in pages.iter().enumerate().filter(|&(i, _)| i != 3) {
+        assert_eq!(got[&(5, i as u64)], *p, "page {i}");
+    }
+}
+
+/// Formatted regions: the tier made, nothing put.
+fn formatted(g: CrashGranularity) -> (CrashRegion, CrashRegion) {
+    let (mut log, mut heap) =
+        (CrashRegion::new(LOG).with_crash_model(g, 0.5), CrashRegion::new(HEAP).with_crash_model(g, 0.5));
+    DirtyTier::create(&mut log, &mut heap).expect("create");
+    (log, heap)
+}
+
+/// Opens the tier on copies of `base` and runs `steps` steps, the power cut at store `cut`
+/// (counted from the open) of region `which` (0 the log, 1 the heap); both regions then lose
+/// what was not persisted. Returns the model as acknowledged, the model had the step in
+/// flight completed, and the regions after the crash.
+fn run_to_cut(
+    base: &(CrashRegion, CrashRegion),
+    steps: usize,
+    cut: Option<(usize, u64)>,
+    seed: u64,
+) -> (Model, Option<Model>, CrashRegion, CrashRegion) {
+    let (mut log, mut heap) = (base.0.clone(), base.1.clone());
+    if let Some((which, n)) = cut {
+        let r = if which == 0 { &mut log } else { &mut heap };
+        r.arm_crash(CrashPoint::Store(r.stores() + n));
+    }
+    let mut model = Model::new();
+    let mut in_flight = None;
+    if let Ok((mut tier, _)) = DirtyTier::open(&mut log, &mut heap) {
+        let mut rng = Rng::new(seed);
+        for _ in 0..steps {
+            if let Err(after) = step(&mut tier, &mut model, &mut rng) {
+                in_flight = Some(after);
+                break;
+            }
+        }
+    }
+    let mut crash = Rng::new(seed ^ 0x5EED);
+    log.crash(crash.next_u64());
+    heap.crash(crash.next_u64());
+    (model, in_flight, log, heap)
+}
+
+#[test]
+fn power_cuts_at_random_stores_lose_no_acknowledged_page() {
+    let cuts: usize = std::env::var("TIER_CRASHES").map_or(120, |v| v.parse().expect("a count"));
+    let steps = 60;
+    let mut rng = Rng::new(7);
+    let mut verified_pages = 0;
+    for g in [CrashGranularity::Line, CrashGranularity::Word] {
+        let base = formatted(g);
+        // The stores each region takes with no cut (the open's and the steps'), to choose
+        // cuts among.
+        let stores = {
+            let (mut log, mut heap) = (base.0.clone(), base.1.clone());
+            let (l0, h0) = (log.stores(), heap.stores());
+            let (mut tier, _) = DirtyTier::open(&mut log, &mut heap).unwrap();
+            let (mut model, mut r) = (Model::new(), Rng::new(100));
+            for _ in 0..steps {
+                step(&mut tier, &mut model, &mut r).unwrap();
+            }
+            drop(tier);
+            [log.stores() - l0, heap.stores() - h0]
+        };
+        for _ in 0..cuts {
+            let which = rng.below(2) as usize;
+            let (acked, in_flight, log, heap) =
+                run_to_cut(&base, steps, Some((which, rng.below(stores[which]))), 100);
+            let (_, found) =
+                DirtyTier::open(log, heap).unwrap_or_else(|e| panic!("{g:?}: recovery failed: {e}"));
+            assert!(found.unverified.is_empty(), "{g:?}: unverified {:?}", found.unverified);
+            let got = recovered_map(&found);
+            let ok = got == acked || in_flight.as_ref().is_some_and(|f| got == *f);
+            assert!(
+                ok,
+                "{g:?}: cut in region {which}: recovered {} pages from {} records, acknowledged {}, in flight {:?}",
+                got.len(),
+                found.records,
+                acked.len(),
+                in_flight.as_ref().map(|f| f.len())
+            );
+            verified_pages += got.len();
+        }
+    }
+    eprintln!("{} power cuts, {verified_pages} pages recovered and checked byte for byte", 2 * cuts);
+}
