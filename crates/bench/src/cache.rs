@@ -15,7 +15,7 @@ use bitmend_media::nand::{Geometry, RamNand, Timing};
 use bitmend_media::rng::Rng;
 
 use crate::harness::{median, Options, Row};
-use crate::postmark::{self, Op, Workload};
+use crate::postmark::{self, Live, Op, Workload};
 
 /// The largest file of the file-server mix, and so its body.
 const SERVER_FILE: usize = 256 << 10;
@@ -25,29 +25,24 @@ const SERVER_FILE: usize = 256 << 10;
 /// delete one (15%).
 fn fileserver(files: usize, ops: usize, seed: u64) -> Workload {
     let mut rng = Rng::new(seed);
-    let mut live: Vec<u64> = Vec::new();
-    let mut next = 0u64;
-    let mut create = |rng: &mut Rng, live: &mut Vec<u64>| {
-        live.push(next);
-        next += 1;
-        Op::Create(next - 1, (16 << 10) + rng.below((SERVER_FILE - (16 << 10)) as u64 / 2) as usize)
-    };
-    let pool = (0..files).map(|_| create(&mut rng, &mut live)).collect();
+    let mut live = Live::default();
+    let size = |rng: &mut Rng| (16 << 10) + rng.below((SERVER_FILE - (16 << 10)) as u64 / 2) as usize;
+    let pool = (0..files).map(|_| live.create(size(&mut rng))).collect();
     let mut txns = Vec::with_capacity(ops);
     for _ in 0..ops {
         let roll = rng.below(100);
-        let pick = |rng: &mut Rng, live: &[u64]| live[rng.below(live.len() as u64) as usize];
         let op = match roll {
-            _ if live.is_empty() || (70..85).contains(&roll) => create(&mut rng, &mut live),
-            85.. if live.len() > files / 2 => {
-                Op::Delete(live.swap_remove(rng.below(live.len() as u64) as usize))
+            _ if live.ids.is_empty() || (70..85).contains(&roll) => {
+                let len = size(&mut rng);
+                live.create(len)
             }
-            40..70 => Op::Append(pick(&mut rng, &live), 16 << 10),
-            _ => Op::Read(pick(&mut rng, &live)),
+            85.. if live.ids.len() > files / 2 => live.delete(&mut rng),
+            40..70 => Op::Append(live.pick(&mut rng), 16 << 10),
+            _ => Op::Read(live.pick(&mut rng)),
         };
         txns.push(op);
     }
-    let finish = live.into_iter().map(Op::Delete).collect();
+    let finish = live.ids.into_iter().map(Op::Delete).collect();
     Workload { pool, txns, finish, transactions: ops }
 }
 

@@ -28,25 +28,47 @@ pub struct Workload {
     pub transactions: usize,
 }
 
+/// The files a workload has made and not deleted, and the number the next one gets.
+#[derive(Default)]
+pub struct Live {
+    pub ids: Vec<u64>,
+    next: u64,
+}
+
+impl Live {
+    /// A new file of `len` bytes.
+    pub fn create(&mut self, len: usize) -> Op {
+        self.ids.push(self.next);
+        self.next += 1;
+        Op::Create(self.next - 1, len)
+    }
+
+    /// Deletes a live file chosen by `rng`.
+    pub fn delete(&mut self, rng: &mut Rng) -> Op {
+        Op::Delete(self.ids.swap_remove(rng.below(self.ids.len() as u64) as usize))
+    }
+
+    /// A live file chosen by `rng`.
+    pub fn pick(&self, rng: &mut Rng) -> u64 {
+        self.ids[rng.below(self.ids.len() as u64) as usize]
+    }
+}
+
 pub fn workload(files: usize, transactions: usize, seed: u64) -> Workload {
     let mut rng = Rng::new(seed);
-    let mut live: Vec<u64> = Vec::new();
-    let mut next = 0u64;
-    let mut create = |rng: &mut Rng, live: &mut Vec<u64>| {
-        live.push(next);
-        next += 1;
-        Op::Create(next - 1, 500 + rng.below((MAX_FILE - 500) as u64) as usize)
-    };
-    let pool = (0..files).map(|_| create(&mut rng, &mut live)).collect();
+    let mut live = Live::default();
+    let size = |rng: &mut Rng| 500 + rng.below((MAX_FILE - 500) as u64) as usize;
+    let pool = (0..files).map(|_| live.create(size(&mut rng))).collect();
     let mut txns = Vec::with_capacity(2 * transactions);
     for _ in 0..transactions {
-        if rng.below(2) == 0 || live.is_empty() {
-            txns.push(create(&mut rng, &mut live));
+        if rng.below(2) == 0 || live.ids.is_empty() {
+            let len = size(&mut rng);
+            txns.push(live.create(len));
         } else {
-            txns.push(Op::Delete(live.swap_remove(rng.below(live.len() as u64) as usize)));
+            txns.push(live.delete(&mut rng));
         }
-        if !live.is_empty() {
-            let id = live[rng.below(live.len() as u64) as usize];
+        if !live.ids.is_empty() {
+            let id = live.pick(&mut rng);
             txns.push(if rng.below(2) == 0 {
                 Op::Read(id)
             } else {
@@ -54,7 +76,7 @@ pub fn workload(files: usize, transactions: usize, seed: u64) -> Workload {
             });
         }
     }
-    let finish = live.into_iter().map(Op::Delete).collect();
+    let finish = live.ids.into_iter().map(Op::Delete).collect();
     Workload { pool, txns, finish, transactions }
 }
 
