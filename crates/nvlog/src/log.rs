@@ -495,10 +495,28 @@ impl<R: Region> NvLog<R> {
 
     /// Calls `f` with every live record from `from` on, in order; returns how many. Each chunk
     /// is checked once, before its records are handed out.
-    pub fn replay(
+    pub fn replay(&mut self, from: RecordId, f: impl FnMut(RecordId, u16, &[u8])) -> Result<u64, LogError> {
+        self.replay_in(from, f, None)
+    }
+
+    /// As [`NvLog::replay`], but a chunk damaged beyond the code's redundancy is passed over:
+    /// `lost` is called with its (segment, chunk) where its records would have come, and the
+    /// replay goes on with the next chunk. For a reader that can tell what the lost records
+    /// leave uncertain (the NVRAM tier names those pages), never for one that would guess.
+    pub fn replay_lossy(
+        &mut self,
+        from: RecordId,
+        f: impl FnMut(RecordId, u16, &[u8]),
+        lost: &mut dyn FnMut(u64, usize),
+    ) -> Result<u64, LogError> {
+        self.replay_in(from, f, Some(lost))
+    }
+
+    fn replay_in(
         &mut self,
         from: RecordId,
         mut f: impl FnMut(RecordId, u16, &[u8]),
+        mut lost: Option<&mut dyn FnMut(u64, usize)>,
     ) -> Result<u64, LogError> {
         let Some(t) = self.tail else { return Ok(0) };
         let start = from.0.max(self.head);
@@ -508,7 +526,16 @@ impl<R: Region> NvLog<R> {
             let chunks = if seg == t.seg { (t.chunk + 1).min(self.layout.cfg.k) } else { self.layout.cfg.k };
             let from_chunk = if seg == first_seg { first_chunk } else { 0 };
             for chunk in from_chunk..chunks {
-                self.verify_chunk(seg, chunk)?;
+                match (self.verify_chunk(seg, chunk), lost.as_mut()) {
+                    (Ok(()), _) => {}
+                    (Err(LogError::Unrecoverable { .. }), Some(lost))
+                        if self.lost.contains(&(seg, chunk)) =>
+                    {
+                        lost(seg, chunk);
+                        continue;
+                    }
+                    (Err(e), _) => return Err(e),
+                }
                 let p = self.layout.physical(seg);
                 let base = self.id_at(seg, chunk, 0);
                 let bytes = self.chunk_bytes(p, chunk);

@@ -1,6 +1,6 @@
 //! The tier itself: slots in the heap, records in the log (see the crate docs).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
 use bitmend_code::crc::crc32c;
@@ -41,6 +41,9 @@ pub struct Recovered {
     /// Records read, and records that were not the tier's (refused).
     pub records: usize,
     pub foreign_records: usize,
+    /// Chunks of the dirty state store damaged beyond its code's repair: (segment, chunk).
+    /// The pages named before them are in `unverified`; pages named only in them are unknown.
+    pub lost_chunks: Vec<(u64, usize)>,
 }
 
 /// Counts since the tier was opened.
@@ -76,22 +79,47 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
     pub fn open(log: L, heap: H) -> Result<(DirtyTier<L, H>, Recovered), TierError> {
         let (mut log, _) = NvLog::open(log)?;
         let mut found = Recovered::default();
+        // The records in order, and where chunks beyond the log's repair were passed over.
+        let events = std::cell::RefCell::new(Vec::new());
+        log.replay_lossy(
+            bitmend_nvlog::RecordId(0),
+            |_, tag, data| events.borrow_mut().push(Ok((tag, data.to_vec()))),
+            &mut |seg, chunk| events.borrow_mut().push(Err((seg, chunk))),
+        )?;
         let mut named: BTreeMap<(u64, u64), (u64, u32)> = BTreeMap::new();
-        for r in log.records()? {
+        // Pages named before a lost chunk: that chunk may have dropped them, checked them out
+        // or moved them to another slot, so they are never applied.
+        let mut uncertain: BTreeSet<(u64, u64)> = BTreeSet::new();
+        for event in events.into_inner() {
+            let (tag, data) = match event {
+                Ok(r) => r,
+                Err(chunk) => {
+                    found.lost_chunks.push(chunk);
+                    uncertain.extend(std::mem::take(&mut named).into_keys());
+                    continue;
+                }
+            };
             found.records += 1;
-            let entry = (r.tag == TAG).then(|| Entry::decode(&r.data)).flatten();
-            match entry {
+            match (tag == TAG).then(|| Entry::decode(&data)).flatten() {
                 Some(Entry::Page { ino, index, slot, crc }) => {
+                    uncertain.remove(&(ino, index));
                     named.insert((ino, index), (slot, crc));
                 }
-                Some(Entry::Drop { ino, from }) => named.retain(|&(i, p), _| i != ino || p < from),
-                Some(Entry::Checkout) => named.clear(),
+                Some(Entry::Drop { ino, from }) => {
+                    named.retain(|&(i, p), _| i != ino || p < from);
+                    uncertain.retain(|&(i, p)| i != ino || p < from);
+                }
+                Some(Entry::Checkout) => {
+                    named.clear();
+                    uncertain.clear();
+                }
                 None => found.foreign_records += 1,
             }
         }
+        found.unverified.extend(uncertain);
         // Nothing named: every slot in the heap is garbage (a crash between a checkout's trim
         // and its frees, or between a new slot and its record), and the heap is made afresh.
-        let heap = if named.is_empty() {
+        let heap = if named.is_empty() && found.unverified.is_empty() && found.lost_chunks.is_empty() {
             Pool::create(heap, PoolOptions::default())?
         } else {
             Pool::open(heap, PoolOptions::default())?.0
@@ -213,6 +241,11 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
         }
         self.stats.checkouts += 1;
         Ok(())
+    }
+
+    /// The dirty state store (for inspection tools and fault injection: where its chunks lie).
+    pub fn log(&self) -> &NvLog<L> {
+        &self.log
     }
 
     /// Dirty pages held.

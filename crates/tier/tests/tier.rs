@@ -10,7 +10,7 @@ use bitmend_media::rng::Rng;
 use bitmend_tier::{DirtyTier, Recovered, PAGE};
 
 const LOG: usize = 256 << 10;
-const HEAP: usize = 2 << 20;
+const HEAP: usize = 4 << 20;
 
 type Model = BTreeMap<(u64, u64), Vec<u8>>;
 
@@ -187,4 +187,66 @@ fn power_cuts_at_random_stores_lose_no_acknowledged_page() {
         }
     }
     eprintln!("{} power cuts, {verified_pages} pages recovered and checked byte for byte", 2 * cuts);
+}
+
+/// Wild writes into the dirty state store: garbage over whole chunks of its first segment.
+/// Up to m = 2 chunks, the log's code repairs them and every page comes back. Beyond that the
+/// lost chunks are named, every page returned is right, and the pages whose fate the lost
+/// records decided are named, never applied.
+#[test]
+fn wild_writes_into_the_store_are_repaired_up_to_m_chunks_and_named_beyond() {
+    let mut rng = Rng::new(9);
+    let (mut repaired, mut beyond) = (0, 0);
+    for round in 0..40u64 {
+        let mut tier = DirtyTier::create(RamRegion::new(LOG), RamRegion::new(HEAP)).unwrap();
+        let mut model = Model::new();
+        // 300 new pages: 300 records, over several chunks of segment 0; a few dropped.
+        for i in 0..300u64 {
+            let mut page = vec![0u8; PAGE];
+            rng.fill(&mut page);
+            tier.put_page((1 + i % 3, i), &page, crc32c(&page), 0..PAGE).unwrap();
+            model.insert((1 + i % 3, i), page);
+        }
+        tier.drop_pages(2, 250).unwrap();
+        model.retain(|&(i, p), _| i != 2 || p < 250);
+        let cfg = tier.log().config();
+        // Within m: any chunks of the segment. Beyond: m + 1 of the first four data chunks,
+        // which hold records (the rest of the segment is parity and chunks not yet written).
+        let within = round % 2 == 0;
+        let (hit, mut chunks): (usize, Vec<usize>) = if within {
+            (1 + rng.below(cfg.m as u64) as usize, (0..cfg.k + cfg.m).collect())
+        } else {
+            (cfg.m + 1, (0..4).collect())
+        };
+        let ranges: Vec<_> = (0..hit)
+            .map(|_| tier.log().chunk_range(0, chunks.swap_remove(rng.below(chunks.len() as u64) as usize)))
+            .collect();
+        let (mut log, heap) = tier.into_regions();
+        for r in &ranges {
+            let mut junk = vec![0u8; r.len()];
+            rng.fill(&mut junk);
+            log.corrupt(r.start, &junk).unwrap();
+        }
+        let (_, found) = DirtyTier::open(log, heap).unwrap();
+        let got = recovered_map(&found);
+        for (k, bytes) in &got {
+            assert_eq!(model.get(k), Some(bytes), "round {round}: page {k:?} came back wrong");
+        }
+        if within {
+            assert_eq!(got, model, "round {round}: {hit} chunks hit, within m");
+            assert!(found.lost_chunks.is_empty() && found.unverified.is_empty());
+            repaired += 1;
+        } else {
+            assert!(
+                !found.lost_chunks.is_empty(),
+                "round {round}: {hit} chunks of records hit, none named lost"
+            );
+            assert!(
+                got.len() + found.unverified.len() < model.len(),
+                "round {round}: the lost records' pages are not returned"
+            );
+            beyond += 1;
+        }
+    }
+    eprintln!("{repaired} rounds within m, every page back; {beyond} rounds beyond m, lost chunks named, nothing wrong returned");
 }
