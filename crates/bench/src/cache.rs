@@ -91,6 +91,7 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
         (format!("PostMark {pm_files} files / {pm_txns} txns"), postmark::workload(pm_files, pm_txns, 11)),
         (format!("file server {fs_files} files / {fs_ops} ops"), fileserver(fs_files, fs_ops, 13)),
     ];
+    flip_rows(opts, &workloads[0], &body, emit);
     for (name, w) in &workloads {
         let modes = strategies();
         let mut times = vec![Vec::new(); modes.len()];
@@ -126,5 +127,40 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
                 .in_bench("cache"),
             );
         }
+    }
+}
+
+/// Loris's Tables IV and V: bits flipped in cached pages during PostMark, the share each
+/// strategy catches before the application reads them (see [`crate::cache_flips`]).
+fn flip_rows(opts: &Options, (name, w): &(String, Workload), body: &[u8], emit: &mut dyn FnMut(Row)) {
+    let every = if opts.quick { 5 } else { 10 };
+    let outcomes: Vec<_> = strategies()
+        .iter()
+        .map(|(mode, v)| (*mode, crate::cache_flips::campaign(w, body, *v, every, 21)))
+        .collect();
+    let none = outcomes[0].1.protection();
+    let case = format!("{name}, a bit flipped in a cached page every {every} ops");
+    for (mode, o) in &outcomes {
+        assert_eq!(o.wrong_from_flash, 0, "{mode}: a flipped page came back from flash as good");
+        emit(
+            Row::shown(
+                format!("{case}, read check {mode}: caught before use"),
+                o.protection(),
+                "none",
+                Some(none),
+                "%",
+            )
+            .in_bench("cache"),
+        );
+        emit(
+            Row::shown(
+                format!("{case}, read check {mode}: flips injected / caught / read / discarded"),
+                o.injected as f64,
+                &format!("{} / {} / {}", o.detected, o.propagated, o.discarded),
+                None,
+                "flips",
+            )
+            .in_bench("cache"),
+        );
     }
 }

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cache;
+pub mod cache_flips;
 pub mod code;
 pub mod corpus;
 pub mod flashfs;

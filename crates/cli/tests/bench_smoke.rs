@@ -211,3 +211,31 @@ fn bench_corpus_quick_json_rows_beside_ubifs() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/corpus"));
 }
+
+#[test]
+fn bench_cache_quick_rows_for_every_strategy_and_every_flip_caught_under_er() {
+    let out = Command::new(env!("CARGO_BIN_EXE_bitmend"))
+        .args(["bench", "cache", "--quick", "--json"])
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    for strategy in [
+        "ER (every read)",
+        "LC (last check a tick ago)",
+        "LC (last check 1 s ago)",
+        "LU (last use a tick ago)",
+    ] {
+        let timed = lines.iter().filter(|l| l.contains(strategy) && l.contains("per op vs none")).count();
+        assert_eq!(timed, 2, "{strategy}: PostMark and the file server against no read check");
+        let flips = lines.iter().filter(|l| l.contains(strategy) && l.contains("caught before use")).count();
+        assert_eq!(flips, 1, "{strategy}: the memory-error row");
+    }
+    for l in &lines {
+        assert_eq!(field(l, "bench"), "\"cache\"");
+    }
+    // Every read checked: no flip reaches the application.
+    let er = lines.iter().find(|l| l.contains("ER (every read): caught before use")).expect("the ER row");
+    assert_eq!(field(er, "ours").parse::<f64>().unwrap(), 100.0, "{er}");
+}
