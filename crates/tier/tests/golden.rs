@@ -1,0 +1,68 @@
+//! The golden tier, checked in and read by this build: `tier-v1-log.bin` (the dirty state
+//! store) and `tier-v1-heap.bin` (the slots), written by the ignored test below with the
+//! records of FORMAT.md section 10: pages in new slots, a change in place, a larger change
+//! into a new slot, a drop, and a checkout with pages before and after it. A change to any
+//! persistent byte of the tier breaks this test, and FORMAT.md section 10 must say why.
+
+use bitmend_code::crc::crc32c;
+use bitmend_media::pmem::{RamRegion, Region};
+use bitmend_tier::{DirtyTier, PAGE};
+
+const LOG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/tier-v1-log.bin");
+const HEAP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/tier-v1-heap.bin");
+
+fn page(fill: u8) -> Vec<u8> {
+    (0..PAGE).map(|i| fill ^ (i % 251) as u8).collect()
+}
+
+/// The pages the golden tier holds, as (ino, index) and bytes.
+fn expected() -> Vec<((u64, u64), Vec<u8>)> {
+    let mut a = page(0xA0);
+    a[100..110].copy_from_slice(b"in place!!");
+    vec![((1, 0), a), ((1, 1), page(0xB0)), ((2, 0), page(0xC1)), ((4, 7), page(0xE0))]
+}
+
+#[test]
+#[ignore = "writes the golden tier; run once per format version"]
+fn write_golden_tier() {
+    let mut tier = DirtyTier::create(RamRegion::new(128 << 10), RamRegion::new(1 << 20)).unwrap();
+    let put = |tier: &mut DirtyTier<RamRegion, RamRegion>, key, p: &[u8], changed| {
+        tier.put_page(key, p, crc32c(p), changed).unwrap();
+    };
+    // Before the checkout: gone after it.
+    put(&mut tier, (9, 9), &page(0x99), 0..PAGE);
+    tier.checkout().unwrap();
+    put(&mut tier, (1, 0), &page(0xA0), 0..PAGE);
+    put(&mut tier, (1, 1), &page(0xB0), 0..PAGE);
+    put(&mut tier, (2, 0), &page(0xC0), 0..PAGE);
+    put(&mut tier, (3, 5), &page(0xD0), 0..PAGE);
+    let want = expected();
+    put(&mut tier, (1, 0), &want[0].1, 100..110);
+    put(&mut tier, (2, 0), &page(0xC1), 0..PAGE);
+    tier.drop_pages(3, 0).unwrap();
+    put(&mut tier, (4, 7), &page(0xE0), 0..PAGE);
+    let (log, heap) = tier.into_regions();
+    std::fs::write(LOG, log.bytes()).unwrap();
+    std::fs::write(HEAP, heap.bytes()).unwrap();
+}
+
+#[test]
+fn the_golden_tier_reads_back_and_a_flipped_slot_is_named() {
+    let (log, heap) = (std::fs::read(LOG).unwrap(), std::fs::read(HEAP).unwrap());
+    let (_, found) =
+        DirtyTier::open(RamRegion::from_bytes(log.clone()), RamRegion::from_bytes(heap.clone())).unwrap();
+    let got: Vec<((u64, u64), Vec<u8>)> =
+        found.pages.iter().map(|p| ((p.ino, p.index), p.bytes.clone())).collect();
+    assert_eq!(got, expected());
+    assert_eq!((found.unverified.len(), found.lost_chunks.len(), found.foreign_records), (0, 0, 0));
+    // Records after the checkout's trim: six page records (five new slots and one page moved
+    // to a new slot) and a drop; the change in place appends none.
+    assert_eq!(found.records, 7);
+    // A bit flipped in page (1, 1)'s slot: named, never applied; the rest still come back.
+    let mut heap = heap;
+    let at = heap.windows(64).position(|w| w == &page(0xB0)[..64]).expect("the slot of page (1, 1)");
+    heap[at + 2000] ^= 0x08;
+    let (_, found) = DirtyTier::open(RamRegion::from_bytes(log), RamRegion::from_bytes(heap)).unwrap();
+    assert_eq!(found.unverified, vec![(1, 1)]);
+    assert_eq!(found.pages.len(), 3);
+}
