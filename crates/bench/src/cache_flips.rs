@@ -49,10 +49,6 @@ struct Run {
 }
 
 impl Run {
-    fn name(id: u64) -> Vec<u8> {
-        format!("pm{id}").into_bytes()
-    }
-
     /// Writes `page` of file `id` again from the model (what an application does after EIO):
     /// cut to the page's start and written from there, so no byte of the old page survives.
     fn rewrite(&mut self, id: u64, page: u64) {
@@ -93,13 +89,17 @@ impl Run {
     fn apply(&mut self, op: &Op, body: &[u8]) {
         match *op {
             Op::Create(id, len) => {
-                let ino = self.fs.create(ROOT, &Self::name(id), 0o644, 0, 0).expect("create").ino;
+                let ino = self
+                    .fs
+                    .create(ROOT, crate::postmark::name(id).as_bytes(), 0o644, 0, 0)
+                    .expect("create")
+                    .ino;
                 self.fs.write(ino, 0, &body[..len]).expect("write");
                 self.files.insert(id, (ino, body[..len].to_vec()));
             }
             Op::Delete(id) => {
                 let ino = self.files.remove(&id).expect("live").0;
-                self.fs.unlink(ROOT, &Self::name(id)).expect("unlink");
+                self.fs.unlink(ROOT, crate::postmark::name(id).as_bytes()).expect("unlink");
                 let gone: Vec<u64> =
                     self.flips.range((ino.0, 0)..=(ino.0, u64::MAX)).map(|(k, _)| k.1).collect();
                 gone.into_iter().for_each(|p| self.end(ino, p, |o| &mut o.discarded));

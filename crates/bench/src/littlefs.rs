@@ -130,16 +130,16 @@ pub fn postmark(pool: &[Op], txns: &[Op], body: &[u8]) -> Result<Cost, String> {
     session(|fs, stamp| {
         let run = |op: &Op| -> LfsResult<()> {
             match *op {
-                Op::Create(id, len) => fs.write(&path(&format!("pm{id}")), &body[..len]),
-                Op::Delete(id) => fs.remove(&path(&format!("pm{id}"))),
+                Op::Create(id, len) => fs.write(&path(&crate::postmark::name(id)), &body[..len]),
+                Op::Delete(id) => fs.remove(&path(&crate::postmark::name(id))),
                 Op::Read(id) => {
                     let mut buf = vec![0u8; body.len()];
-                    fs.open_file_and_then(&path(&format!("pm{id}")), |f| f.read(&mut buf)).map(drop)
+                    fs.open_file_and_then(&path(&crate::postmark::name(id)), |f| f.read(&mut buf)).map(drop)
                 }
                 Op::Append(id, len) => fs
                     .open_file_with_options_and_then(
                         |o| o.write(true).append(true),
-                        &path(&format!("pm{id}")),
+                        &path(&crate::postmark::name(id)),
                         |f| f.write(&body[..len]),
                     )
                     .map(drop),

@@ -80,6 +80,11 @@ pub fn workload(files: usize, transactions: usize, seed: u64) -> Workload {
     Workload { pool, txns, finish, transactions }
 }
 
+/// File `id`'s name, in the root of whichever file system replays the workload.
+pub fn name(id: u64) -> String {
+    format!("pm{id}")
+}
+
 /// The files a replay on the flash file system made, by number.
 pub type Inos = std::collections::HashMap<u64, bitmend_flashfs::Ino>;
 
@@ -94,12 +99,12 @@ pub fn apply<N: bitmend_media::nand::Nand>(
     use bitmend_flashfs::ROOT;
     match *op {
         Op::Create(id, len) => {
-            let ino = fs.create(ROOT, format!("pm{id}").as_bytes(), 0o644, 0, 0).expect("create").ino;
+            let ino = fs.create(ROOT, name(id).as_bytes(), 0o644, 0, 0).expect("create").ino;
             fs.write(ino, 0, &body[..len]).expect("write");
             inos.insert(id, ino);
         }
         Op::Delete(id) => {
-            fs.unlink(ROOT, format!("pm{id}").as_bytes()).expect("unlink");
+            fs.unlink(ROOT, name(id).as_bytes()).expect("unlink");
             inos.remove(&id);
         }
         Op::Read(id) => {
