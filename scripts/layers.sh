@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The layers, checked: a lower layer never names a higher one (docs/DESIGN.md, "Two layers in
-# the flash crate"). Crates: code < media < nvlog < heap, and media < flashfs, all below the
-# cli; the benchmarks and their anchors sit beside the cli, behind its `bench` feature.
+# the flash crate"). Crates: code < media < nvlog < heap, and media < flashfs; the NVRAM
+# tier joins heap and flashfs; all below the cli; the benchmarks and their anchors sit beside the cli, behind its `bench` feature.
 # Inside flashfs: store < fs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,12 +20,13 @@ allowed() {
     media) echo "code" ;;
     nvlog | flashfs) echo "code media" ;;
     heap) echo "code media nvlog" ;;
+    tier) echo "code media nvlog heap flashfs" ;;
     anchors) echo "code media" ;;
-    bench) echo "code media nvlog heap flashfs anchors" ;;
-    cli) echo "code media nvlog heap flashfs anchors bench" ;;
+    bench) echo "code media nvlog heap flashfs tier anchors" ;;
+    cli) echo "code media nvlog heap flashfs tier anchors bench" ;;
   esac
 }
-for crate in code media nvlog heap flashfs anchors bench cli; do
+for crate in code media nvlog heap tier flashfs anchors bench cli; do
   deps=$(sed -n '/^\[dependencies\]/,/^\[/p' "crates/$crate/Cargo.toml" | grep -oE '^bitmend-[a-z]+' | sed 's/bitmend-//' || true)
   for d in $deps; do
     if ! grep -qw "$d" <<<"$(allowed "$crate")"; then

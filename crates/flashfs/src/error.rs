@@ -48,6 +48,9 @@ pub enum FsError {
     XattrTooBig { room: usize },
     #[error("not supported: {why}")]
     Unsupported { why: String },
+    /// The NVRAM tier failed to keep the dirty state (its region failed, or is damaged).
+    #[error("the NVRAM tier: {why}")]
+    Tier { why: String },
 }
 
 impl FsError {
@@ -59,7 +62,8 @@ impl FsError {
             FsError::Nand(_)
             | FsError::Unrecoverable { .. }
             | FsError::NotWritten { .. }
-            | FsError::CorruptInMemory { .. } => libc::EIO,
+            | FsError::CorruptInMemory { .. }
+            | FsError::Tier { .. } => libc::EIO,
             FsError::Config { .. } | FsError::NotAFs { .. } | FsError::Version { .. } => libc::EINVAL,
             FsError::NotFound => libc::ENOENT,
             FsError::Exists => libc::EEXIST,

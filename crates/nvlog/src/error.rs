@@ -34,4 +34,9 @@ pub enum LogError {
     /// damaged chunk is returned.
     #[error("chunk {chunk} of segment {segment} is damaged beyond the code's redundancy")]
     Unrecoverable { segment: u64, chunk: usize },
+    /// An append's stores failed part way (the medium lost power, or an I/O error): what the
+    /// medium holds past the tail is unknown, so the log takes no more records until it is
+    /// opened again (which recovers it).
+    #[error("an earlier append failed part way; open the log again to recover it")]
+    Interrupted,
 }

@@ -70,6 +70,8 @@ pub struct NvLog<R: Region> {
     /// it is of.
     live: Vec<u8>,
     live_at: Option<(u64, usize)>,
+    /// An append's stores failed part way: no more appends until the log is opened again.
+    interrupted: bool,
     /// Where the last record written into `live` ends: past it the copy is zero.
     live_end: usize,
 }
@@ -105,6 +107,7 @@ impl<R: Region> NvLog<R> {
             shadow_seg: None,
             live: Vec::new(),
             live_at: None,
+            interrupted: false,
             live_end: 0,
         })
     }
@@ -277,6 +280,9 @@ impl<R: Region> NvLog<R> {
     /// are lost): a caller that shares the fence must be able to tell, as the heap's
     /// checksummed commit record does.
     pub fn append_unfenced(&mut self, tag: u16, data: &[u8]) -> Result<RecordId, LogError> {
+        if self.interrupted {
+            return Err(LogError::Interrupted);
+        }
         let cfg = self.layout.cfg;
         let need = HEADER + data.len();
         if need > cfg.chunk_size {
@@ -364,6 +370,11 @@ impl<R: Region> NvLog<R> {
             let from = ((base + t.off) & !63).max(base) - base;
             let to = ((base + end).next_multiple_of(64) - base).min(cs);
             result = self.region.write_streaming(base + from, &self.shadow[j * cs + from..j * cs + to]);
+        }
+        if result.is_err() {
+            // The copies in DRAM now hold a record the medium may or may not: appending on
+            // top of them would write beside bytes nobody can account for.
+            self.interrupted = true;
         }
         result?;
         Ok(())

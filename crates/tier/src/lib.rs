@@ -18,9 +18,11 @@
 //! is returned only if its slot parses, names the same page, and matches its CRC; the rest
 //! are named in [`Recovered::unverified`]. It never guesses at bytes.
 
+mod mount;
 mod record;
 mod store;
 
+pub use mount::{crash, mount, TierMountError, TierReport};
 pub use record::{Entry, TAG};
 pub use store::{DirtyTier, Recovered, RecoveredPage, TierStats, PAGE, SLOT};
 

@@ -6,6 +6,12 @@
 //! - `2` drop: ino u64, from u64 (17 bytes). The pages of `ino` from `from` on are gone (a
 //!   truncate or an unlink).
 //! - `3` checkout (1 byte). Everything recorded before is on flash.
+//! - `4` drop range: ino u64, from u64, end u64 (25 bytes). The pages of `ino` in
+//!   `from..end` are gone (a punched hole).
+//! - `5` nodes: the file system's nodes of one operation, as its flash log would hold them
+//!   (any length up to the log's largest record). The tier does not read them.
+//! - `6` owner: fs id u64 (9 bytes). The file system whose dirty state follows; appended
+//!   when the tier is made and after every checkout's trim, so it precedes any state.
 //!
 //! All integers little-endian. The log's own CRCs, signatures and parity cover the bytes.
 
@@ -17,19 +23,39 @@ pub const TAG: u16 = 0x7D55;
 const PAGE: u8 = 1;
 const DROP: u8 = 2;
 const CHECKOUT: u8 = 3;
+const DROP_RANGE: u8 = 4;
+const NODES: u8 = 5;
+const OWNER: u8 = 6;
 
 /// One record of the dirty state store.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Entry {
     Page { ino: u64, index: u64, slot: u64, crc: u32 },
     Drop { ino: u64, from: u64 },
     Checkout,
+    DropRange { ino: u64, from: u64, end: u64 },
+    Nodes(Vec<u8>),
+    Owner { fs_id: u64 },
 }
 
 impl Entry {
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(29);
         match *self {
+            Entry::DropRange { ino, from, end } => {
+                v.push(DROP_RANGE);
+                v.put_u64(ino);
+                v.put_u64(from);
+                v.put_u64(end);
+            }
+            Entry::Owner { fs_id } => {
+                v.push(OWNER);
+                v.put_u64(fs_id);
+            }
+            Entry::Nodes(ref nodes) => {
+                v.push(NODES);
+                v.extend_from_slice(nodes);
+            }
             Entry::Page { ino, index, slot, crc } => {
                 v.push(PAGE);
                 v.put_u64(ino);
@@ -44,7 +70,7 @@ impl Entry {
             }
             Entry::Checkout => v.push(CHECKOUT),
         }
-        debug_assert_eq!(Entry::decode(&v), Some(*self), "a record reads back");
+        debug_assert_eq!(Entry::decode(&v).as_ref(), Some(self), "a record reads back");
         v
     }
 
@@ -60,6 +86,13 @@ impl Entry {
             }),
             (&DROP, 17) => Some(Entry::Drop { ino: le::get_u64(b, 1), from: le::get_u64(b, 9) }),
             (&CHECKOUT, 1) => Some(Entry::Checkout),
+            (&DROP_RANGE, 25) => Some(Entry::DropRange {
+                ino: le::get_u64(b, 1),
+                from: le::get_u64(b, 9),
+                end: le::get_u64(b, 17),
+            }),
+            (&NODES, _) => Some(Entry::Nodes(b[1..].to_vec())),
+            (&OWNER, 9) => Some(Entry::Owner { fs_id: le::get_u64(b, 1) }),
             _ => None,
         }
     }
@@ -75,13 +108,20 @@ mod tests {
             Entry::Page { ino: 7, index: u64::MAX, slot: 1 << 40, crc: 0xDEAD_BEEF },
             Entry::Drop { ino: 1, from: 0 },
             Entry::Checkout,
+            Entry::DropRange { ino: 3, from: 2, end: 9 },
+            Entry::Owner { fs_id: 0x1234_5678_9ABC },
         ] {
             let b = e.encode();
-            assert_eq!(Entry::decode(&b), Some(e));
+            assert_eq!(Entry::decode(&b), Some(e.clone()));
             assert_eq!(Entry::decode(&b[..b.len() - 1]), None, "{e:?} cut short");
             let mut longer = b.clone();
             longer.push(0);
             assert_eq!(Entry::decode(&longer), None, "{e:?} with a byte more");
+        }
+        // Nodes are the file system's bytes, any length, read back as they were.
+        for nodes in [vec![], vec![7u8; 3000]] {
+            let e = Entry::Nodes(nodes);
+            assert_eq!(Entry::decode(&e.encode()), Some(e));
         }
         assert_eq!(Entry::decode(&[]), None);
         assert_eq!(Entry::decode(&[9; 29]), None);

@@ -44,6 +44,15 @@ pub struct Recovered {
     /// Chunks of the dirty state store damaged beyond its code's repair: (segment, chunk).
     /// The pages named before them are in `unverified`; pages named only in them are unknown.
     pub lost_chunks: Vec<(u64, usize)>,
+    /// The file system's metadata records since the last checkout, oldest first, up to the
+    /// first lost chunk.
+    pub nodes: Vec<Vec<u8>>,
+    /// Metadata records after a lost chunk: never handed over (the lost records before them
+    /// may be the operations they build on).
+    pub withheld_nodes: usize,
+    /// The file system the state belongs to, as the last owner record says (none: a tier
+    /// made without one, or one holding nothing).
+    pub owner: Option<u64>,
 }
 
 /// Counts since the tier was opened.
@@ -62,14 +71,42 @@ pub struct DirtyTier<L: Region, H: Region> {
     /// Where each dirty page's slot is.
     slots: BTreeMap<(u64, u64), Ptr>,
     stats: TierStats,
+    /// The file system this tier holds the state of (0: not bound to one).
+    owner: u64,
 }
 
 impl<L: Region, H: Region> DirtyTier<L, H> {
     /// Makes an empty tier: a log formatted in `log`, a heap made in `heap`.
     pub fn create(log: L, heap: H) -> Result<DirtyTier<L, H>, TierError> {
+        DirtyTier::create_for(log, heap, 0)
+    }
+
+    /// Makes an empty tier for the file system whose id is `owner` (an owner record is kept
+    /// ahead of any state, so that a mount never applies another file system's state).
+    pub fn create_for(log: L, heap: H, owner: u64) -> Result<DirtyTier<L, H>, TierError> {
         let log = NvLog::format(log, LogConfig::default())?;
         let heap = Pool::create(heap, PoolOptions::default())?;
-        Ok(DirtyTier { log, heap, slots: BTreeMap::new(), stats: TierStats::default() })
+        let mut tier = DirtyTier { log, heap, slots: BTreeMap::new(), stats: TierStats::default(), owner };
+        tier.record_owner()?;
+        Ok(tier)
+    }
+
+    fn record_owner(&mut self) -> Result<(), TierError> {
+        if self.owner != 0 {
+            self.log.append(TAG, &Entry::Owner { fs_id: self.owner }.encode())?;
+        }
+        Ok(())
+    }
+
+    /// The file system this tier is bound to (0: none).
+    pub fn owner(&self) -> u64 {
+        self.owner
+    }
+
+    /// Binds the tier to file system `owner` (after an open found it bound to none).
+    pub fn bind(&mut self, owner: u64) -> Result<(), TierError> {
+        self.owner = owner;
+        self.record_owner()
     }
 
     /// Opens a tier after a crash of the daemon or of the power: the log and the heap
@@ -90,12 +127,15 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
         // Pages named before a lost chunk: that chunk may have dropped them, checked them out
         // or moved them to another slot, so they are never applied.
         let mut uncertain: BTreeSet<(u64, u64)> = BTreeSet::new();
+        // Since the last checkout: whether a chunk was lost (later metadata is withheld).
+        let mut lost_since = false;
         for event in events.into_inner() {
             let (tag, data) = match event {
                 Ok(r) => r,
                 Err(chunk) => {
                     found.lost_chunks.push(chunk);
                     uncertain.extend(std::mem::take(&mut named).into_keys());
+                    lost_since = true;
                     continue;
                 }
             };
@@ -109,9 +149,19 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
                     named.retain(|&(i, p), _| i != ino || p < from);
                     uncertain.retain(|&(i, p)| i != ino || p < from);
                 }
+                Some(Entry::DropRange { ino, from, end }) => {
+                    named.retain(|&(i, p), _| i != ino || !(from..end).contains(&p));
+                    uncertain.retain(|&(i, p)| i != ino || !(from..end).contains(&p));
+                }
+                Some(Entry::Nodes(nodes)) if !lost_since => found.nodes.push(nodes),
+                Some(Entry::Nodes(_)) => found.withheld_nodes += 1,
+                Some(Entry::Owner { fs_id }) => found.owner = Some(fs_id),
                 Some(Entry::Checkout) => {
                     named.clear();
                     uncertain.clear();
+                    found.nodes.clear();
+                    found.withheld_nodes = 0;
+                    lost_since = false;
                 }
                 None => found.foreign_records += 1,
             }
@@ -119,12 +169,13 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
         found.unverified.extend(uncertain);
         // Nothing named: every slot in the heap is garbage (a crash between a checkout's trim
         // and its frees, or between a new slot and its record), and the heap is made afresh.
-        let heap = if named.is_empty() && found.unverified.is_empty() && found.lost_chunks.is_empty() {
+        let heap = if named.is_empty() && found.unverified.is_empty() && !lost_since {
             Pool::create(heap, PoolOptions::default())?
         } else {
             Pool::open(heap, PoolOptions::default())?.0
         };
-        let mut tier = DirtyTier { log, heap, slots: BTreeMap::new(), stats: TierStats::default() };
+        let owner = found.owner.unwrap_or(0);
+        let mut tier = DirtyTier { log, heap, slots: BTreeMap::new(), stats: TierStats::default(), owner };
         for (&(ino, index), &(slot, _)) in &named {
             match tier.verified(ino, index, Ptr(slot)) {
                 Some((bytes, crc)) => {
@@ -215,12 +266,22 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
 
     /// Drops the pages of `ino` from page `from` on (a truncate; 0: an unlink).
     pub fn drop_pages(&mut self, ino: u64, from: u64) -> Result<(), TierError> {
+        self.drop_range(ino, from..u64::MAX)
+    }
+
+    /// Drops the pages of `ino` in `pages` (a punched hole; to the end: a truncate).
+    pub fn drop_range(&mut self, ino: u64, pages: Range<u64>) -> Result<(), TierError> {
         let gone: Vec<(u64, u64)> =
-            self.slots.range((ino, from)..=(ino, u64::MAX)).map(|(&k, _)| k).collect();
+            self.slots.range((ino, pages.start)..(ino, pages.end)).map(|(&k, _)| k).collect();
         if gone.is_empty() {
             return Ok(());
         }
-        self.log.append(TAG, &Entry::Drop { ino, from }.encode())?;
+        let entry = if pages.end == u64::MAX {
+            Entry::Drop { ino, from: pages.start }
+        } else {
+            Entry::DropRange { ino, from: pages.start, end: pages.end }
+        };
+        self.log.append(TAG, &entry.encode())?;
         for k in gone {
             let slot = self.slots.remove(&k).expect("listed");
             self.heap.tx(|tx| tx.free(slot))?;
@@ -232,7 +293,11 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
     /// between leaves slots that nothing names; they are reclaimed at the next open of a
     /// tier with nothing to recover.
     pub fn checkout(&mut self) -> Result<(), TierError> {
-        self.log.append(TAG, &Entry::Checkout.encode())?;
+        // A full log takes no record: the trim alone forgets everything before it.
+        match self.log.append(TAG, &Entry::Checkout.encode()) {
+            Ok(_) | Err(bitmend_nvlog::LogError::Full { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
         let tail = self.log.tail();
         self.log.trim(tail)?;
         let slots: Vec<Ptr> = std::mem::take(&mut self.slots).into_values().collect();
@@ -240,6 +305,18 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
             self.heap.tx(|tx| batch.iter().try_for_each(|&s| tx.free(s)))?;
         }
         self.stats.checkouts += 1;
+        // A crash before this leaves a tier holding nothing, bound to no one: harmless.
+        self.record_owner()
+    }
+
+    /// Records the file system's nodes of one metadata operation (opaque to the tier);
+    /// durable on return. Larger than a record can be: [`TierError::Full`] (the file system
+    /// then writes the operation to flash instead).
+    pub fn put_nodes(&mut self, nodes: &[u8]) -> Result<(), TierError> {
+        if nodes.len() + 1 > self.log.max_record() {
+            return Err(TierError::Full);
+        }
+        self.log.append(TAG, &Entry::Nodes(nodes.to_vec()).encode())?;
         Ok(())
     }
 

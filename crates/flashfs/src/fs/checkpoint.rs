@@ -70,6 +70,9 @@ pub(crate) struct CkptState {
     pub mount_maps: std::collections::HashSet<u32>,
     /// Health as the checkpoint this mount started from recorded it.
     pub health_base: super::Health,
+    /// The version of the checkpoint replay applied last (0: none): every node up to it is
+    /// in that checkpoint (an NVRAM tier's records up to it are on flash).
+    pub replayed_version: u64,
 }
 
 /// The state a checkpoint holds.
@@ -429,6 +432,7 @@ impl<N: Nand> Fs<N> {
         let first = first.unwrap_or(addr.0);
         let segment = self.segment_logical(PageAddr(first)).unwrap_or(0);
         self.store.sync()?;
+        self.tier_checkout()?;
         // Durable: now mount may start from it. Only an anchored checkpoint lets the
         // cleaner release the segments before it (the chain starts there).
         self.store.record_checkpoint(PageAddr(first))?;

@@ -167,7 +167,7 @@ impl<N: Nand> Fs<N> {
         }
         self.wb.dirty_inodes.insert(ino);
         self.note_unsynced();
-        Ok(())
+        self.tier_inode(ino)
     }
 
     /// Makes bytes `off..end` of `ino` (within its size) read as zeros: whole pages leave the
@@ -192,6 +192,7 @@ impl<N: Nand> Fs<N> {
         if whole.start < whole.end {
             self.remove_range(ino, whole.clone(), None)?;
             self.wb.dirty.retain(|k, _| k.0 != ino || !whole.contains(&k.1));
+            self.tier_drop(ino, whole.clone())?;
             for i in whole.clone() {
                 self.cache.forget((ino, i));
             }

@@ -13,6 +13,7 @@ pub(crate) mod cache;
 mod check;
 mod checkpoint;
 mod clean;
+mod dirty_state;
 mod falloc;
 pub(crate) mod index;
 mod namespace;
@@ -30,6 +31,7 @@ use std::collections::BTreeMap;
 use bitmend_media::nand::Nand;
 
 pub use check::CheckReport;
+pub use dirty_state::{DirtyRecovery, DirtyRecoveryReport, DirtyState, DirtyStateError};
 pub use falloc::Falloc;
 pub use namespace::Ino;
 pub(crate) use namespace::Inode;
@@ -322,6 +324,10 @@ pub struct Fs<N: Nand> {
     pub(crate) stats: FsStats,
     /// Scrub passes completed by this mount, and their pages (`scrub.rs`).
     pub(crate) scrubbed: (u64, u64),
+    /// The NVRAM tier holding the dirty state, if the mount has one (`dirty_state.rs`), and
+    /// whether it holds anything since its last checkout.
+    pub(crate) tier: Option<Box<dyn DirtyState>>,
+    pub(crate) tier_used: bool,
 }
 
 /// Logical pages of a file stored plain, untried, after one that compressed poorly.
@@ -365,6 +371,8 @@ impl<N: Nand> Fs<N> {
             version: 1,
             stats: FsStats::default(),
             scrubbed: (0, 0),
+            tier: None,
+            tier_used: false,
         })
     }
 

@@ -129,7 +129,11 @@ impl<N: Nand> Fs<N> {
             // inode that does not exist, which mount drops.
             let mut page = target.to_vec();
             page.resize(LOGICAL_PAGE, 0);
-            if let Err(e) = self.write_page(ino, 0, &page, bitmend_code::crc::crc32c(&page)) {
+            let crc = bitmend_code::crc::crc32c(&page);
+            let written = self
+                .write_page(ino, 0, &page, crc)
+                .and_then(|()| self.tier_page((ino, 0), &DirtyPage::with_crc(page, crc), 0..LOGICAL_PAGE));
+            if let Err(e) = written {
                 self.ns.inodes.remove(&ino);
                 return Err(e);
             }
@@ -290,6 +294,9 @@ impl<N: Nand> Fs<N> {
             self.cache.forget_from(ino, 0);
             self.wb.dirty_inodes.remove(&ino);
             self.reserved.take(ino, 0..u64::MAX);
+            // The tier's pages of a file that is gone are dropped at recovery anyway: a
+            // failure here loses nothing.
+            let _ = self.tier_drop(ino, 0..u64::MAX);
         }
     }
 
@@ -445,6 +452,10 @@ impl<N: Nand> Fs<N> {
     fn truncate(&mut self, ino: u64, size: u64) -> Result<(), FsError> {
         let old = self.ns.inodes[&ino].attr.size;
         if size < old {
+            // The tier learns the new size first: a crash in the middle then recovers the
+            // truncate whole (recovery cuts the pages at the size).
+            self.ns.inodes.get_mut(&ino).expect("checked").attr.size = size;
+            self.tier_inode(ino)?;
             let keep = size.div_ceil(LOGICAL_PAGE as u64);
             // The bytes after the new end of the last page must read as zero if the file grows
             // again: rewrite that page cut.
@@ -452,10 +463,12 @@ impl<N: Nand> Fs<N> {
             if tail != 0 {
                 let mut page = self.page_to_change(ino, keep - 1)?;
                 page.cut(tail);
+                self.tier_page((ino, keep - 1), &page, tail..LOGICAL_PAGE)?;
                 self.set_dirty((ino, keep - 1), page);
             }
             self.remove_pages(ino, keep, None)?;
             self.wb.dirty.retain(|k, _| k.0 != ino || k.1 < keep);
+            self.tier_drop(ino, keep..u64::MAX)?;
             self.cache.forget_from(ino, keep);
             self.reserved.take(ino, keep..u64::MAX);
             self.ns.inodes.get_mut(&ino).expect("checked").attr.size = size;
@@ -676,6 +689,7 @@ impl<N: Nand> Fs<N> {
                 page.overwrite(within, &data[from..from + n]);
                 page
             };
+            self.tier_page((ino, index), &page, within..within + n)?;
             self.set_dirty((ino, index), page);
             pos += n as u64;
         }
@@ -685,6 +699,9 @@ impl<N: Nand> Fs<N> {
         i.attr.mtime = t;
         i.attr.ctime = t;
         self.wb.dirty_inodes.insert(ino);
+        // The pages before the size: a crash between recovers the old size, the pages past
+        // it dropped.
+        self.tier_inode(ino)?;
         if self.dirty_bytes() > self.opts.dirty_limit {
             self.flush_data()?;
         }

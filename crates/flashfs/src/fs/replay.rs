@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use bitmend_media::nand::Nand;
 
 use super::scan::{Assembler, Partial};
-use super::{Fs, FsOptions, Inode, Loc, ROOT};
+use super::{DirtyRecovery, DirtyRecoveryReport, Fs, FsOptions, Inode, Loc, ROOT};
 use crate::fs::node::{self, NodeKind, CODEC_FLAGS};
 use crate::store::{PageStore, Repaired, Segment};
 use crate::{FsError, StoreMountReport};
@@ -55,7 +55,36 @@ fn lost(e: FsError, report: &mut MountReport) -> Result<(), FsError> {
 impl<N: Nand> Fs<N> {
     /// Mounts the file system on `nand`, replaying its log.
     pub fn open(nand: N, opts: FsOptions) -> Result<(Fs<N>, MountReport), FsError> {
+        let (fs, report, _) = Fs::open_with(nand, opts, None)?;
+        Ok((fs, report))
+    }
+
+    /// Mounts as [`open`](Fs::open) does, then applies the dirty state an NVRAM tier held
+    /// (`dirty_state.rs`): its metadata on top of the log, its pages as dirty pages. The
+    /// caller attaches the tier and writes a checkpoint, which puts the recovered state on
+    /// flash and checks the tier out.
+    pub fn open_recovering(
+        nand: N,
+        opts: FsOptions,
+        dirty: DirtyRecovery,
+    ) -> Result<(Fs<N>, MountReport, DirtyRecoveryReport), FsError> {
+        Fs::open_with(nand, opts, Some(dirty))
+    }
+
+    fn open_with(
+        nand: N,
+        opts: FsOptions,
+        dirty: Option<DirtyRecovery>,
+    ) -> Result<(Fs<N>, MountReport, DirtyRecoveryReport), FsError> {
         let (store, m, anchored) = PageStore::open_anchored(nand)?;
+        if let Some(owner) = dirty.as_ref().and_then(|d| d.owner).filter(|&o| o != store.fs_id()) {
+            return Err(FsError::Tier {
+                why: format!(
+                    "it holds the state of file system {owner:016x}, not of this one ({:016x})",
+                    store.fs_id()
+                ),
+            });
+        }
         let mut fs = Fs::with_store(store, opts)?;
         let mut report = MountReport { store: m, ..MountReport::default() };
         // Start from the anchored checkpoint, or else from the one the newest segment names
@@ -95,6 +124,7 @@ impl<N: Nand> Fs<N> {
         // Until the table is adopted, the store knows only the segments from the anchored
         // checkpoint's on; replaying from the beginning needs them all.
         let mut table_adopted = anchored.is_none();
+        let mut dirent_versions = HashMap::new();
         for (i, cand) in candidates.iter().enumerate() {
             let last = i + 1 == candidates.len();
             if cand.is_none() && !table_adopted {
@@ -105,8 +135,10 @@ impl<N: Nand> Fs<N> {
             fs.ns.dirs.clear();
             fs.index = super::index::Index::default();
             fs.cp.newest = *cand;
+            fs.cp.replayed_version = 0;
             let mut r = MountReport { store: report.store.clone(), ..MountReport::default() };
-            let found = fs.replay_from(*cand, &mut r)?;
+            let found;
+            (found, dirent_versions) = fs.replay_from(*cand, &mut r)?;
             if found || cand.is_none() || last {
                 r.from_checkpoint = cand.is_some() && found;
                 report = r;
@@ -119,6 +151,11 @@ impl<N: Nand> Fs<N> {
         }
         if !fs.ns.inodes.contains_key(&ROOT.0) {
             return Err(FsError::NotAFs { why: "no root directory in the log".into() });
+        }
+        let mut recovered = DirtyRecoveryReport::default();
+        if let Some(d) = &dirty {
+            let base = fs.cp.replayed_version;
+            fs.apply_tier_records(&d.records, base, &mut dirent_versions, &mut report, &mut recovered)?;
         }
         fs.rebuild_dirs()?;
         fs.ns.next_ino = fs.ns.next_ino.max(fs.ns.inodes.keys().max().copied().unwrap_or(ROOT.0) + 1);
@@ -151,16 +188,21 @@ impl<N: Nand> Fs<N> {
         fs.cp.newest_maps = fs.index.map_segments(|p| fs.store.segment_of(crate::PageAddr(p)));
         fs.cp.mount_maps = fs.cp.newest_maps.clone();
         report.maps_loaded = fs.index.loads;
-        Ok((fs, report))
+        if let Some(d) = dirty {
+            fs.apply_tier_pages(d.pages, &mut recovered);
+        }
+        Ok((fs, report, recovered))
     }
 
     /// Replays the log from checkpoint `start` (or from the oldest segment); returns whether
     /// the first node found there was that checkpoint, whole.
+    /// Also returns the versions of the directory entries replayed after the checkpoint.
+    #[allow(clippy::type_complexity)]
     fn replay_from(
         &mut self,
         start: Option<super::checkpoint::CkptAt>,
         report: &mut MountReport,
-    ) -> Result<bool, FsError> {
+    ) -> Result<(bool, HashMap<(u64, Vec<u8>), u64>), FsError> {
         let fs = self;
         let mut pages =
             fs.store.log_pages(start.map_or(0, |c| c.segment), start.map(|c| crate::PageAddr(c.page)))?;
@@ -169,7 +211,7 @@ impl<N: Nand> Fs<N> {
                 Some(i) => {
                     pages.drain(..i);
                 }
-                None => return Ok(false),
+                None => return Ok((false, HashMap::new())),
             }
         }
         let mut first_is_checkpoint: Option<bool> = None;
@@ -204,11 +246,11 @@ impl<N: Nand> Fs<N> {
             })?;
         }
         report.partial_nodes += nodes.cut;
-        Ok(first_is_checkpoint.unwrap_or(false))
+        Ok((first_is_checkpoint.unwrap_or(false), dirent_versions))
     }
 
     /// Applies one complete node; false if its payload does not decode.
-    fn apply(
+    pub(crate) fn apply(
         &mut self,
         n: Partial,
         dirent_versions: &mut HashMap<(u64, Vec<u8>), u64>,
@@ -345,6 +387,7 @@ impl<N: Nand> Fs<N> {
         }
         self.ns.next_ino = state.next_ino;
         self.cp.health_base = state.health;
+        self.cp.replayed_version = n.head.version;
         let on_flash = n.payload.len() + n.frags.len() * crate::fs::node::FRAG_HEADER;
         self.budget.checkpoint(on_flash as u64, self.ns.inodes.len());
         self.cp.replayed_table = state.segments;

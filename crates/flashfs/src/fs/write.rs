@@ -106,8 +106,15 @@ impl<N: Nand> Fs<N> {
     }
 
     /// Writes the nodes of one metadata operation into one page (starting a fresh page if the
-    /// current one has no room for all of them), so that they reach the flash together.
+    /// current one has no room for all of them), so that they reach the flash together; with
+    /// an NVRAM tier, they are durable in it on return.
     pub(crate) fn commit(&mut self, nodes: Vec<Out>) -> Result<(), FsError> {
+        self.commit_nodes(nodes, true)
+    }
+
+    /// As [`commit`](Self::commit); `record` false leaves the tier out (write-back's inode
+    /// nodes: the tier holds them from the write that changed them).
+    fn commit_nodes(&mut self, nodes: Vec<Out>, record: bool) -> Result<(), FsError> {
         let need: usize = nodes.iter().map(|n| FRAG_HEADER + n.payload.len()).sum();
         if need > self.page.buf.len() {
             return Err(FsError::Invalid {
@@ -117,6 +124,7 @@ impl<N: Nand> Fs<N> {
         if self.page.fill + need > self.page.buf.len() {
             self.seal_page()?;
         }
+        let start = self.page.fill;
         for n in nodes {
             self.version += 1;
             if n.kind == NodeKind::Inode {
@@ -134,6 +142,10 @@ impl<N: Nand> Fs<N> {
                 version: self.version,
             };
             self.put_frag(&f, &n.payload);
+        }
+        if record && self.tier.is_some() {
+            let bytes = self.page.buf[start..self.page.fill].to_vec();
+            self.tier_nodes(&bytes)?;
         }
         self.maybe_clean()
     }
@@ -346,7 +358,7 @@ impl<N: Nand> Fs<N> {
         while let Some(ino) = inodes.next() {
             if self.ns.inodes.contains_key(&ino) {
                 let n = self.inode_node(ino);
-                if let Err(e) = self.commit(vec![n]) {
+                if let Err(e) = self.commit_nodes(vec![n], false) {
                     self.wb.dirty_inodes.insert(ino);
                     self.wb.dirty_inodes.extend(inodes);
                     return Err(e);
@@ -365,7 +377,7 @@ impl<N: Nand> Fs<N> {
         }
         self.store.sync()?;
         self.wb.unsynced_since = None;
-        Ok(())
+        self.tier_checkout()
     }
 
     /// Notes a change that the next `sync` makes durable.
@@ -379,11 +391,15 @@ impl<N: Nand> Fs<N> {
         self.wb.unsynced_since
     }
 
-    /// `fsync`: as `sync` (one log, so one file's durability is everyone's).
+    /// `fsync`: as `sync` (one log, so one file's durability is everyone's). With an NVRAM
+    /// tier there is nothing to do: every operation was durable in the tier when it returned.
     pub fn fsync(&mut self, ino: Ino) -> Result<(), FsError> {
         let ino = ino.0;
         if !self.ns.inodes.contains_key(&ino) {
             return Err(FsError::NotFound);
+        }
+        if self.tier.is_some() {
+            return Ok(());
         }
         self.sync()
     }

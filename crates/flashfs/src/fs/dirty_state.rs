@@ -1,0 +1,267 @@
+//! The file system's side of an NVRAM write tier (the `bitmend-tier` crate implements it):
+//! what goes into the tier before an operation returns, what a sync checks out, and how a
+//! mount applies what a tier held after a crash (docs/DESIGN.md, "The NVRAM tier under
+//! write-back").
+//!
+//! The tier holds the dirty state that is not yet on flash:
+//! - every dirty page written by a `write` (or a truncate's cut), with its CRC;
+//! - every metadata operation, as the nodes it puts in the page being filled, with their
+//!   versions: an inode node holds the whole inode, a directory entry node the whole entry,
+//!   so a node is a state, not a step, and applying it twice does no harm;
+//! - the inode a write changed (its size and times), as an inode node of its own.
+//!
+//! Recovery applies a node only if its version is newer than the checkpoint the mount
+//! replayed from and than what the flash holds for the same inode or entry (the rules replay
+//! already follows), and a page only if its file still holds it (pages past the end are
+//! dropped, the last page is cut at the size).
+
+use std::ops::Range;
+
+use bitmend_media::nand::Nand;
+
+use super::cache::DirtyPage;
+use super::node::{Frag, NodeKind, FLAG_LAST, FRAG_HEADER};
+use super::scan::Partial;
+use super::write::Out;
+use super::{Fs, LOGICAL_PAGE};
+use crate::FsError;
+
+/// Where a mount keeps its dirty state durable between flash syncs.
+pub trait DirtyState: Send {
+    /// Makes dirty page `key` (`page`, whose CRC-32C is `crc`) durable; `changed` is the byte
+    /// range that differs from the page last put (all of it, for a page not put before).
+    fn put_page(
+        &mut self,
+        key: (u64, u64),
+        page: &[u8],
+        crc: u32,
+        changed: Range<usize>,
+    ) -> Result<(), DirtyStateError>;
+    /// The dirty pages of `ino` in `pages` are gone (a truncate, a punch, an unlink).
+    fn drop_pages(&mut self, ino: u64, pages: Range<u64>) -> Result<(), DirtyStateError>;
+    /// The nodes of one metadata operation, as the page being filled holds them (fragment
+    /// headers and payloads, back to back); durable on return.
+    fn put_nodes(&mut self, nodes: &[u8]) -> Result<(), DirtyStateError>;
+    /// Everything put so far is on flash: forget it.
+    fn checkout(&mut self) -> Result<(), DirtyStateError>;
+    /// The tier itself back (what a crash leaves of it, for tests and tools).
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;
+}
+
+/// Why a tier did not take something.
+#[derive(Debug, thiserror::Error)]
+pub enum DirtyStateError {
+    /// No room (or a record too large for it): the file system writes the state to flash
+    /// instead, which makes it just as durable.
+    #[error("the NVRAM tier is full")]
+    Full,
+    #[error("the NVRAM tier failed: {0}")]
+    Failed(String),
+}
+
+/// What a tier held at mount, in the order it was recorded.
+#[derive(Clone, Debug, Default)]
+pub struct DirtyRecovery {
+    /// The id of the file system the state belongs to, as the tier recorded it (none: not
+    /// recorded). A mount refuses another file system's state.
+    pub owner: Option<u64>,
+    /// Metadata records (each as [`DirtyState::put_nodes`] received it), oldest first.
+    pub records: Vec<Vec<u8>>,
+    /// Dirty pages, each verified by the tier against its CRC: (ino, index, bytes, crc).
+    pub pages: Vec<(u64, u64, Vec<u8>, u32)>,
+}
+
+/// What [`Fs::open_recovering`] did with a tier's state.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DirtyRecoveryReport {
+    /// Nodes applied, and nodes already on flash (older than what the flash holds).
+    pub nodes_applied: u64,
+    pub nodes_on_flash: u64,
+    /// Nodes that did not decode or are of a kind a tier never holds: never applied.
+    pub nodes_refused: u64,
+    /// Pages put back as dirty, and pages dropped: their file is gone, or they lie past its
+    /// end (a write cut by the crash before its new size was recorded).
+    pub pages: u64,
+    pub pages_dropped: Vec<(u64, u64)>,
+}
+
+/// The bytes of nodes as the page being filled holds them, each with its version.
+pub(crate) fn node_bytes(nodes: &[(Out, u64)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (n, version) in nodes {
+        let f = Frag {
+            kind: n.kind,
+            flags: FLAG_LAST,
+            len: n.payload.len() as u16,
+            total: n.payload.len() as u32,
+            key: n.key,
+            key2: n.key2,
+            version: *version,
+        };
+        let at = out.len();
+        out.resize(at + FRAG_HEADER, 0);
+        f.encode(&mut out[at..]);
+        out.extend_from_slice(&n.payload);
+    }
+    out
+}
+
+impl<N: Nand> Fs<N> {
+    /// Puts the mount's dirty state into `tier` from now on (fsync then returns once the tier
+    /// holds the state). The next sync or checkpoint checks the tier out.
+    pub fn attach_dirty_state(&mut self, tier: Box<dyn DirtyState>) {
+        self.tier = Some(tier);
+        self.tier_used = true;
+    }
+
+    /// The chip and the tier, without writing anything (what a crash of the daemon leaves).
+    pub fn into_parts(self) -> (N, Option<Box<dyn DirtyState>>) {
+        (self.store.into_nand(), self.tier)
+    }
+
+    /// Whether an NVRAM tier holds the dirty state.
+    pub fn has_dirty_state(&self) -> bool {
+        self.tier.is_some()
+    }
+
+    /// Makes dirty page `key` durable in the tier, if there is one. A full tier is written
+    /// back to flash with the page, and checked out.
+    pub(crate) fn tier_page(
+        &mut self,
+        key: (u64, u64),
+        page: &DirtyPage,
+        changed: Range<usize>,
+    ) -> Result<(), FsError> {
+        let Some(t) = self.tier.as_mut() else { return Ok(()) };
+        self.tier_used = true;
+        match t.put_page(key, &page.bytes, page.crc, changed) {
+            Ok(()) => Ok(()),
+            Err(DirtyStateError::Full) => {
+                self.set_dirty(key, page.clone());
+                self.sync()
+            }
+            Err(DirtyStateError::Failed(why)) => Err(FsError::Tier { why }),
+        }
+    }
+
+    /// Drops the tier's dirty pages of `ino` in `pages` (after they left `wb.dirty`).
+    pub(crate) fn tier_drop(&mut self, ino: u64, pages: Range<u64>) -> Result<(), FsError> {
+        let Some(t) = self.tier.as_mut() else { return Ok(()) };
+        match t.drop_pages(ino, pages) {
+            Ok(()) => Ok(()),
+            Err(DirtyStateError::Full) => self.sync(),
+            Err(DirtyStateError::Failed(why)) => Err(FsError::Tier { why }),
+        }
+    }
+
+    /// Records an operation's nodes (already in the page being filled) in the tier. A full
+    /// tier is written back to flash, and these nodes with it.
+    pub(crate) fn tier_nodes(&mut self, bytes: &[u8]) -> Result<(), FsError> {
+        let Some(t) = self.tier.as_mut() else { return Ok(()) };
+        self.tier_used = true;
+        match t.put_nodes(bytes) {
+            Ok(()) => Ok(()),
+            Err(DirtyStateError::Full) => self.sync(),
+            Err(DirtyStateError::Failed(why)) => Err(FsError::Tier { why }),
+        }
+    }
+
+    /// Records inode `ino` as it is now (a write's new size and times, which reach the flash
+    /// only at write-back) in the tier.
+    pub(crate) fn tier_inode(&mut self, ino: u64) -> Result<(), FsError> {
+        if self.tier.is_none() || !self.ns.inodes.contains_key(&ino) {
+            return Ok(());
+        }
+        self.version += 1;
+        let bytes = node_bytes(&[(self.inode_node(ino), self.version)]);
+        self.tier_nodes(&bytes)
+    }
+
+    /// Everything is on flash: the tier forgets what it held.
+    pub(crate) fn tier_checkout(&mut self) -> Result<(), FsError> {
+        let Some(t) = self.tier.as_mut().filter(|_| self.tier_used) else { return Ok(()) };
+        t.checkout().map_err(|e| FsError::Tier { why: e.to_string() })?;
+        self.tier_used = false;
+        Ok(())
+    }
+
+    /// Applies a tier's metadata records on top of what replay found (before the namespace
+    /// is tidied). `base` is the version of the checkpoint replay started from: everything
+    /// up to it is in that checkpoint.
+    pub(crate) fn apply_tier_records(
+        &mut self,
+        records: &[Vec<u8>],
+        base: u64,
+        dirent_versions: &mut std::collections::HashMap<(u64, Vec<u8>), u64>,
+        mount: &mut super::MountReport,
+        report: &mut DirtyRecoveryReport,
+    ) -> Result<(), FsError> {
+        for rec in records {
+            let mut at = 0;
+            while at < rec.len() {
+                let Ok(Some(head)) = Frag::decode(&rec[at..]) else {
+                    report.nodes_refused += 1;
+                    break;
+                };
+                let end = at + FRAG_HEADER + head.len as usize;
+                let whole = head.flags & FLAG_LAST != 0 && head.total == u32::from(head.len);
+                let allowed = matches!(
+                    head.kind,
+                    NodeKind::Inode | NodeKind::Dirent | NodeKind::Punch | NodeKind::Xattr
+                );
+                if end > rec.len() || !whole || !allowed {
+                    report.nodes_refused += 1;
+                    break;
+                }
+                let payload = rec[at + FRAG_HEADER..end].to_vec();
+                at = end;
+                if head.version <= base {
+                    report.nodes_on_flash += 1;
+                    continue;
+                }
+                let applied =
+                    self.apply(Partial { head, payload, frags: Vec::new() }, dirent_versions, mount)?;
+                if applied {
+                    report.nodes_applied += 1;
+                } else {
+                    report.nodes_refused += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts a tier's pages back as dirty pages of their files (after the namespace is
+    /// tidied): a page whose file is gone, or past its end, is dropped; the last page is cut
+    /// at the size.
+    pub(crate) fn apply_tier_pages(
+        &mut self,
+        pages: Vec<(u64, u64, Vec<u8>, u32)>,
+        report: &mut DirtyRecoveryReport,
+    ) {
+        for (ino, index, bytes, crc) in pages {
+            let size = match self.ns.inodes.get(&ino) {
+                Some(i) if matches!(i.attr.kind, crate::FileType::File | crate::FileType::Symlink) => {
+                    i.attr.size
+                }
+                _ => {
+                    report.pages_dropped.push((ino, index));
+                    continue;
+                }
+            };
+            let end = size.div_ceil(LOGICAL_PAGE as u64);
+            if index >= end || bytes.len() != LOGICAL_PAGE {
+                report.pages_dropped.push((ino, index));
+                continue;
+            }
+            let mut page = DirtyPage::with_crc(bytes, crc);
+            let tail = (size % LOGICAL_PAGE as u64) as usize;
+            if index + 1 == end && tail != 0 {
+                page.cut(tail);
+            }
+            self.set_dirty((ino, index), page);
+            self.note_unsynced();
+            report.pages += 1;
+        }
+    }
+}
