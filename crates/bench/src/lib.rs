@@ -20,5 +20,6 @@ pub mod near_full;
 pub mod nvlog;
 pub mod parity_floor;
 pub mod postmark;
+pub mod tier;
 
 pub use harness::{Options, Row};

@@ -39,7 +39,9 @@ enum Suite {
     /// (the paper's Figure 2), ns per write.
     Nvlog,
     /// The checked page cache (Loris's Table VI): PostMark and a file-server mix with each
-    /// read-check strategy, run time against no read checks.
+    /// read-check strategy, run time against no read checks; memory errors caught per
+    /// strategy; and the NVRAM tier's synced overwrites (fsync CPU and device time, write
+    /// amplification) against no tier.
     Cache,
     /// The persistent heap's transactional overwrites (55 B to 16 KiB; data logging and
     /// pointer logging) beside PMDK transactions and bare persists, ns per transaction.
@@ -120,6 +122,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
                 );
             }
             bitmend_bench::cache::run(&opts, &mut emit);
+            bitmend_bench::tier::run(&opts, &mut emit);
         }
         Suite::Heap => {
             if !json {

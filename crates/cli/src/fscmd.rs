@@ -90,14 +90,25 @@ pub(crate) fn open_image(image: &Path) -> Result<FileNand, CliError> {
             },
         ));
     }
-    FileNand::open(image).map_err(|e| match (&e, crate::mounted::mounted_at(image)) {
+    let nand = FileNand::open(image).map_err(|e| match (&e, crate::mounted::mounted_at(image)) {
         (bitmend_media::nand::NandError::Locked { .. }, Some(at)) => CliError::Target(format!(
             "{}: mounted at {at}; unmount it first (bitmend umount {at}), or scrub it mounted: bitmend scrub {at}",
             image.display(),
             at = at.display()
         )),
         _ => CliError::Nand(e),
-    })
+    })?;
+    Ok(nand)
+}
+
+/// [`open_image`] for a command that reads or repairs the image unmounted: it says so when
+/// the NVRAM tier holds changes the flash does not have yet.
+pub(crate) fn open_image_offline(image: &Path) -> Result<FileNand, CliError> {
+    let nand = open_image(image)?;
+    if let Some(note) = crate::nvram::pending_note(image) {
+        eprintln!("bitmend: {note}");
+    }
+    Ok(nand)
 }
 
 pub fn mkfs(a: &MkfsArgs) -> Result<(), CliError> {
@@ -110,6 +121,10 @@ pub fn mkfs(a: &MkfsArgs) -> Result<(), CliError> {
             return Err(why.unwrap_or_else(|| CliError::Target(format!("{}: in use", a.image.display()))));
         }
         std::fs::remove_file(&a.image).map_err(|e| format!("{}: {e}", a.image.display()))?;
+        // The old file system's NVRAM tier has nothing to give the new one.
+        if let Some(p) = crate::nvram::default_path(&a.image) {
+            let _ = std::fs::remove_file(p);
+        }
     }
     let nand = FileNand::create(&a.image, g)?;
     let made = Fs::format(nand, a.config(), a.compress.options()).and_then(|fs| {
@@ -204,6 +219,16 @@ pub struct MountArgs {
     /// without asking: those copies are not checked.
     #[arg(long)]
     pub direct_io: bool,
+    /// The NVRAM tier: a file whose mapping holds every acknowledged change until it is on
+    /// flash (`none`: no tier; changes wait in the daemon's memory for the commit interval).
+    /// With the tier, fsync returns once a change is in it, without a flash program, and a
+    /// `kill -9` of the daemon loses nothing that returned. On a DAX file a power cut loses
+    /// nothing either. [default: /dev/shm/bitmend-IMAGE-HASH.nvram]
+    #[arg(long, default_value = "", hide_default_value = true, value_name = "FILE|none")]
+    pub nvram: String,
+    /// Size of the NVRAM tier's file when it is made (K, M or G).
+    #[arg(long, default_value = "64M", value_name = "SIZE")]
+    pub nvram_size: String,
 }
 
 /// The cache options of `a`, checked: (strategy, pages).
@@ -252,6 +277,7 @@ fn spawn_daemon(a: &MountArgs) -> Result<(), CliError> {
     if a.direct_io {
         cmd.arg("--direct-io");
     }
+    cmd.arg("--nvram").arg(&a.nvram).arg("--nvram-size").arg(&a.nvram_size);
     // The daemon must not hold our output open (a caller waiting for it would hang): its
     // messages go to a log file, shown if it fails to mount.
     let log = std::env::temp_dir().join(format!("bitmend-mount-{}.log", std::process::id()));
@@ -291,6 +317,11 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
         return Err(CliError::Usage("--index-chunks must be at least 1".into()));
     }
     let (verify, cache_pages) = cache_options(a)?;
+    let nvram_size =
+        crate::units::parse_size(&a.nvram_size).map_err(|e| CliError::Usage(format!("--nvram-size {e}")))?;
+    if nvram_size < 1 << 20 {
+        return Err(CliError::Usage("--nvram-size must be at least 1M".into()));
+    }
     if a.create && !a.image.exists() {
         let m = MkfsArgs {
             image: a.image.clone(),
@@ -316,7 +347,17 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
         cache_pages,
         ..FsOptions::default()
     };
-    let (mut fs, rep) = Fs::open(nand, opts)?;
+    let nvram = crate::nvram::chosen(&a.nvram, &a.image)?;
+    let (mut fs, rep) = match &nvram {
+        Some(path) => {
+            let (fs, rep, tier) = crate::nvram::mount(nand, opts, path, nvram_size as usize)?;
+            if let Some(said) = crate::nvram::describe(path, &tier) {
+                eprintln!("bitmend: {said}");
+            }
+            (fs, rep)
+        }
+        None => Fs::open(nand, opts)?,
+    };
     if let Some(c) = a.compress.map(|c| c.options().compression).or(fs.recorded_compression()) {
         fs.set_compression(c);
     }
@@ -355,9 +396,12 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
     let shared = crate::scrubber::share(fs, schedule);
     let scrubber = crate::scrubber::spawn(shared.clone(), schedule);
     let committer = commit_interval.map(|i| crate::commit::spawn(shared.clone(), i));
-    let session =
-        fuser::spawn_mount2(crate::fuse::FuseFs { shared, direct_io: a.direct_io }, &a.mountpoint, &options)
-            .map_err(err)?;
+    let session = fuser::spawn_mount2(
+        crate::fuse::FuseFs { shared, direct_io: a.direct_io, nvram },
+        &a.mountpoint,
+        &options,
+    )
+    .map_err(err)?;
     while !STOP.load(Ordering::SeqCst) && !session.guard.is_finished() {
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -385,7 +429,7 @@ pub struct CheckArgs {
 }
 
 pub fn fsck(a: &CheckArgs) -> Result<u8, CliError> {
-    let nand = open_image(&a.image)?;
+    let nand = open_image_offline(&a.image)?;
     let (mut fs, rep) = Fs::open(nand, FsOptions::default())?;
     let tty = std::io::stderr().is_terminal() && !a.json;
     let c = fs.check_with_progress(true, &mut |done, total| {
@@ -515,7 +559,7 @@ pub fn stat(a: &StatArgs) -> Result<(), CliError> {
     if a.image.is_dir() {
         return stat_mounted(a);
     }
-    let nand = open_image(&a.image)?;
+    let nand = open_image_offline(&a.image)?;
     let (fs, rep) = Fs::open(nand, FsOptions::default())?;
     let (total, free) = fs.statfs();
     let (logical, stored) = fs.data_space();

@@ -24,6 +24,8 @@ pub struct FuseFs {
     /// Open files with FOPEN_DIRECT_IO: the kernel keeps no copy, every read comes to the
     /// daemon's checked cache (`mount --direct-io`).
     pub direct_io: bool,
+    /// The NVRAM tier's file, removed once a clean unmount has emptied it.
+    pub nvram: Option<std::path::PathBuf>,
 }
 
 /// The file system, locked for one request.
@@ -172,8 +174,14 @@ impl Filesystem for FuseFs {
     fn destroy(&mut self) {
         let fs = lock(&self.shared).fs.take();
         if let Some(fs) = fs {
-            if let Err(e) = fs.unmount() {
-                eprintln!("bitmend: unmount: {e}");
+            match fs.unmount() {
+                // Everything on flash, the tier checked out: its file holds nothing.
+                Ok(_) => {
+                    if let Some(p) = &self.nvram {
+                        let _ = std::fs::remove_file(p);
+                    }
+                }
+                Err(e) => eprintln!("bitmend: unmount: {e}"),
             }
         }
     }

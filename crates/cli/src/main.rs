@@ -14,6 +14,7 @@ mod json;
 mod kv;
 mod media;
 mod mounted;
+mod nvram;
 mod report;
 mod scrub;
 mod scrubber;

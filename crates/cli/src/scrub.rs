@@ -65,7 +65,7 @@ fn progress(tty: bool, r: &ScrubReport) {
 
 /// An unmounted image: the pass runs here, and the image is written out after it.
 fn image(a: &ScrubArgs, tty: bool) -> Result<(ScrubReport, String), CliError> {
-    let nand = crate::fscmd::open_image(&a.target)?;
+    let nand = crate::fscmd::open_image_offline(&a.target)?;
     let (mut fs, mounted) = Fs::open(nand, FsOptions::default())?;
     let mut pass = fs.scrub_begin();
     while !fs.scrub_step(&mut pass)? {
@@ -94,7 +94,7 @@ fn quick(a: &ScrubArgs) -> Result<u8, CliError> {
         let status = std::fs::read_to_string(&control).map_err(|e| format!("{}: {e}", control.display()))?;
         quick_from_json(&status, "quick_")?
     } else {
-        let nand = crate::fscmd::open_image(&a.target)?;
+        let nand = crate::fscmd::open_image_offline(&a.target)?;
         let (mut fs, _) = Fs::open(nand, FsOptions::default())?;
         let r = fs.scrub_quick()?;
         fs.unmount()?;

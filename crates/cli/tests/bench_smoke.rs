@@ -238,4 +238,14 @@ fn bench_cache_quick_rows_for_every_strategy_and_every_flip_caught_under_er() {
     // Every read checked: no flip reaches the application.
     let er = lines.iter().find(|l| l.contains("ER (every read): caught before use")).expect("the ER row");
     assert_eq!(field(er, "ours").parse::<f64>().unwrap(), 100.0, "{er}");
+    // The NVRAM tier: no device time on the fsync path, less flash written than without it.
+    let tier = |what: &str| {
+        let l = lines.iter().find(|l| l.contains("overwrites + fsync") && l.contains(what)).expect(what);
+        (field(l, "ours").parse::<f64>().unwrap(), field(l, "anchor_value").parse::<f64>().unwrap())
+    };
+    let (ours, without) = tier("device time on the fsync path");
+    assert_eq!(ours, 0.0, "with the tier an fsync programs nothing");
+    assert!(without > 100.0, "without it an fsync programs the flash: {without} us");
+    let (ours, without) = tier("write amplification");
+    assert!(ours < without, "write amplification with the tier {ours}, without {without}");
 }

@@ -66,3 +66,42 @@ fn the_golden_tier_reads_back_and_a_flipped_slot_is_named() {
     assert_eq!(found.unverified, vec![(1, 1)]);
     assert_eq!(found.pages.len(), 3);
 }
+
+const LOG2: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/tier-v2-log.bin");
+const HEAP2: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/tier-v2-heap.bin");
+/// The owner the version 2 golden tier is bound to, and the nodes records it holds (the tier
+/// does not read them: any bytes do).
+const OWNER: u64 = 0x00C0_FFEE_0000_0002;
+const NODES: [&[u8]; 2] = [b"an operation's nodes", b"a second operation"];
+
+#[test]
+#[ignore = "writes the golden tier; run once per format version"]
+fn write_golden_tier_v2() {
+    let mut tier = DirtyTier::create_for(RamRegion::new(128 << 10), RamRegion::new(1 << 20), OWNER).unwrap();
+    for (i, fill) in [0x10u8, 0x11, 0x12, 0x13].into_iter().enumerate() {
+        let p = page(fill);
+        tier.put_page((6, i as u64), &p, crc32c(&p), 0..PAGE).unwrap();
+    }
+    tier.put_nodes(NODES[0]).unwrap();
+    // Pages 1 and 2 punched out; 0 and 3 stay.
+    tier.drop_range(6, 1..3).unwrap();
+    tier.put_nodes(NODES[1]).unwrap();
+    let (log, heap) = tier.into_regions();
+    std::fs::write(LOG2, log.bytes()).unwrap();
+    std::fs::write(HEAP2, heap.bytes()).unwrap();
+}
+
+#[test]
+fn the_golden_tier_v2_reads_back_with_its_owner_nodes_and_hole() {
+    let (log, heap) = (std::fs::read(LOG2).unwrap(), std::fs::read(HEAP2).unwrap());
+    let (tier, found) = DirtyTier::open(RamRegion::from_bytes(log), RamRegion::from_bytes(heap)).unwrap();
+    assert_eq!(found.owner, Some(OWNER));
+    assert_eq!(tier.owner(), OWNER);
+    assert_eq!(found.nodes, NODES.iter().map(|n| n.to_vec()).collect::<Vec<_>>());
+    let got: Vec<((u64, u64), Vec<u8>)> =
+        found.pages.iter().map(|p| ((p.ino, p.index), p.bytes.clone())).collect();
+    assert_eq!(got, vec![((6, 0), page(0x10)), ((6, 3), page(0x13))]);
+    assert_eq!((found.unverified.len(), found.lost_chunks.len(), found.foreign_records), (0, 0, 0));
+    // The owner, four page records, two nodes records and the drop range.
+    assert_eq!(found.records, 8);
+}

@@ -43,6 +43,12 @@ pub fn mount(img: &str, mnt: &str, extra: &[&str]) -> u32 {
 pub fn kill_9(pid: u32, mnt: &str) {
     let s = Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
     assert!(s.success());
+    clear_dead_mount(pid, mnt);
+}
+
+/// Waits for the killed daemon `pid` to be gone and clears its mount (which fails while a
+/// file on it is still open).
+pub fn clear_dead_mount(pid: u32, mnt: &str) {
     // The kernel lets go of the image once the daemon is gone; the mount stays until cleared.
     let t = std::time::Instant::now();
     let alive = || {

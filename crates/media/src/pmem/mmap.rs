@@ -70,26 +70,74 @@ impl MmapRegion {
     }
 
     fn map(file: File, path: String, len: usize) -> Result<MmapRegion, RegionError> {
-        let fd = file.as_raw_fd();
-        // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            return Err(io(format!("{path}: lock (in use by another process?)"))(
-                std::io::Error::last_os_error(),
-            ));
+        lock(&file, &path)?;
+        MmapRegion::map_window(file, &path, 0, len)
+    }
+
+    /// Creates a zeroed file of `len` bytes at `path` (which must not exist) and maps it as
+    /// two regions, `[0, at)` and `[at, len)`, under one lock (`at` a multiple of 4096): two
+    /// structures in one file, as the NVRAM tier keeps its log and its heap.
+    pub fn create_split(
+        path: impl AsRef<Path>,
+        len: usize,
+        at: usize,
+    ) -> Result<(MmapRegion, MmapRegion), RegionError> {
+        let p = path.as_ref().display().to_string();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path.as_ref())
+            .map_err(io(p.clone()))?;
+        file.set_len(len as u64).map_err(io(format!("{p}: size")))?;
+        MmapRegion::split(file, p, len, at)
+    }
+
+    /// Maps an existing file as two regions, `[0, at)` and `[at, its length)` (see
+    /// [`create_split`](Self::create_split)).
+    pub fn open_split(path: impl AsRef<Path>, at: usize) -> Result<(MmapRegion, MmapRegion), RegionError> {
+        let p = path.as_ref().display().to_string();
+        let file = OpenOptions::new().read(true).write(true).open(path.as_ref()).map_err(io(p.clone()))?;
+        let len = file.metadata().map_err(io(p.clone()))?.len() as usize;
+        MmapRegion::split(file, p, len, at)
+    }
+
+    fn split(
+        file: File,
+        path: String,
+        len: usize,
+        at: usize,
+    ) -> Result<(MmapRegion, MmapRegion), RegionError> {
+        if at == 0 || at >= len || !at.is_multiple_of(4096) {
+            return Err(RegionError::Misaligned { offset: at, align: 4096 });
         }
+        lock(&file, &path)?;
+        // The second window holds a duplicate of the descriptor: the lock (on the open file
+        // description they share) is held until both are dropped.
+        let second = file.try_clone().map_err(io(format!("{path}: dup")))?;
+        Ok((
+            MmapRegion::map_window(file, &path, 0, at)?,
+            MmapRegion::map_window(second, &path, at, len - at)?,
+        ))
+    }
+
+    /// Maps `len` bytes of `file` from byte `offset` (page-aligned).
+    fn map_window(file: File, path: &str, offset: usize, len: usize) -> Result<MmapRegion, RegionError> {
+        let fd = file.as_raw_fd();
         if len == 0 {
             return Err(RegionError::Range { offset: 0, len: 0, size: 0 });
         }
+        let off = offset as libc::off_t;
         let prot = libc::PROT_READ | libc::PROT_WRITE;
         // SAFETY: a fresh shared mapping of `len` bytes of a file we hold open; the kernel
         // chooses the address. MAP_SYNC is refused (EOPNOTSUPP/EINVAL) unless the file is DAX.
         let mut ptr = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC, fd, 0)
+            libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC, fd, off)
         };
         let dax = ptr != libc::MAP_FAILED;
         if !dax {
             // SAFETY: as above, without MAP_SYNC.
-            ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, 0) };
+            ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, off) };
             if ptr == libc::MAP_FAILED {
                 return Err(io(format!("{path}: mmap"))(std::io::Error::last_os_error()));
             }
@@ -261,6 +309,29 @@ impl Region for MmapRegion {
         self.slice_mut()[offset..offset + data.len()].copy_from_slice(data);
         Ok(())
     }
+}
+
+/// Locks `file` for exclusive use by this process (no other mount of it).
+fn lock(file: &File, path: &str) -> Result<(), RegionError> {
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(
+            io(format!("{path}: lock (in use by another process?)"))(std::io::Error::last_os_error()),
+        );
+    }
+    Ok(())
+}
+
+/// Whether `file` lies on a tmpfs (shared memory: a process crash keeps what was stored, a
+/// power cut keeps nothing, and msync does nothing but cost a system call).
+pub fn on_tmpfs(path: impl AsRef<Path>) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_ref().as_os_str().as_bytes()) else { return false };
+    // SAFETY: statfs into a zeroed struct we own, with a NUL-terminated path.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    r == 0 && st.f_type == libc::TMPFS_MAGIC
 }
 
 fn page_size() -> usize {
