@@ -131,7 +131,12 @@ where
     fs.attach_dirty_state(Box::new(tier));
     if report.recovered_anything() {
         // The recovered state on flash, and the tier checked out (the checkpoint does both).
-        fs.checkpoint()?;
+        // A chip too full for it mounts as it is: the tier keeps holding the state (it is
+        // not checked out), so nothing recovered is lost, and writes answer ENOSPC.
+        match fs.checkpoint() {
+            Ok(()) | Err(FsError::NoSpace) => {}
+            Err(e) => return Err(e.into()),
+        }
     }
     Ok((fs, mount, report))
 }

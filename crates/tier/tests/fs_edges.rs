@@ -1,0 +1,148 @@
+//! The file system over the tier at its edges: a tier too small for the dirty state (it
+//! fills, and the file system writes to flash instead), a full chip (ENOSPC, never an
+//! acknowledged write lost), a tier whose slots were hit by wild writes (the pages named and
+//! not applied, the file keeping what flash holds), a metadata record that does not decode
+//! (refused), and a tier of another file system (refused). After each crash every
+//! acknowledged byte is checked.
+
+use bitmend_flashfs::{Compression, DirtyRecovery, Fs, FsConfig, FsError, FsOptions, Ino, ROOT};
+use bitmend_media::nand::{Geometry, RamNand, Timing};
+use bitmend_media::pmem::{RamRegion, Region};
+use bitmend_media::rng::Rng;
+use bitmend_tier::{crash, mount, DirtyTier};
+
+fn opts() -> FsOptions {
+    FsOptions { compression: Compression::None, dirty_limit: 4 << 20, ..FsOptions::default() }
+}
+
+fn chip(blocks: u32) -> RamNand {
+    RamNand::new(Geometry::new(2048, 64, 16, blocks).unwrap()).unwrap().with_timing(Timing::NONE)
+}
+
+/// A formatted chip, and a tier of `heap` bytes of slots made for it.
+fn base(blocks: u32, heap: usize) -> (RamNand, RamRegion, RamRegion) {
+    let cfg = FsConfig { parity_pages: 1, parity_blocks: 1, blocks_per_segment: 4 };
+    let fs = Fs::format(chip(blocks), cfg, opts()).unwrap();
+    let id = fs.store().fs_id();
+    let nand = fs.unmount().unwrap();
+    let tier = DirtyTier::create_for(RamRegion::new(256 << 10), RamRegion::new(heap), id).unwrap();
+    let (log, heap) = tier.into_regions();
+    (nand, log, heap)
+}
+
+fn page(seed: u64) -> Vec<u8> {
+    let mut p = vec![0u8; 4096];
+    Rng::new(seed).fill(&mut p);
+    p
+}
+
+#[test]
+fn a_tier_too_small_for_the_dirty_state_writes_to_flash_and_loses_nothing() {
+    // A heap of 768 KiB: a few dozen slots, against 400 pages written without a sync.
+    let (nand, log, heap) = base(64, 768 << 10);
+    let (mut fs, _, _) = mount(nand, opts(), log, heap).unwrap();
+    let f = fs.create(ROOT, b"f", 0o644, 0, 0).unwrap().ino;
+    for i in 0..400u64 {
+        fs.write(f, (i % 150) * 4096, &page(i)).unwrap();
+    }
+    let (nand, regions) = crash::<RamNand, RamRegion, RamRegion>(fs);
+    let (log, heap) = regions.unwrap();
+    let (mut fs, _, report) = mount(nand, opts(), log, heap).unwrap();
+    assert!(!report.lost_anything(), "{report:?}");
+    assert!(
+        report.pages_found > 0 && report.pages_found < 60,
+        "the tier held the last pages only: {report:?}"
+    );
+    let f = fs.lookup(ROOT, b"f").unwrap().ino;
+    for i in 250..400u64 {
+        assert_eq!(fs.read(f, (i % 150) * 4096, 4096).unwrap(), page(i), "page {}", i % 150);
+    }
+}
+
+#[test]
+fn a_full_chip_answers_enospc_and_every_acknowledged_write_survives_a_crash() {
+    let (nand, log, heap) = base(40, 4 << 20);
+    let (mut fs, _, _) = mount(nand, opts(), log, heap).unwrap();
+    let f = fs.create(ROOT, b"f", 0o644, 0, 0).unwrap().ino;
+    let mut acked = 0u64;
+    let refused = loop {
+        match fs.write(f, acked * 4096, &page(acked)) {
+            Ok(_) => acked += 1,
+            Err(e) => break e,
+        }
+        assert!(acked < 10_000, "a 40-block chip took 40 MB");
+    };
+    assert!(matches!(refused, FsError::NoSpace), "{refused}");
+    assert!(acked > 50, "{acked} pages before the chip was full");
+    let (nand, regions) = crash::<RamNand, RamRegion, RamRegion>(fs);
+    let (log, heap) = regions.unwrap();
+    let (mut fs, _, report) = mount(nand, opts(), log, heap).unwrap();
+    assert!(!report.lost_anything(), "{report:?}");
+    // The chip is too full for the recovery's checkpoint: the tier keeps the state, so a
+    // second crash right after the mount loses nothing either.
+    for round in 0..2 {
+        let f = fs.lookup(ROOT, b"f").unwrap();
+        assert_eq!(f.size, acked * 4096, "round {round}: the refused write left no trace");
+        for i in 0..acked {
+            assert_eq!(
+                fs.read(f.ino, i * 4096, 4096).unwrap(),
+                page(i),
+                "round {round}: page {i} of {acked}"
+            );
+        }
+        let (nand, regions) = crash::<RamNand, RamRegion, RamRegion>(fs);
+        let (log, heap) = regions.unwrap();
+        fs = mount(nand, opts(), log, heap).unwrap().0;
+    }
+}
+
+#[test]
+fn damaged_slots_are_named_and_the_file_keeps_what_flash_holds() {
+    let (nand, log, heap) = base(64, 4 << 20);
+    let (mut fs, _, _) = mount(nand, opts(), log, heap).unwrap();
+    let f = fs.create(ROOT, b"f", 0o644, 0, 0).unwrap().ino;
+    for i in 0..8u64 {
+        fs.write(f, i * 4096, &page(i)).unwrap();
+    }
+    fs.sync().unwrap();
+    // Overwritten without a sync: the new pages are in the tier only.
+    for i in 0..8u64 {
+        fs.write(f, i * 4096, &page(100 + i)).unwrap();
+    }
+    let (nand, regions) = crash::<RamNand, RamRegion, RamRegion>(fs);
+    let (log, mut heap) = regions.unwrap();
+    // Wild writes into the slots of pages 2 and 5 (one byte each).
+    let mut hit = 0;
+    for i in [2u64, 5] {
+        let new = page(100 + i);
+        let at = heap.bytes().windows(64).position(|w| w == &new[..64]).expect("the page's slot");
+        heap.corrupt(at + 999, &[heap.bytes()[at + 999] ^ 0x10]).unwrap();
+        hit += 1;
+    }
+    let (mut fs, _, report) = mount(nand, opts(), log, heap).unwrap();
+    let ino = fs.lookup(ROOT, b"f").unwrap().ino.0;
+    assert_eq!(report.unverified, vec![(ino, 2), (ino, 5)], "{hit} slots hit, both named");
+    assert!(report.lost_anything());
+    for i in 0..8u64 {
+        let want = if i == 2 || i == 5 { page(i) } else { page(100 + i) };
+        assert_eq!(fs.read(Ino(ino), i * 4096, 4096).unwrap(), want, "page {i}");
+    }
+}
+
+#[test]
+fn a_record_that_does_not_decode_is_refused_and_another_file_systems_tier_too() {
+    let (nand, _, _) = base(64, 1 << 20);
+    // Bytes that are no fragment: refused, nothing applied, the tree as flash holds it.
+    let garbage = DirtyRecovery { owner: None, records: vec![vec![0xEE; 40]], pages: Vec::new() };
+    let (fs, _, report) = Fs::open_recovering(nand, opts(), garbage).unwrap();
+    assert_eq!((report.nodes_refused, report.nodes_applied), (1, 0));
+    assert_eq!(fs.readdir(ROOT).unwrap(), vec![]);
+    let id = fs.store().fs_id();
+    let nand = fs.into_nand();
+    // State of another file system: the mount refuses it rather than apply it.
+    let foreign = DirtyRecovery { owner: Some(id ^ 1), records: Vec::new(), pages: Vec::new() };
+    match Fs::open_recovering(nand, opts(), foreign) {
+        Err(FsError::Tier { why }) => assert!(why.contains("not of this one"), "{why}"),
+        other => panic!("a foreign tier was not refused: {:?}", other.map(|r| r.2)),
+    }
+}
