@@ -89,18 +89,9 @@ pub struct DirtyRecoveryReport {
 pub(crate) fn node_bytes(nodes: &[(Out, u64)]) -> Vec<u8> {
     let mut out = Vec::new();
     for (n, version) in nodes {
-        let f = Frag {
-            kind: n.kind,
-            flags: FLAG_LAST,
-            len: n.payload.len() as u16,
-            total: n.payload.len() as u32,
-            key: n.key,
-            key2: n.key2,
-            version: *version,
-        };
         let at = out.len();
         out.resize(at + FRAG_HEADER, 0);
-        f.encode(&mut out[at..]);
+        n.whole_frag(*version).encode(&mut out[at..]);
         out.extend_from_slice(&n.payload);
     }
     out

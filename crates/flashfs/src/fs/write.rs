@@ -56,6 +56,21 @@ pub(crate) struct Out {
     pub payload: Vec<u8>,
 }
 
+impl Out {
+    /// The header of this node as one fragment (a metadata node is never split).
+    pub fn whole_frag(&self, version: u64) -> Frag {
+        Frag {
+            kind: self.kind,
+            flags: FLAG_LAST,
+            len: self.payload.len() as u16,
+            total: self.payload.len() as u32,
+            key: self.key,
+            key2: self.key2,
+            version,
+        }
+    }
+}
+
 impl<N: Nand> Fs<N> {
     pub(crate) fn inode_node(&self, ino: u64) -> Out {
         let i = &self.ns.inodes[&ino];
@@ -132,16 +147,7 @@ impl<N: Nand> Fs<N> {
                     i.version = self.version;
                 }
             }
-            let f = Frag {
-                kind: n.kind,
-                flags: FLAG_LAST,
-                len: n.payload.len() as u16,
-                total: n.payload.len() as u32,
-                key: n.key,
-                key2: n.key2,
-                version: self.version,
-            };
-            self.put_frag(&f, &n.payload);
+            self.put_frag(&n.whole_frag(self.version), &n.payload);
         }
         if record && self.tier.is_some() {
             let bytes = self.page.buf[start..self.page.fill].to_vec();

@@ -50,14 +50,7 @@ fn io(context: String) -> impl FnOnce(std::io::Error) -> RegionError {
 impl MmapRegion {
     /// Creates a zeroed file of `len` bytes at `path` (which must not exist) and maps it.
     pub fn create(path: impl AsRef<Path>, len: usize) -> Result<MmapRegion, RegionError> {
-        let p = path.as_ref().display().to_string();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(path.as_ref())
-            .map_err(io(p.clone()))?;
-        file.set_len(len as u64).map_err(io(format!("{p}: size")))?;
+        let (file, p) = create_file(path.as_ref(), len)?;
         MmapRegion::map(file, p, len)
     }
 
@@ -82,14 +75,7 @@ impl MmapRegion {
         len: usize,
         at: usize,
     ) -> Result<(MmapRegion, MmapRegion), RegionError> {
-        let p = path.as_ref().display().to_string();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(path.as_ref())
-            .map_err(io(p.clone()))?;
-        file.set_len(len as u64).map_err(io(format!("{p}: size")))?;
+        let (file, p) = create_file(path.as_ref(), len)?;
         MmapRegion::split(file, p, len, at)
     }
 
@@ -309,6 +295,16 @@ impl Region for MmapRegion {
         self.slice_mut()[offset..offset + data.len()].copy_from_slice(data);
         Ok(())
     }
+}
+
+/// A new zeroed file of `len` bytes at `path` (which must not exist), and its name for
+/// errors.
+fn create_file(path: &Path, len: usize) -> Result<(File, String), RegionError> {
+    let p = path.display().to_string();
+    let file =
+        OpenOptions::new().read(true).write(true).create_new(true).open(path).map_err(io(p.clone()))?;
+    file.set_len(len as u64).map_err(io(format!("{p}: size")))?;
+    Ok((file, p))
 }
 
 /// Locks `file` for exclusive use by this process (no other mount of it).
