@@ -144,5 +144,9 @@ pub fn describe(path: &Path, r: &TierReport) -> Option<String> {
     if a.nodes_refused > 0 {
         s += &format!("\n  NOT applied: {} nodes that did not decode", a.nodes_refused);
     }
+    if r.still_in_tier {
+        s += "\n  the chip is too full to write the recovered state to flash: the tier keeps holding it, \
+              and writes answer ENOSPC until files are removed";
+    }
     Some(s)
 }

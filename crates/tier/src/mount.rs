@@ -73,6 +73,10 @@ pub struct TierReport {
     pub pages_found: usize,
     /// What the file system applied of them.
     pub applied: DirtyRecoveryReport,
+    /// The chip was too full for the checkpoint that writes the recovered state to flash:
+    /// the tier still holds it (the next mount recovers it again), and writes answer ENOSPC
+    /// until space is freed.
+    pub still_in_tier: bool,
 }
 
 impl TierReport {
@@ -134,7 +138,12 @@ where
         // A chip too full for it mounts as it is: the tier keeps holding the state (it is
         // not checked out), so nothing recovered is lost, and writes answer ENOSPC.
         match fs.checkpoint() {
-            Ok(()) | Err(FsError::NoSpace) => {}
+            Ok(()) => {}
+            Err(FsError::NoSpace) => {
+                // The tier goes on holding the state: it must hold it as recovery kept it.
+                report.still_in_tier = true;
+                fs.reconcile_dirty_state(&report.applied)?;
+            }
             Err(e) => return Err(e.into()),
         }
     }
@@ -151,5 +160,6 @@ fn report_of(found: &Recovered) -> TierReport {
         node_records: found.nodes.len(),
         pages_found: found.pages.len(),
         applied: DirtyRecoveryReport::default(),
+        still_in_tier: false,
     }
 }

@@ -71,6 +71,16 @@ impl<N: Nand> Fs<N> {
         r
     }
 
+    /// At mount: segments the cleaner released after the checkpoint whose table the store
+    /// adopted are in that table still. With too few free, the first writes (a recovery's)
+    /// would leave the cleaner none to move data into: those found erased are free again.
+    pub(crate) fn reclaim_if_short(&mut self, report: &mut crate::StoreMountReport) -> Result<(), FsError> {
+        if self.store.free_segments() < self.cleaner_reserve() {
+            self.store.reclaim_erased(report)?;
+        }
+        Ok(())
+    }
+
     /// Segments the cleaner may empty: older than the mount checkpoint's segment, not live.
     fn candidates(&self) -> Vec<Segment> {
         let Some(m) = self.cp.mount_from else { return vec![] };

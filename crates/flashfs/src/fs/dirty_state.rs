@@ -15,6 +15,7 @@
 //! already follows), and a page only if its file still holds it (pages past the end are
 //! dropped, the last page is cut at the size).
 
+use std::collections::BTreeSet;
 use std::ops::Range;
 
 use bitmend_media::nand::Nand;
@@ -83,6 +84,9 @@ pub struct DirtyRecoveryReport {
     /// end (a write cut by the crash before its new size was recorded).
     pub pages: u64,
     pub pages_dropped: Vec<(u64, u64)>,
+    /// Pages put back cut at their file's size (the tier holds them uncut until
+    /// [`Fs::reconcile_dirty_state`]).
+    pub pages_cut: Vec<(u64, u64)>,
 }
 
 /// The bytes of nodes as the page being filled holds them, each with its version.
@@ -168,6 +172,23 @@ impl<N: Nand> Fs<N> {
         self.tier_nodes(&bytes)
     }
 
+    /// Makes the tier just attached hold what recovery kept of it: the pages it dropped
+    /// leave the tier, and the pages it cut are put again whole. Until the next checkout
+    /// the tier goes on naming them (a chip too full for the recovery's checkpoint), and a
+    /// page it still named uncut would come back at the next recovery where the file has
+    /// grown since, or be changed in place around bytes the file no longer has.
+    pub fn reconcile_dirty_state(&mut self, report: &DirtyRecoveryReport) -> Result<(), FsError> {
+        for &(ino, index) in &report.pages_dropped {
+            self.tier_drop(ino, index..index + 1)?;
+        }
+        for &key in &report.pages_cut {
+            if let Some(page) = self.wb.dirty.get(&key).cloned() {
+                self.tier_page(key, &page, 0..LOGICAL_PAGE)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Everything is on flash: the tier forgets what it held.
     pub(crate) fn tier_checkout(&mut self) -> Result<(), FsError> {
         let Some(t) = self.tier.as_mut().filter(|_| self.tier_used) else { return Ok(()) };
@@ -177,16 +198,16 @@ impl<N: Nand> Fs<N> {
     }
 
     /// Applies a tier's metadata records on top of what replay found (before the namespace
-    /// is tidied). `base` is the version of the checkpoint replay started from: everything
-    /// up to it is in that checkpoint.
+    /// is tidied). A node no newer than the checkpoint replay started from is in it already. Returns the files whose size a record shrank.
     pub(crate) fn apply_tier_records(
         &mut self,
         records: &[Vec<u8>],
-        base: u64,
         dirent_versions: &mut std::collections::HashMap<(u64, Vec<u8>), u64>,
         mount: &mut super::MountReport,
         report: &mut DirtyRecoveryReport,
-    ) -> Result<(), FsError> {
+    ) -> Result<BTreeSet<u64>, FsError> {
+        let base = self.cp.replayed_version;
+        let mut shrunk = BTreeSet::new();
         for rec in records {
             let mut at = 0;
             while at < rec.len() {
@@ -210,14 +231,62 @@ impl<N: Nand> Fs<N> {
                     report.nodes_on_flash += 1;
                     continue;
                 }
+                let (kind, ino) = (head.kind, head.key);
+                let size_before = self.ns.inodes.get(&ino).map(|i| i.attr.size);
                 let applied =
                     self.apply(Partial { head, payload, frags: Vec::new() }, dirent_versions, mount)?;
+                let size_after = self.ns.inodes.get(&ino).map(|i| i.attr.size);
+                if kind == NodeKind::Inode && size_before.zip(size_after).is_some_and(|(b, a)| a < b) {
+                    shrunk.insert(ino);
+                }
                 if applied {
                     report.nodes_applied += 1;
                 } else {
                     report.nodes_refused += 1;
                 }
             }
+        }
+        Ok(shrunk)
+    }
+
+    /// Cuts at the size the last page of each file in `shrunk` as flash holds it. A truncate
+    /// records its new size in the tier before its cut page, so a crash between leaves the
+    /// size applied and the page whole on flash: its bytes past the end would come back if
+    /// the file grew again. (Pages the tier holds are cut with the tier's pages, after.)
+    pub(crate) fn cut_shrunk_pages(
+        &mut self,
+        shrunk: &BTreeSet<u64>,
+        report: &mut DirtyRecoveryReport,
+    ) -> Result<(), FsError> {
+        for &ino in shrunk {
+            let Some(size) = self
+                .ns
+                .inodes
+                .get(&ino)
+                .filter(|i| i.attr.kind == crate::FileType::File)
+                .map(|i| i.attr.size)
+            else {
+                continue;
+            };
+            let tail = (size % LOGICAL_PAGE as u64) as usize;
+            if tail == 0 {
+                continue;
+            }
+            let index = size / LOGICAL_PAGE as u64;
+            let (bytes, crc) = match self.page_and_crc(ino, index) {
+                Ok(p) => p,
+                // Beyond repair: it reads as EIO whatever its bytes.
+                Err(FsError::Unrecoverable { .. } | FsError::NotWritten { .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            if bytes[tail..].iter().all(|&b| b == 0) {
+                continue;
+            }
+            let mut page = DirtyPage::with_crc(bytes, crc);
+            page.cut(tail);
+            self.set_dirty((ino, index), page);
+            self.note_unsynced();
+            report.pages_cut.push((ino, index));
         }
         Ok(())
     }
@@ -249,6 +318,7 @@ impl<N: Nand> Fs<N> {
             let tail = (size % LOGICAL_PAGE as u64) as usize;
             if index + 1 == end && tail != 0 {
                 page.cut(tail);
+                report.pages_cut.push((ino, index));
             }
             self.set_dirty((ino, index), page);
             self.note_unsynced();

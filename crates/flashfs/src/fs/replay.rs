@@ -149,14 +149,13 @@ impl<N: Nand> Fs<N> {
             let table = fs.cp.replayed_table.take();
             fs.store.adopt_table(table.as_deref(), &mut report.store)?;
         }
+        fs.reclaim_if_short(&mut report.store)?;
         if !fs.ns.inodes.contains_key(&ROOT.0) {
             return Err(FsError::NotAFs { why: "no root directory in the log".into() });
         }
         let mut recovered = DirtyRecoveryReport::default();
-        if let Some(d) = &dirty {
-            let base = fs.cp.replayed_version;
-            fs.apply_tier_records(&d.records, base, &mut dirent_versions, &mut report, &mut recovered)?;
-        }
+        let records = dirty.as_ref().map_or(&[][..], |d| &d.records[..]);
+        let shrunk = fs.apply_tier_records(records, &mut dirent_versions, &mut report, &mut recovered)?;
         fs.rebuild_dirs()?;
         fs.ns.next_ino = fs.ns.next_ino.max(fs.ns.inodes.keys().max().copied().unwrap_or(ROOT.0) + 1);
         // The next mount should follow the chain from the checkpoint this one ended with: a
@@ -189,6 +188,7 @@ impl<N: Nand> Fs<N> {
         fs.cp.mount_maps = fs.cp.newest_maps.clone();
         report.maps_loaded = fs.index.loads;
         if let Some(d) = dirty {
+            fs.cut_shrunk_pages(&shrunk, &mut recovered)?;
             fs.apply_tier_pages(d.pages, &mut recovered);
         }
         Ok((fs, report, recovered))

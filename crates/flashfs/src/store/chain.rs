@@ -93,6 +93,29 @@ impl<N: Nand> PageStore<N> {
         self.rebuild_free()
     }
 
+    /// Frees the segments in use (by the table) whose first page is erased: the cleaner
+    /// released them after the checkpoint whose table a mount adopted, and a crash came
+    /// before the next. Reads a spare per segment in use, so a mount does it only when too
+    /// few segments are free for the cleaner (else the cleaner finds them empty in time).
+    pub(crate) fn reclaim_erased(&mut self, report: &mut StoreMountReport) -> Result<(), FsError> {
+        let live = self.w.seg.map(|s| s.physical);
+        let mut erased_segments = Vec::new();
+        for u in self.w.used.clone() {
+            if Some(u.physical) != live && self.first_spare(u.physical, report)?.is_none() {
+                erased_segments.push(u.physical);
+            }
+        }
+        for phys in erased_segments {
+            self.w.used.retain(|u| u.physical != phys);
+            if !self.w.free.contains(&phys) {
+                self.w.free.push_back(phys);
+            }
+            report.segments_reclaimed += 1;
+        }
+        report.segments_in_use = self.w.used.len() as u32;
+        Ok(())
+    }
+
     /// Every segment not in use and with a good data block is free (kept in successor order
     /// first, so the queue's choice stands).
     fn rebuild_free(&mut self) -> Result<(), FsError> {

@@ -36,6 +36,9 @@ pub struct StoreMountReport {
     pub chain_length: u32,
     /// Pages read in the reserved blocks to find the newest anchor.
     pub anchor_pages_read: u32,
+    /// Segments the checkpoint's table said were in use, found erased (the cleaner released
+    /// them after that checkpoint), and free again. Looked for only when too few are free.
+    pub segments_reclaimed: u32,
 }
 
 /// Whether bytes read back are all ones: an erased page (or spare).
