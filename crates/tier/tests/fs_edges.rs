@@ -59,8 +59,9 @@ fn a_tier_too_small_for_the_dirty_state_writes_to_flash_and_loses_nothing() {
     }
 }
 
-#[test]
-fn a_full_chip_answers_enospc_and_every_acknowledged_write_survives_a_crash() {
+/// A file `f` written page by page until the chip answers ENOSPC, then a crash: the media,
+/// and how many pages were acknowledged.
+fn crashed_full_chip() -> ((RamNand, RamRegion, RamRegion), u64) {
     let (nand, log, heap) = base(40, 4 << 20);
     let (mut fs, _, _) = mount(nand, opts(), log, heap).unwrap();
     let f = fs.create(ROOT, b"f", 0o644, 0, 0).unwrap().ino;
@@ -76,8 +77,15 @@ fn a_full_chip_answers_enospc_and_every_acknowledged_write_survives_a_crash() {
     assert!(acked > 50, "{acked} pages before the chip was full");
     let (nand, regions) = crash::<RamNand, RamRegion, RamRegion>(fs);
     let (log, heap) = regions.unwrap();
+    ((nand, log, heap), acked)
+}
+
+#[test]
+fn a_full_chip_answers_enospc_and_every_acknowledged_write_survives_a_crash() {
+    let ((nand, log, heap), acked) = crashed_full_chip();
     let (mut fs, _, report) = mount(nand, opts(), log, heap).unwrap();
     assert!(!report.lost_anything(), "{report:?}");
+    assert!(report.still_in_tier, "{report:?}");
     // The chip is too full for the recovery's checkpoint: the tier keeps the state, so a
     // second crash right after the mount loses nothing either.
     for round in 0..2 {
@@ -94,6 +102,37 @@ fn a_full_chip_answers_enospc_and_every_acknowledged_write_survives_a_crash() {
         let (log, heap) = regions.unwrap();
         fs = mount(nand, opts(), log, heap).unwrap().0;
     }
+}
+
+/// A recovery that cannot write to flash leaves the state in the tier: the tier must then
+/// hold what the recovery kept. Here the tier also names a page past the file's end (what a
+/// crash between a write's page and its new size leaves): recovery drops it, the file grows
+/// (a truncate up, which needs no space), and after a second crash the grown part must
+/// read as zeros, not as the page the tier would otherwise still name.
+#[test]
+fn a_recovery_the_chip_is_too_full_for_leaves_the_tier_holding_what_it_kept() {
+    let ((nand, log, heap), acked) = crashed_full_chip();
+    let (mut tier, _) = DirtyTier::open(log, heap).unwrap();
+    let (f, past) = (2 /* the first file made */, acked + 3);
+    let stray = page(999);
+    let crc = bitmend_code::crc::crc32c(&stray);
+    tier.put_page((f, past), &stray, crc, 0..4096).unwrap();
+    let (log, heap) = tier.into_regions();
+    let (mut fs, _, report) = mount(nand, opts(), log, heap).unwrap();
+    assert!(report.still_in_tier, "{report:?}");
+    assert_eq!(report.applied.pages_dropped, vec![(f, past)], "{report:?}");
+    let grown = (past + 1) * 4096;
+    fs.setattr(Ino(f), bitmend_flashfs::SetAttr { size: Some(grown), ..Default::default() }).unwrap();
+    let (nand, regions) = crash::<RamNand, RamRegion, RamRegion>(fs);
+    let (log, heap) = regions.unwrap();
+    let (mut fs, _, _) = mount(nand, opts(), log, heap).unwrap();
+    let got = fs.getattr(Ino(f)).unwrap();
+    assert_eq!(got.size, grown);
+    for i in 0..acked {
+        assert!(fs.read(Ino(f), i * 4096, 4096).unwrap() == page(i), "page {i}");
+    }
+    let grown_part = fs.read(Ino(f), acked * 4096, 4 * 4096).unwrap();
+    assert!(grown_part.iter().all(|&b| b == 0), "the grown part holds the page recovery dropped");
 }
 
 #[test]
