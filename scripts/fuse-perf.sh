@@ -4,7 +4,11 @@
 # floor any FUSE file system pays on this machine. Not part of CI: a full run takes about
 # 15 minutes.
 #
-#   ./scripts/fuse-perf.sh [--runs N] [--seconds S]   # medians of N runs (default 3), S s per fio job
+#   ./scripts/fuse-perf.sh [--runs N] [--seconds S] [--only REGEX] [--no-tier-too]
+#
+# Medians of N runs (default 3), S s per fio job; --only runs the cases whose name matches
+# REGEX (PostMark is "PostMark"); --no-tier-too adds a third system, bitmend without its
+# NVRAM tier (--nvram none: every fsync writes to flash), to show what the tier buys.
 #
 # Both run on RAM: the bitmend image (a NAND image file) and the passthrough's directory live
 # in /dev/shm, so the figures compare file system work (signatures, parity, compression, the
@@ -14,11 +18,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=3
 seconds=10
+only=.
+systems=(bitmend floor)
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs="$2"; shift 2 ;;
     --seconds) seconds="$2"; shift 2 ;;
-    *) sed -n '2,12p' "$0"; exit 2 ;;
+    --only) only="$2"; shift 2 ;;
+    --no-tier-too) systems=(bitmend no-tier floor); shift ;;
+    *) sed -n '2,17p' "$0"; exit 2 ;;
   esac
 done
 for tool in fio postmark fusermount3; do
@@ -37,14 +45,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Mounts system $1 (bitmend | floor) at $work/mnt-$1, fresh.
+# Mounts system $1 (bitmend | no-tier | floor) at $work/mnt-$1, fresh.
 mount_fresh() {
   local m="$work/mnt-$1"
   mkdir -p "$m"
-  if [ "$1" = bitmend ]; then
+  if [ "$1" != floor ]; then
     rm -f "$work/fs.img"
-    "$bin" mkfs "$work/fs.img" --size 256MiB > /dev/null
-    "$bin" mount "$work/fs.img" "$m" > /dev/null
+    "$bin" mkfs "$work/fs.img" --size 256MiB --force > /dev/null
+    local tier=()
+    [ "$1" = no-tier ] && tier=(--nvram none)
+    "$bin" mount "$work/fs.img" "$m" "${tier[@]}" > /dev/null
   else
     rm -rf "$work/src" && mkdir "$work/src"
     "$pass" "$work/src" "$m" 2> "$work/pass.log" &
@@ -56,7 +66,7 @@ mount_fresh() {
 unmount() {
   fusermount3 -u "$work/mnt-$1"
   # bitmend's daemon writes everything out before it lets go of the image.
-  if [ "$1" = bitmend ]; then
+  if [ "$1" != floor ]; then
     for _ in $(seq 100); do "$bin" stat "$work/fs.img" > /dev/null 2>&1 && break; sleep 0.2; done
   fi
 }
@@ -109,13 +119,15 @@ cases=(
 for run in $(seq "$runs"); do
   for c in "${cases[@]}"; do
     IFS='|' read -r name rw bs fsync <<< "$c"
-    for sys in bitmend floor; do
+    [[ "$name" =~ $only ]] || continue
+    for sys in "${systems[@]}"; do
       v=$(fio_case "$sys" "${name// /-}" "$rw" "$bs" "$fsync")
       printf '%s\t%s\t%s\tMB/s\n' "$name" "$sys" "$v" >> "$results"
       echo "run $run: $name, $sys: $v MB/s" >&2
     done
   done
-  for sys in bitmend floor; do
+  [[ PostMark =~ $only ]] || continue
+  for sys in "${systems[@]}"; do
     read -r tps wall <<< "$(postmark_case "$sys")"
     printf 'PostMark 1000 files 30000 txns\t%s\t%s\ttxn/s\n' "$sys" "$tps" >> "$results"
     printf 'PostMark whole run, wall time\t%s\t%s\ts\n' "$sys" "$wall" >> "$results"
@@ -123,21 +135,26 @@ for run in $(seq "$runs"); do
   done
 done
 
-python3 - "$results" "$runs" <<'PY'
+python3 - "$results" "$runs" "${systems[@]}" <<'PY'
 import statistics, sys
+systems = sys.argv[3:]
 rows = {}
 order = []
 for line in open(sys.argv[1]):
     case, sys_, v, unit = line.rstrip("\n").split("\t")
     if case not in rows:
         order.append(case)
-        rows[case] = {"unit": unit, "bitmend": [], "floor": []}
+        rows[case] = {"unit": unit, **{s: [] for s in systems}}
     rows[case][sys_].append(float(v) if v else float("nan"))
-print(f"medians of {sys.argv[2]} runs; floor = tmpfs through bitmend-passthrough (FUSE)")
-print(f"{'case':34} {'bitmend':>10} {'floor':>10} {'unit':>6} {'ratio':>7}")
+print(f"medians of {sys.argv[2]} runs; floor = tmpfs through bitmend-passthrough (FUSE);"
+      " ratios to the floor (above 1: faster than it)")
+ours = [s for s in systems if s != "floor"]
+head = "".join(f"{s:>10}" for s in systems) + f" {'unit':>6}" + "".join(f"{s + '/floor':>16}" for s in ours)
+print(f"{'case':34}{head}")
 for case in order:
     r = rows[case]
-    b, f = statistics.median(r["bitmend"]), statistics.median(r["floor"])
-    ratio = f / b if r["unit"] == "s" else b / f  # above 1: bitmend is faster
-    print(f"{case:34} {b:10.1f} {f:10.1f} {r['unit']:>6} {ratio:7.2f}")
+    m = {s: statistics.median(r[s]) for s in systems}
+    ratio = lambda s: m["floor"] / m[s] if r["unit"] == "s" else m[s] / m["floor"]
+    line = "".join(f"{m[s]:10.1f}" for s in systems) + f" {r['unit']:>6}" + "".join(f"{ratio(s):16.2f}" for s in ours)
+    print(f"{case:34}{line}")
 PY

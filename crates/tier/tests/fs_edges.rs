@@ -185,3 +185,94 @@ fn a_record_that_does_not_decode_is_refused_and_another_file_systems_tier_too() 
         other => panic!("a foreign tier was not refused: {:?}", other.map(|r| r.2)),
     }
 }
+
+/// Wild writes into the dirty state store under a mounted file system: four files written
+/// (v1) and synced, then overwritten (v2) into the tier only, and a crash. Garbage over up to
+/// m chunks of a segment holding records: the log's code repairs them and the tree is v2.
+/// Over m + 1 data chunks holding records: the lost chunks are named, and every page of
+/// every file reads v1 or v2, never anything else.
+#[test]
+fn wild_writes_into_the_log_are_repaired_up_to_m_chunks_and_named_beyond() {
+    let mut rng = Rng::new(5);
+    let (files, pages) = (4u64, 25u64);
+    let v1 = |f: u64, p: u64| page(1000 * f + p);
+    let v2 = |f: u64, p: u64| page(50_000 + 1000 * f + p);
+    let (mut repaired, mut beyond) = (0, 0);
+    for round in 0..12u64 {
+        let (nand, log, heap) = base(64, 2 << 20);
+        let (mut fs, _, _) = mount(nand, opts(), log, heap).unwrap();
+        let inos: Vec<Ino> = (0..files)
+            .map(|f| fs.create(ROOT, format!("f{f}").as_bytes(), 0o644, 0, 0).unwrap().ino)
+            .collect();
+        for (f, &ino) in inos.iter().enumerate() {
+            for p in 0..pages {
+                fs.write(ino, p * 4096, &v1(f as u64, p)).unwrap();
+            }
+        }
+        fs.sync().unwrap();
+        for p in 0..pages {
+            for (f, &ino) in inos.iter().enumerate() {
+                fs.write(ino, p * 4096, &v2(f as u64, p)).unwrap();
+            }
+        }
+        let (nand, regions) = crash::<RamNand, RamRegion, RamRegion>(fs);
+        let (log, heap) = regions.unwrap();
+        // Where the records lie: the chunks from the log's head to its tail.
+        let (tier, _) = DirtyTier::open(log, heap).unwrap();
+        let (cfg, head, tail) = (tier.log().config(), tier.log().head().0, tier.log().tail().0);
+        let seg_data = (cfg.k * cfg.chunk_size) as u64;
+        let live: Vec<(u64, usize)> = (head / cfg.chunk_size as u64..tail.div_ceil(cfg.chunk_size as u64))
+            .map(|c| {
+                (
+                    c * cfg.chunk_size as u64 / seg_data,
+                    (c * cfg.chunk_size as u64 % seg_data) as usize / cfg.chunk_size,
+                )
+            })
+            .collect();
+        let seg = live[0].0;
+        let within = round % 2 == 0;
+        let mut chunks: Vec<usize> = if within {
+            (0..cfg.k + cfg.m).collect()
+        } else {
+            live.iter().filter(|c| c.0 == seg).map(|c| c.1).collect()
+        };
+        let hit = if within { 1 + rng.below(cfg.m as u64) as usize } else { cfg.m + 1 };
+        assert!(chunks.len() >= hit, "round {round}: {} chunks of records in segment {seg}", chunks.len());
+        let ranges: Vec<_> = (0..hit)
+            .map(|_| tier.log().chunk_range(seg, chunks.swap_remove(rng.below(chunks.len() as u64) as usize)))
+            .collect();
+        let (mut log, heap) = tier.into_regions();
+        for r in &ranges {
+            let mut junk = vec![0u8; r.len()];
+            rng.fill(&mut junk);
+            log.corrupt(r.start, &junk).unwrap();
+        }
+        let (mut fs, _, report) = mount(nand, opts(), log, heap).unwrap();
+        let mut old = 0;
+        for (f, &ino) in inos.iter().enumerate() {
+            assert_eq!(fs.getattr(ino).unwrap().size, pages * 4096, "round {round}");
+            for p in 0..pages {
+                let got = fs.read(ino, p * 4096, 4096).unwrap();
+                let (a, b) = (v1(f as u64, p), v2(f as u64, p));
+                assert!(got == a || got == b, "round {round}: page {p} of f{f} is neither v1 nor v2");
+                old += u64::from(got == a);
+            }
+        }
+        if within {
+            assert_eq!(old, 0, "round {round}: {hit} chunks hit, within m: every v2 page back");
+            assert!(!report.lost_anything(), "round {round}: {report:?}");
+            repaired += 1;
+        } else {
+            assert!(
+                !report.lost_chunks.is_empty(),
+                "round {round}: {hit} chunks of records hit, none named lost"
+            );
+            assert!(old > 0, "round {round}: the lost records' pages came back");
+            beyond += 1;
+        }
+    }
+    eprintln!(
+        "{repaired} rounds with up to m chunks hit, every page back; {beyond} rounds with m + 1 hit, \
+         the lost chunks named and every page v1 or v2"
+    );
+}
