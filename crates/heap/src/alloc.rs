@@ -12,7 +12,7 @@ use bitmend_media::pmem::Region;
 
 use crate::layout::{
     class_for, class_size, BlockHeader, BlockState, HeaderFault, HeaderLayout, RunHeader, RunKind,
-    Superblock, BLOCK_HEADER, CLASSES, RUN, RUN_HEADER,
+    Superblock, BLOCK_HEADER, CLASSES, HEAP_VERSION_PAGE_CLASS, RUN, RUN_HEADER,
 };
 use crate::HeapError;
 
@@ -154,6 +154,11 @@ pub(crate) struct Allocator {
 }
 
 impl Allocator {
+    /// The class of an allocation of `len` bytes in this pool (the page class from version 7).
+    fn class_for(&self, len: u64) -> Option<u8> {
+        class_for(len, self.sb.version >= HEAP_VERSION_PAGE_CLASS)
+    }
+
     fn run_base(&self, run: u32) -> u64 {
         self.sb.first_run + run as u64 * RUN
     }
@@ -454,7 +459,7 @@ impl Allocator {
     /// When the first cooling block that could take an allocation of `len` bytes may be
     /// handed out (`None`: no such block is cooling).
     pub fn ready_at(&self, len: u64) -> Option<Instant> {
-        let class = class_for(len);
+        let class = self.class_for(len);
         let runs = (len + RUN_HEADER + BLOCK_HEADER).div_ceil(RUN) as u32;
         let fits = |p: Ptr| match self.locate(p).map(|(run, _)| &self.runs[run as usize]) {
             Some(RunUse::Blocks { class: c, .. }) => Some(*c) == class,
@@ -489,7 +494,7 @@ impl Allocator {
         // costs a tenth of an allocation, and a block that waits longer than its period
         // only waits longer.
         self.plans = self.plans.wrapping_add(1);
-        let class = class_for(len);
+        let class = self.class_for(len);
         if self.plans.is_multiple_of(16) || class.is_none_or(|c| self.free[c as usize - 1].is_empty()) {
             self.warm_up();
         }
@@ -778,7 +783,7 @@ impl Allocator {
     /// Whether this pool's headers can link a block to a slot (version 4), and a block of
     /// `len` bytes would be a run's (a span's header has no room for a link).
     pub fn links(&self, len: u64) -> bool {
-        self.layout == HeaderLayout::Words && class_for(len).is_some()
+        self.layout == HeaderLayout::Words && self.class_for(len).is_some()
     }
 
     /// Writes the header of picked block `p` linked to the slot at `slot`: allocated once

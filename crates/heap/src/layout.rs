@@ -19,19 +19,28 @@ pub const RUN_HEADER: u64 = 64;
 pub const BLOCK_HEADER: u64 = 16;
 /// Bytes of the pool header page that precedes the first run.
 pub const POOL_HEADER: u64 = 4096;
-/// Size classes: class `c` (1 to [`CLASSES`]) has blocks of `64 << (c - 1)` bytes.
-pub const CLASSES: u8 = 11;
+/// Size classes: class `c` (1 to 11) has blocks of `64 << (c - 1)` bytes; class 12, the
+/// page class (version 7 on), blocks of [`PAGE_CLASS_SIZE`] bytes.
+pub const CLASSES: u8 = 12;
+/// The page class: a 4 KiB page with its block header and a trailer of up to 48 bytes (an
+/// NVRAM tier's dirty page and its CRC and owner), which the power-of-two classes would
+/// put in an 8 KiB block. A run holds 63 of them, to its last byte.
+pub const PAGE_CLASS: u8 = 12;
+pub const PAGE_CLASS_SIZE: u64 = 4096 + 64;
+/// The classes in order of size.
+const BY_SIZE: [u8; CLASSES as usize] = [1, 2, 3, 4, 5, 6, 7, PAGE_CLASS, 8, 9, 10, 11];
 /// The pool format this build writes. Version 2 adds checksummed commit records and the
 /// key-value store's sharded count, version 3 slotted store nodes and undo records of several
 /// ranges, version 4 block headers of two words checked apart, which can link a block to the
-/// slot that points at it (FORMAT.md section 9). This build reads versions 1 to 3 too, and
+/// slot that points at it (FORMAT.md section 9), version 5 stripes (version 4 stays a pool
+/// without), version 6 line checks over the stripes, and version 7 the page class, with
+/// stripes or without (their two bytes zero). This build reads versions 1 to 6 too, and
 /// marks a version 1 or 2 pool version 3 when it opens it, before it writes a record or a
-/// node that an older reader would misread. A pool keeps the block header layout it was
-/// made with: only pools made as version 4 have linked headers.
-pub const HEAP_VERSION: u32 = 6;
-/// The version of a pool made without stripes (version 5 is version 4 with them, version 6
-/// version 5 with line checks).
-pub const HEAP_VERSION_PLAIN: u32 = 4;
+/// node that an older reader would misread. A pool keeps the version it was made with
+/// otherwise: only pools made as version 7 get runs of the page class.
+pub const HEAP_VERSION: u32 = 7;
+/// The first version whose runs may be of the page class.
+pub const HEAP_VERSION_PAGE_CLASS: u32 = 7;
 /// Stripes without line checks: read and written as they are (a store's old bytes are not
 /// checked first).
 pub const HEAP_VERSION_UNCHECKED: u32 = 5;
@@ -46,12 +55,21 @@ const RUN_MAGIC: [u8; 4] = *b"BMRN";
 /// Block bytes of class `c`, header included.
 pub fn class_size(c: u8) -> u64 {
     debug_assert!((1..=CLASSES).contains(&c));
-    64 << (c - 1)
+    if c == PAGE_CLASS {
+        PAGE_CLASS_SIZE
+    } else {
+        64 << (c - 1)
+    }
 }
 
-/// The smallest class whose blocks hold `len` payload bytes; `None` past the largest (a span).
-pub fn class_for(len: u64) -> Option<u8> {
-    (1..=CLASSES).find(|&c| class_size(c) - BLOCK_HEADER >= len)
+/// The smallest class whose blocks hold `len` payload bytes (the page class among them if
+/// `page_class`: the pool's version has it); `None` past the largest (a span).
+pub fn class_for(len: u64, page_class: bool) -> Option<u8> {
+    BY_SIZE
+        .iter()
+        .copied()
+        .filter(|&c| page_class || c != PAGE_CLASS)
+        .find(|&c| class_size(c) - BLOCK_HEADER >= len)
 }
 
 /// Where the pool superblock's fields are (FORMAT.md section 9, "Pool superblock").
@@ -138,8 +156,8 @@ impl Superblock {
             runs: le::get_u32(b, at::RUNS),
             journal: le::get_u32(b, at::JOURNAL),
             pool_id: le::get_u64(b, at::POOL_ID),
-            shape: match version {
-                ..=4 => None,
+            shape: match (version, b[at::STRIPE_K]) {
+                (..=4, _) | (HEAP_VERSION_PAGE_CLASS.., 0) => None,
                 _ => Some(StripeShape { k: b[at::STRIPE_K], m: b[at::STRIPE_M] }.check()?),
             },
             closed: version > HEAP_VERSION_UNCHECKED && b[at::CLOSED] == 1,
@@ -469,14 +487,24 @@ mod tests {
 
     #[test]
     fn classes_cover_64_bytes_to_64_kib() {
-        assert_eq!((class_size(1), class_size(CLASSES)), (64, 64 << 10));
-        assert_eq!(class_for(0), Some(1));
-        assert_eq!(class_for(48), Some(1));
-        assert_eq!(class_for(49), Some(2));
-        assert_eq!(class_for((64 << 10) - 16), Some(CLASSES));
-        assert_eq!(class_for((64 << 10) - 15), None);
-        // A run holds whole blocks after its header.
-        assert_eq!((RUN - RUN_HEADER) / class_size(CLASSES), 3);
+        assert_eq!((class_size(1), class_size(11)), (64, 64 << 10));
+        for page_class in [false, true] {
+            assert_eq!(class_for(0, page_class), Some(1));
+            assert_eq!(class_for(48, page_class), Some(1));
+            assert_eq!(class_for(49, page_class), Some(2));
+            assert_eq!(class_for(4080, page_class), Some(7));
+            assert_eq!(class_for((64 << 10) - 16, page_class), Some(11));
+            assert_eq!(class_for((64 << 10) - 15, page_class), None);
+        }
+        // A page and its trailer: 8 KiB blocks without the page class, 4160 bytes with it.
+        assert_eq!(class_for(4081, false), Some(8));
+        assert_eq!(class_for(4081, true), Some(PAGE_CLASS));
+        assert_eq!(class_for(4096 + 48, true), Some(PAGE_CLASS));
+        assert_eq!(class_for(4096 + 49, true), Some(8));
+        // A run holds whole blocks after its header: the page class fills it exactly.
+        assert_eq!((RUN - RUN_HEADER) / class_size(11), 3);
+        assert_eq!(((RUN - RUN_HEADER) / PAGE_CLASS_SIZE, (RUN - RUN_HEADER) % PAGE_CLASS_SIZE), (63, 0));
+        assert!(PAGE_CLASS_SIZE.is_multiple_of(64), "blocks start on cache lines");
     }
 
     #[test]
@@ -560,6 +588,9 @@ mod tests {
         };
         let e = sb.encode();
         assert_eq!(Superblock::decode(&e).unwrap(), sb);
+        // Version 7 without stripes: their bytes zero.
+        let plain = Superblock { shape: None, closed: false, ..sb };
+        assert_eq!(Superblock::decode(&plain.encode()).unwrap(), plain);
         // Versions outside what this build reads are refused by number; version 1 reads.
         let with_version = |v: u32| {
             let mut b = e;
@@ -568,7 +599,7 @@ mod tests {
             b[60..].copy_from_slice(&crc.to_le_bytes());
             b
         };
-        assert!(matches!(Superblock::decode(&with_version(7)), Err(HeapError::Version { found: 7, .. })));
+        assert!(matches!(Superblock::decode(&with_version(8)), Err(HeapError::Version { found: 8, .. })));
         assert_eq!(
             Superblock::decode(&with_version(5)).unwrap(),
             Superblock { version: 5, closed: false, ..sb }

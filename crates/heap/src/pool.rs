@@ -9,8 +9,7 @@ use bitmend_nvlog::{LogConfig, NvLog, RecordId, RecoveryReport};
 use crate::alloc::{AllocStats, Allocator, BadHeader, Clock, Plan, Ptr};
 use crate::heal::{Geometry, Healed, StripeShape, PAGE};
 use crate::layout::{
-    recorded_len, Superblock, HEAP_VERSION, HEAP_VERSION_PLAIN, HEAP_VERSION_UNCHECKED,
-    HEAP_VERSION_UPGRADED, POOL_HEADER, RUN,
+    recorded_len, Superblock, HEAP_VERSION, HEAP_VERSION_UNCHECKED, HEAP_VERSION_UPGRADED, POOL_HEADER, RUN,
 };
 use crate::record::{self, Rec};
 use crate::tx::{LogBytes, Slot, Tx, TxBuffers, TxState, Undo};
@@ -24,8 +23,8 @@ pub struct PoolOptions {
     pub reuse_after: Duration,
     /// The clock that period is measured on.
     pub clock: Clock,
-    /// For a pool being made: signatures and parity over its pages, in stripes of this shape
-    /// (a version 5 pool), or none (version 4). An existing pool keeps what it was made with.
+    /// For a pool being made: signatures and parity over its pages, in stripes of this shape,
+    /// or none. An existing pool keeps what it was made with.
     pub stripes: Option<StripeShape>,
     /// At open, rebuild from their stripes the pages under headers that fail their checks
     /// (a pool that heals). Off for a check that must write nothing it was not asked to.
@@ -188,7 +187,7 @@ impl<R: Region> Pool<R> {
         }
         let pool_id = random_id();
         let sb = Superblock {
-            version: if shape.is_some() { HEAP_VERSION } else { HEAP_VERSION_PLAIN },
+            version: HEAP_VERSION,
             first_run,
             runs: runs as u32,
             journal: log.footprint() as u32,

@@ -7,6 +7,7 @@
 //! store of the older ones in a version 4 pool, which keeps no count and has appended
 //! leaves); `pool-v5-kv.bin`, the same store in a version 5 pool with stripes of four data
 //! and two parity pages, their signatures and parity (written by the second ignored test).
+//! `pool-v7.bin`, version 7 (written by the third ignored test: objects of the page class).
 //! A change to any persistent byte of the pool breaks these tests, and
 //! docs/FORMAT.md section 9 must say why.
 
@@ -21,6 +22,11 @@ const GOLDEN_V4: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/pool-
 const GOLDEN_V4_KV: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/pool-v4-kv.bin");
 const GOLDEN_V5_KV: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/pool-v5-kv.bin");
 const GOLDEN_V6_KV: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/pool-v6-kv.bin");
+const GOLDEN_V7: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/pool-v7.bin");
+
+/// The version 7 golden pool: objects of the page class, one per root array slot.
+const PAGE_OBJECTS: u64 = 63;
+const PAGE_OBJECT: u64 = 4120;
 
 fn healing() -> PoolOptions {
     PoolOptions { stripes: Some(StripeShape { k: 4, m: 2 }), ..PoolOptions::default() }
@@ -39,7 +45,8 @@ fn entries() -> Vec<(Vec<u8>, Vec<u8>)> {
 const LINKED: [Option<(u64, u8)>; 4] = [Some((100, 0xA1)), Some((110, 0xB2)), Some((40, 0xC3)), None];
 
 #[test]
-#[ignore = "writes the golden pool; run by hand when the format changes"]
+#[ignore = "wrote the version 4 golden pools with an older build; this one makes version 7 pools, so \
+            running it would overwrite them with version 7 images"]
 fn write_golden_pool() {
     let mut pool = Pool::create(CrashRegion::new(1 << 20), PoolOptions::default()).unwrap();
     let root = pool
@@ -87,11 +94,69 @@ fn store_of_entries(mut pool: Pool<CrashRegion>) -> Pool<CrashRegion> {
 }
 
 #[test]
-#[ignore = "writes the version 5 golden pool; run by hand when its format changes"]
+#[ignore = "wrote the version 6 golden pool with an older build; this one makes version 7 pools, so \
+            running it would overwrite it with a version 7 image"]
 fn write_golden_healing_pool() {
     let pool = store_of_entries(Pool::create(CrashRegion::new(3 << 20), healing()).unwrap());
     // Closed: the image carries the mark (superblock byte 42).
     std::fs::write(GOLDEN_V6_KV, pool.close().bytes()).unwrap();
+}
+
+#[test]
+#[ignore = "writes the version 7 golden pool; run by hand when its format changes"]
+fn write_golden_page_class_pool() {
+    let mut pool = Pool::create(CrashRegion::new(1 << 20), PoolOptions::default()).unwrap();
+    let root = pool
+        .tx(|tx| {
+            let r = tx.alloc(PAGE_OBJECTS * 8)?;
+            tx.write(r, 0, &vec![0; (PAGE_OBJECTS * 8) as usize])?;
+            let slot = tx.root_slot();
+            tx.set(slot, r)?;
+            Ok(r)
+        })
+        .unwrap();
+    for i in 0..PAGE_OBJECTS {
+        pool.tx(|tx| {
+            let p = tx.alloc(PAGE_OBJECT)?;
+            tx.write(p, 0, &vec![i as u8; PAGE_OBJECT as usize])?;
+            let slot = tx.slot(root, i * 8)?;
+            tx.set(slot, p)
+        })
+        .unwrap();
+    }
+    pool.checkout().unwrap();
+    std::fs::write(GOLDEN_V7, pool.region().bytes()).unwrap();
+}
+
+/// Version 7: the page class. Its 63 objects fill one run to its last byte, 4,160 bytes
+/// apart; each reads back, and a free then an allocation of the same size reuses a block of
+/// that run.
+#[test]
+fn the_version_7_golden_pool_reads_its_page_class_objects_back() {
+    let mut pool = open_golden(GOLDEN_V7);
+    assert_eq!(pool.version(), 7);
+    assert!(pool.geometry().is_none(), "made without stripes");
+    let root = pool.root();
+    let objects: Vec<bitmend_heap::Ptr> =
+        (0..PAGE_OBJECTS).map(|i| pool.get(pool.slot(root, i * 8).unwrap())).collect();
+    for (i, &p) in objects.iter().enumerate() {
+        assert_eq!(pool.size_of(p).unwrap(), PAGE_OBJECT);
+        assert!(pool.read(p, 0, PAGE_OBJECT).unwrap().iter().all(|&b| b == i as u8), "object {i}");
+    }
+    let mut sorted = objects.clone();
+    sorted.sort();
+    assert!(sorted.windows(2).all(|w| w[1].0 - w[0].0 == 4160), "one run, 4,160 bytes apart");
+    assert_eq!(sorted[62].0 + 4160 - sorted[0].0, 262_144 - 64, "the run filled to its last byte");
+    let slot = pool.slot(root, 0).unwrap();
+    pool.tx(|tx| {
+        tx.free(objects[0])?;
+        tx.set(slot, bitmend_heap::Ptr::NULL)
+    })
+    .unwrap();
+    let (mut pool, _) = Pool::open(pool.into_region(), PoolOptions::default()).unwrap();
+    assert_eq!(pool.allocated().len() as u64, PAGE_OBJECTS, "the root and 62 objects");
+    let again = pool.tx(|tx| tx.alloc(PAGE_OBJECT)).unwrap();
+    assert!(again.0 >= sorted[0].0 && again.0 <= sorted[62].0, "a block of the page class's run");
 }
 
 #[test]

@@ -129,7 +129,8 @@ fn workload(region: &mut CrashRegion, progress: &mut Progress) -> bool {
     for i in 0..TXS {
         let s = rng.below(SLOTS) as usize;
         let choice = rng.below(3);
-        let len = 16 + rng.below(2000) as usize;
+        // One in four of the page class's sizes (a dirty page and its trailer).
+        let len = if rng.below(4) == 0 { 4081 + rng.below(64) } else { 16 + rng.below(2000) } as usize;
         let fill = (i as u8).wrapping_mul(31).wrapping_add(7);
         let mut next = model.clone();
         let cur = &mut next[s];

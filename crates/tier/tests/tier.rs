@@ -250,3 +250,31 @@ fn wild_writes_into_the_store_are_repaired_up_to_m_chunks_and_named_beyond() {
     }
     eprintln!("{repaired} rounds within m, every page back; {beyond} rounds beyond m, lost chunks named, nothing wrong returned");
 }
+
+/// A dirty page's slot is a block of the heap's page class (4,160 bytes), not of the 8 KiB
+/// class a page and its trailer would otherwise need: a 4 MiB heap holds 882 pages (14 runs
+/// of 63; the journal and the pool header take the rest), where 8 KiB slots held 434.
+#[test]
+fn a_heap_holds_a_page_per_4160_bytes() {
+    let mut tier = DirtyTier::create(RamRegion::new(LOG), RamRegion::new(HEAP)).unwrap();
+    let mut rng = Rng::new(3);
+    let mut page = vec![0u8; PAGE];
+    let mut held = 0u64;
+    let full = loop {
+        rng.fill(&mut page);
+        match tier.put_page((1, held), &page, crc32c(&page), 0..PAGE) {
+            Ok(()) => held += 1,
+            Err(e) => break e,
+        }
+        assert!(held < 10_000);
+    };
+    assert!(matches!(full, bitmend_tier::TierError::Full | bitmend_tier::TierError::Heap(_)), "{full}");
+    let footprint = held * 4160;
+    assert!(
+        footprint * 10 >= HEAP as u64 * 8,
+        "{held} pages in a heap of {HEAP} bytes: {footprint} bytes of slots"
+    );
+    let (log, heap) = tier.into_regions();
+    let (_, found) = DirtyTier::open(log, heap).unwrap();
+    assert_eq!(found.pages.len() as u64, held, "every page held is named and verifies");
+}
