@@ -11,6 +11,8 @@ use bitmend_media::pmem::{RamRegion, Region};
 use bitmend_media::rng::Rng;
 use bitmend_tier::{crash, mount, DirtyTier};
 
+mod common;
+
 fn opts() -> FsOptions {
     FsOptions { compression: Compression::None, dirty_limit: 4 << 20, ..FsOptions::default() }
 }
@@ -231,22 +233,13 @@ fn wild_writes_into_the_log_are_repaired_up_to_m_chunks_and_named_beyond() {
             .collect();
         let seg = live[0].0;
         let within = round % 2 == 0;
-        let mut chunks: Vec<usize> = if within {
+        let chunks: Vec<usize> = if within {
             (0..cfg.k + cfg.m).collect()
         } else {
             live.iter().filter(|c| c.0 == seg).map(|c| c.1).collect()
         };
         let hit = if within { 1 + rng.below(cfg.m as u64) as usize } else { cfg.m + 1 };
-        assert!(chunks.len() >= hit, "round {round}: {} chunks of records in segment {seg}", chunks.len());
-        let ranges: Vec<_> = (0..hit)
-            .map(|_| tier.log().chunk_range(seg, chunks.swap_remove(rng.below(chunks.len() as u64) as usize)))
-            .collect();
-        let (mut log, heap) = tier.into_regions();
-        for r in &ranges {
-            let mut junk = vec![0u8; r.len()];
-            rng.fill(&mut junk);
-            log.corrupt(r.start, &junk).unwrap();
-        }
+        let (log, heap) = common::hit_log_chunks(tier, seg, chunks, hit, &mut rng);
         let (mut fs, _, report) = mount(nand, opts(), log, heap).unwrap();
         let mut old = 0;
         for (f, &ino) in inos.iter().enumerate() {

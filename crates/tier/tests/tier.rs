@@ -9,6 +9,8 @@ use bitmend_media::pmem::{CrashGranularity, CrashPoint, CrashRegion, RamRegion, 
 use bitmend_media::rng::Rng;
 use bitmend_tier::{DirtyTier, Recovered, PAGE};
 
+mod common;
+
 const LOG: usize = 256 << 10;
 const HEAP: usize = 4 << 20;
 
@@ -213,20 +215,12 @@ fn wild_writes_into_the_store_are_repaired_up_to_m_chunks_and_named_beyond() {
         // Within m: any chunks of the segment. Beyond: m + 1 of the first four data chunks,
         // which hold records (the rest of the segment is parity and chunks not yet written).
         let within = round % 2 == 0;
-        let (hit, mut chunks): (usize, Vec<usize>) = if within {
+        let (hit, chunks): (usize, Vec<usize>) = if within {
             (1 + rng.below(cfg.m as u64) as usize, (0..cfg.k + cfg.m).collect())
         } else {
             (cfg.m + 1, (0..4).collect())
         };
-        let ranges: Vec<_> = (0..hit)
-            .map(|_| tier.log().chunk_range(0, chunks.swap_remove(rng.below(chunks.len() as u64) as usize)))
-            .collect();
-        let (mut log, heap) = tier.into_regions();
-        for r in &ranges {
-            let mut junk = vec![0u8; r.len()];
-            rng.fill(&mut junk);
-            log.corrupt(r.start, &junk).unwrap();
-        }
+        let (log, heap) = common::hit_log_chunks(tier, 0, chunks, hit, &mut rng);
         let (_, found) = DirtyTier::open(log, heap).unwrap();
         let got = recovered_map(&found);
         for (k, bytes) in &got {
