@@ -198,7 +198,8 @@ impl<N: Nand> Fs<N> {
     }
 
     /// Applies a tier's metadata records on top of what replay found (before the namespace
-    /// is tidied). A node no newer than the checkpoint replay started from is in it already. Returns the files whose size a record shrank.
+    /// is tidied). A node no newer than the checkpoint replay started from is in it already.
+    /// Returns the files whose size a record shrank.
     pub(crate) fn apply_tier_records(
         &mut self,
         records: &[Vec<u8>],
