@@ -24,7 +24,7 @@ mod store;
 
 pub use mount::{crash, mount, TierMountError, TierReport};
 pub use record::{Entry, TAG};
-pub use store::{DirtyTier, Recovered, RecoveredPage, TierStats, PAGE, SLOT};
+pub use store::{DirtyTier, PagePut, Recovered, RecoveredPage, TierStats, PAGE, SLOT};
 
 use bitmend_heap::HeapError;
 use bitmend_nvlog::LogError;

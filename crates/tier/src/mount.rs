@@ -5,6 +5,7 @@ use std::ops::Range;
 
 use bitmend_flashfs::{
     DirtyRecovery, DirtyRecoveryReport, DirtyState, DirtyStateError, Fs, FsError, FsOptions, MountReport,
+    PagePut,
 };
 use bitmend_media::nand::Nand;
 use bitmend_media::pmem::Region;
@@ -20,14 +21,8 @@ fn state_error(e: TierError) -> DirtyStateError {
 }
 
 impl<L: Region + 'static, H: Region + 'static> DirtyState for DirtyTier<L, H> {
-    fn put_page(
-        &mut self,
-        key: (u64, u64),
-        page: &[u8],
-        crc: u32,
-        changed: Range<usize>,
-    ) -> Result<(), DirtyStateError> {
-        DirtyTier::put_page(self, key, page, crc, changed).map_err(state_error)
+    fn put_pages(&mut self, pages: &[PagePut<'_>]) -> Result<(), DirtyStateError> {
+        DirtyTier::put_pages(self, pages).map_err(state_error)
     }
 
     fn drop_pages(&mut self, ino: u64, pages: Range<u64>) -> Result<(), DirtyStateError> {

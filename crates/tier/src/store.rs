@@ -9,6 +9,8 @@ use bitmend_heap::{Pool, PoolOptions, Ptr};
 use bitmend_media::pmem::Region;
 use bitmend_nvlog::{LogConfig, NvLog};
 
+pub use bitmend_flashfs::PagePut;
+
 use crate::record::{Entry, TAG};
 use crate::TierError;
 
@@ -21,6 +23,10 @@ const TRAILER: usize = 24;
 /// A change smaller than this is data-logged in place; a larger one goes to a new slot
 /// (MinL2R: undo the bytes a change overwrites, or log a pointer when it changes most).
 const IN_PLACE_MAX: usize = PAGE / 2;
+
+/// New slots allocated and filled in one heap transaction (a write of up to 128 KiB in
+/// one): the journal records each allocation, not the bytes written into it.
+const NEW_SLOTS_PER_TX: usize = 32;
 
 /// A page recovered from the region: verified against its CRC.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -221,47 +227,97 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
         crc: u32,
         changed: Range<usize>,
     ) -> Result<(), TierError> {
-        if page.len() != PAGE || changed.end > PAGE || changed.start > changed.end {
+        self.put_pages(&[PagePut { key: (ino, index), page, crc, changed }])
+    }
+
+    /// Makes the pages of one write durable in the region, each as [`put_page`] would, but
+    /// with one transaction, one fence for their records and one transaction freeing the
+    /// slots they replace per group of new slots, rather than one of each per page. A crash
+    /// part way leaves each page old or new (the file system records the new size after).
+    ///
+    /// [`put_page`]: Self::put_page
+    pub fn put_pages(&mut self, pages: &[PagePut<'_>]) -> Result<(), TierError> {
+        if let Some(p) = pages
+            .iter()
+            .find(|p| p.page.len() != PAGE || p.changed.end > PAGE || p.changed.start > p.changed.end)
+        {
             return Err(TierError::Invalid {
-                why: format!("a page of {} bytes, changed {changed:?}", page.len()),
+                why: format!("a page of {} bytes, changed {:?}", p.page.len(), p.changed),
             });
         }
-        let trailer = Self::trailer(ino, index, crc);
-        let old = self.slots.get(&(ino, index)).copied();
-        if let Some(slot) = old.filter(|_| changed.len() < IN_PLACE_MAX) {
-            // In place: the changed bytes and the trailer in one transaction, each undone
-            // from its record if a crash cuts it short.
-            self.heap.tx(|tx| {
-                tx.write(slot, changed.start as u64, &page[changed.clone()])?;
-                tx.write(slot, PAGE as u64, &trailer)
-            })?;
-            self.stats.in_place += 1;
-            return Ok(());
+        let in_place = |p: &&PagePut<'_>| self.slots.contains_key(&p.key) && p.changed.len() < IN_PLACE_MAX;
+        let (small, fresh): (Vec<&PagePut<'_>>, Vec<&PagePut<'_>>) = pages.iter().partition(in_place);
+        for p in small {
+            self.put_in_place(p)?;
         }
-        // A new slot, filled and committed; then the record that names it (the pointer log);
-        // then the old slot freed. A crash before the record leaves the old page named.
-        let slot = self.heap.tx(|tx| {
-            let slot = tx.alloc(SLOT as u64)?;
-            tx.write(slot, 0, page)?;
-            tx.write(slot, PAGE as u64, &trailer)?;
-            Ok(slot)
-        })?;
-        let named = self.log.append(TAG, &Entry::Page { ino, index, slot: slot.0, crc }.encode());
-        if let Err(e) = named {
-            // A full log did not take the record: the slot goes back. Any other failure (the
-            // power going) may have left the record durable, naming the slot: it is kept
-            // (if nothing names it, the next open of a tier with nothing named reclaims it).
-            if matches!(e, bitmend_nvlog::LogError::Full { .. }) {
-                self.heap.tx(|tx| tx.free(slot))?;
-            }
-            return Err(e.into());
+        for group in fresh.chunks(NEW_SLOTS_PER_TX) {
+            self.put_new_slots(group)?;
         }
-        self.slots.insert((ino, index), slot);
-        if let Some(old) = old {
-            self.heap.tx(|tx| tx.free(old))?;
-        }
-        self.stats.new_slots += 1;
         Ok(())
+    }
+
+    /// In place: the changed bytes and the trailer in one transaction, each undone from its
+    /// record if a crash cuts it short.
+    fn put_in_place(&mut self, p: &PagePut<'_>) -> Result<(), TierError> {
+        let slot = self.slots[&p.key];
+        let trailer = Self::trailer(p.key.0, p.key.1, p.crc);
+        self.heap.tx(|tx| {
+            tx.write(slot, p.changed.start as u64, &p.page[p.changed.clone()])?;
+            tx.write(slot, PAGE as u64, &trailer)
+        })?;
+        self.stats.in_place += 1;
+        Ok(())
+    }
+
+    /// New slots, filled and committed in one transaction; then the records that name them,
+    /// made durable by one fence (the pointer log); then the slots they replace freed. A
+    /// crash before a record is durable leaves its old page named.
+    fn put_new_slots(&mut self, group: &[&PagePut<'_>]) -> Result<(), TierError> {
+        let slots = self.heap.tx(|tx| {
+            let mut slots = Vec::with_capacity(group.len());
+            for p in group {
+                let slot = tx.alloc(SLOT as u64)?;
+                tx.write(slot, 0, p.page)?;
+                tx.write(slot, PAGE as u64, &Self::trailer(p.key.0, p.key.1, p.crc))?;
+                slots.push(slot);
+            }
+            Ok(slots)
+        })?;
+        let mut named = 0;
+        let mut failed = None;
+        for (p, slot) in group.iter().zip(&slots) {
+            let (ino, index) = p.key;
+            match self
+                .log
+                .append_unfenced(TAG, &Entry::Page { ino, index, slot: slot.0, crc: p.crc }.encode())
+            {
+                Ok(_) => named += 1,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        let full = matches!(failed, Some(bitmend_nvlog::LogError::Full { .. }));
+        if failed.is_none() || full {
+            self.log.region_mut().fence().map_err(bitmend_nvlog::LogError::from)?;
+        }
+        let mut old = Vec::new();
+        for (p, &slot) in group.iter().zip(&slots).take(named) {
+            old.extend(self.slots.insert(p.key, slot));
+        }
+        // A full log did not take the rest: their slots go back. Any other failure (the
+        // power going) may have left records durable, naming them: they are kept (if nothing
+        // names them, the next open of a tier with nothing named reclaims them).
+        let unnamed: Vec<Ptr> = if full { slots[named..].to_vec() } else { Vec::new() };
+        if !old.is_empty() || !unnamed.is_empty() {
+            self.heap.tx(|tx| old.iter().chain(&unnamed).try_for_each(|&s| tx.free(s)))?;
+        }
+        self.stats.new_slots += named as u64;
+        match failed {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
     }
 
     /// Drops the pages of `ino` from page `from` on (a truncate; 0: an unlink).

@@ -29,15 +29,8 @@ use crate::FsError;
 
 /// Where a mount keeps its dirty state durable between flash syncs.
 pub trait DirtyState: Send {
-    /// Makes dirty page `key` (`page`, whose CRC-32C is `crc`) durable; `changed` is the byte
-    /// range that differs from the page last put (all of it, for a page not put before).
-    fn put_page(
-        &mut self,
-        key: (u64, u64),
-        page: &[u8],
-        crc: u32,
-        changed: Range<usize>,
-    ) -> Result<(), DirtyStateError>;
+    /// Makes the dirty pages of one operation durable, each as [`PagePut`] says.
+    fn put_pages(&mut self, pages: &[PagePut<'_>]) -> Result<(), DirtyStateError>;
     /// The dirty pages of `ino` in `pages` are gone (a truncate, a punch, an unlink).
     fn drop_pages(&mut self, ino: u64, pages: Range<u64>) -> Result<(), DirtyStateError>;
     /// The nodes of one metadata operation, as the page being filled holds them (fragment
@@ -47,6 +40,17 @@ pub trait DirtyState: Send {
     fn checkout(&mut self) -> Result<(), DirtyStateError>;
     /// The tier itself back (what a crash leaves of it, for tests and tools).
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;
+}
+
+/// A dirty page to make durable: page `key` (ino, index) is `page`, whose CRC-32C is `crc`;
+/// `changed` is the byte range that differs from the page last put (all of it, for a page
+/// not put before).
+#[derive(Clone, Debug)]
+pub struct PagePut<'a> {
+    pub key: (u64, u64),
+    pub page: &'a [u8],
+    pub crc: u32,
+    pub changed: Range<usize>,
 }
 
 /// Why a tier did not take something.
@@ -129,12 +133,37 @@ impl<N: Nand> Fs<N> {
     ) -> Result<(), FsError> {
         let Some(t) = self.tier.as_mut() else { return Ok(()) };
         self.tier_used = true;
-        match t.put_page(key, &page.bytes, page.crc, changed) {
+        let put = PagePut { key, page: &page.bytes, crc: page.crc, changed };
+        let r = t.put_pages(&[put]);
+        if matches!(r, Err(DirtyStateError::Full)) {
+            self.set_dirty(key, page.clone());
+        }
+        self.tier_outcome(r)
+    }
+
+    /// Makes the dirty pages of `ino` in `changed` (index, byte range changed; each dirty
+    /// already) durable in the tier, if there is one, in one batch: a write's pages. A full
+    /// tier is written back to flash with the pages, and checked out.
+    pub(crate) fn tier_pages(&mut self, ino: u64, changed: &[(u64, Range<usize>)]) -> Result<(), FsError> {
+        let Some(t) = self.tier.as_mut() else { return Ok(()) };
+        self.tier_used = true;
+        let dirty = &self.wb.dirty;
+        let puts: Vec<PagePut<'_>> = changed
+            .iter()
+            .map(|(index, range)| {
+                let p = &dirty[&(ino, *index)];
+                PagePut { key: (ino, *index), page: &p.bytes, crc: p.crc, changed: range.clone() }
+            })
+            .collect();
+        let r = t.put_pages(&puts);
+        self.tier_outcome(r)
+    }
+
+    /// A full tier is no error: everything goes to flash, which makes it just as durable.
+    fn tier_outcome(&mut self, r: Result<(), DirtyStateError>) -> Result<(), FsError> {
+        match r {
             Ok(()) => Ok(()),
-            Err(DirtyStateError::Full) => {
-                self.set_dirty(key, page.clone());
-                self.sync()
-            }
+            Err(DirtyStateError::Full) => self.sync(),
             Err(DirtyStateError::Failed(why)) => Err(FsError::Tier { why }),
         }
     }
@@ -142,11 +171,8 @@ impl<N: Nand> Fs<N> {
     /// Drops the tier's dirty pages of `ino` in `pages` (after they left `wb.dirty`).
     pub(crate) fn tier_drop(&mut self, ino: u64, pages: Range<u64>) -> Result<(), FsError> {
         let Some(t) = self.tier.as_mut() else { return Ok(()) };
-        match t.drop_pages(ino, pages) {
-            Ok(()) => Ok(()),
-            Err(DirtyStateError::Full) => self.sync(),
-            Err(DirtyStateError::Failed(why)) => Err(FsError::Tier { why }),
-        }
+        let r = t.drop_pages(ino, pages);
+        self.tier_outcome(r)
     }
 
     /// Records an operation's nodes (already in the page being filled) in the tier. A full
@@ -154,11 +180,8 @@ impl<N: Nand> Fs<N> {
     pub(crate) fn tier_nodes(&mut self, bytes: &[u8]) -> Result<(), FsError> {
         let Some(t) = self.tier.as_mut() else { return Ok(()) };
         self.tier_used = true;
-        match t.put_nodes(bytes) {
-            Ok(()) => Ok(()),
-            Err(DirtyStateError::Full) => self.sync(),
-            Err(DirtyStateError::Failed(why)) => Err(FsError::Tier { why }),
-        }
+        let r = t.put_nodes(bytes);
+        self.tier_outcome(r)
     }
 
     /// Records inode `ino` as it is now (a write's new size and times, which reach the flash

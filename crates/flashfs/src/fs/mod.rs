@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 use bitmend_media::nand::Nand;
 
 pub use check::CheckReport;
-pub use dirty_state::{DirtyRecovery, DirtyRecoveryReport, DirtyState, DirtyStateError};
+pub use dirty_state::{DirtyRecovery, DirtyRecoveryReport, DirtyState, DirtyStateError, PagePut};
 pub use falloc::Falloc;
 pub use namespace::Ino;
 pub(crate) use namespace::Inode;

@@ -677,6 +677,7 @@ impl<N: Nand> Fs<N> {
         self.reserve(new.saturating_sub(held), 0)?;
         self.reserved.take(ino, pages);
         self.note_unsynced();
+        let mut changed = Vec::with_capacity(data.len() / LOGICAL_PAGE + 2);
         while pos < end {
             let index = pos / LOGICAL_PAGE as u64;
             let within = (pos % LOGICAL_PAGE as u64) as usize;
@@ -689,10 +690,11 @@ impl<N: Nand> Fs<N> {
                 page.overwrite(within, &data[from..from + n]);
                 page
             };
-            self.tier_page((ino, index), &page, within..within + n)?;
             self.set_dirty((ino, index), page);
+            changed.push((index, within..within + n));
             pos += n as u64;
         }
+        self.tier_pages(ino, &changed)?;
         let i = self.ns.inodes.get_mut(&ino).expect("checked");
         i.attr.size = i.attr.size.max(end);
         let t = now();
