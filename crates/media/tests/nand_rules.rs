@@ -149,6 +149,43 @@ fn programming_only_clears_bits() {
     });
 }
 
+/// A program skips reading the old cells of a page known erased (the block surveyed once);
+/// what a raw write clears after the survey, or before an image is opened again, is still
+/// kept by the next program over it.
+#[test]
+fn programming_only_clears_bits_after_the_block_was_surveyed_and_after_a_reopen() {
+    on_every_backend("and-surveyed", |n| {
+        let g = n.geometry();
+        let (d, s) = page(&g, 7);
+        // Page 24 (block 3) surveyed erased by the program of page 24 ...
+        n.program(24, &d, &s).unwrap();
+        // ... then a fault clears bits of page 26, above the program pointer.
+        n.raw_write(26, 2, &[0x0F]).unwrap();
+        n.program(25, &d, &s).unwrap();
+        let ones = vec![0xFF; g.page_size as usize];
+        n.program(26, &ones, &vec![0xFF; g.spare_size as usize]).unwrap();
+        assert_eq!(read(n, 25), (d.clone(), s.clone()), "a page known erased is programmed as given");
+        assert_eq!(read(n, 26).0[2], 0x0F, "a program of 1s cannot set a bit cleared after the survey");
+        // An erase makes every page known erased again.
+        n.erase(3).unwrap();
+        n.program(24, &d, &s).unwrap();
+        assert_eq!(read(n, 24), (d.clone(), s.clone()));
+    });
+    let path = temp_path("and-reopened");
+    let g = small();
+    let mut file = FileNand::create(&path, g).unwrap();
+    file.raw_write(41, 0, &[0x33]).unwrap();
+    drop(file);
+    let mut file = FileNand::open(&path).unwrap();
+    let (d, s) = page(&g, 9);
+    file.program(40, &d, &s).unwrap();
+    file.program(41, &vec![0xFF; g.page_size as usize], &vec![0xFF; g.spare_size as usize]).unwrap();
+    assert_eq!(read(&mut file, 41).0[0], 0x33, "cleared before the reopen, kept by a program after it");
+    assert_eq!(read(&mut file, 40), (d, s));
+    drop(file);
+    std::fs::remove_file(&path).unwrap();
+}
+
 #[test]
 fn bad_blocks_refuse_program_and_erase_but_read() {
     on_every_backend("bad", |n| {
