@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# fio and PostMark on a bitmend mount, beside the same runs on tmpfs through a passthrough
-# FUSE file system (bitmend-passthrough: same FUSE library, session and mount options), the
-# floor any FUSE file system pays on this machine. Not part of CI: a full run takes about
-# 15 minutes.
+# fio, dbench and PostMark on a bitmend mount, beside the same runs on tmpfs through a
+# passthrough FUSE file system (bitmend-passthrough: same FUSE library, session and mount
+# options), the floor any FUSE file system pays on this machine. Not part of CI: a full run
+# takes about 20 minutes.
 #
 #   ./scripts/fuse-perf.sh [--runs N] [--seconds S] [--only REGEX] [--no-tier-too]
 #
 # Medians of N runs (default 3), S s per fio job; --only runs the cases whose name matches
-# REGEX (PostMark is "PostMark"); --no-tier-too adds a third system, bitmend without its
+# REGEX (PostMark is "PostMark", dbench "dbench"); --no-tier-too adds a third system, bitmend without its
 # NVRAM tier (--nvram none: every fsync writes to flash), to show what the tier buys.
 #
 # Both run on RAM: the bitmend image (a NAND image file) and the passthrough's directory live
 # in /dev/shm, so the figures compare file system work (signatures, parity, compression, the
-# log), not disks. Output: one table row per case, median MB/s (fio) or transactions/s
-# (PostMark) of each, and their ratio (above 1: bitmend is faster). Needs fuse3, fio and postmark (apt).
+# log), not disks. Output: one table row per case, median MB/s (fio, dbench) or
+# transactions/s (PostMark) of each, and their ratio (above 1: bitmend is faster). Needs
+# fuse3, fio, dbench and postmark (apt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=3
@@ -26,11 +27,11 @@ while [ $# -gt 0 ]; do
     --seconds) seconds="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
     --no-tier-too) systems=(bitmend no-tier floor); shift ;;
-    *) sed -n '2,17p' "$0"; exit 2 ;;
+    *) sed -n '2,18p' "$0"; exit 2 ;;
   esac
 done
-for tool in fio postmark fusermount3; do
-  command -v $tool >/dev/null || { echo "fuse-perf: $tool not found (apt-get install fio postmark fuse3)"; exit 1; }
+for tool in fio postmark dbench fusermount3; do
+  command -v $tool >/dev/null || { echo "fuse-perf: $tool not found (apt-get install fio postmark dbench fuse3)"; exit 1; }
 done
 cargo build --quiet --release -p bitmend -p bitmend-bench
 bin="$PWD/target/release/bitmend"
@@ -71,14 +72,16 @@ unmount() {
   fi
 }
 
-# fio on system $1: name, rw, bs, fsync (0 = never, 1 = after every write). Prints MB/s.
+# fio on system $1: name, rw, bs, then fio's own options (--fsync=N: after every N writes;
+# --end_fsync=1: once at the end, timed). Prints MB/s.
 fio_case() {
-  local sys=$1 name=$2 rw=$3 bs=$4 fsync=$5
+  local sys=$1 name=$2 rw=$3 bs=$4
+  shift 4
   mount_fresh "$sys"
   local out="$work/fio.json"
   # Reads need a file laid out first; fio writes it before timing starts.
   fio --name="$name" --directory="$work/mnt-$sys" --size=64M --bs="$bs" --rw="$rw" \
-    --ioengine=psync --fsync="$fsync" --runtime="$seconds" --time_based=0 \
+    --ioengine=psync "$@" --runtime="$seconds" --time_based=0 \
     --randrepeat=1 --output-format=json > "$out" 2> "$work/fio.err" \
     || { cat "$work/fio.err"; exit 1; }
   unmount "$sys"
@@ -89,14 +92,24 @@ side = j["write"] if j["write"]["io_bytes"] > 0 else j["read"]
 print("%.1f" % (side["bw_bytes"] / 1e6))' "$out"
 }
 
-# PostMark on system $1: 1,000 files of 500 B to 10 KB, 30,000 transactions. Prints its
+# dbench on system $1: 2 clients for S s of its standard load. Prints MB/s.
+dbench_case() {
+  local sys=$1
+  mount_fresh "$sys"
+  local out
+  out=$(dbench -D "$work/mnt-$sys" -t "$seconds" -c /usr/share/dbench/client.txt 2 2>&1)
+  unmount "$sys"
+  echo "$out" | sed -nE 's/^Throughput ([0-9.]+) MB\/sec.*/\1/p'
+}
+
+# PostMark on system $1: 3,000 files of 500 B to 10 KB, 20,000 transactions. Prints its
 # transactions/s (whole seconds as it counts them) and the whole run's wall time in s.
 postmark_case() {
   local sys=$1
   mount_fresh "$sys"
   local out t0 t1
   t0=$(date +%s.%N)
-  out=$(printf 'set location %s\nset number 1000\nset transactions 30000\nset size 500 10000\nset seed 42\nrun\nquit\n' \
+  out=$(printf 'set location %s\nset number 3000\nset transactions 20000\nset size 500 10000\nset seed 42\nrun\nquit\n' \
     "$work/mnt-$sys" | postmark)
   t1=$(date +%s.%N)
   unmount "$sys"
@@ -104,32 +117,41 @@ postmark_case() {
 }
 
 cases=(
-  "seq write 1MiB|write|1m|0"
-  "seq write 1MiB fsync|write|1m|1"
-  "seq read 1MiB|read|1m|0"
-  "seq write 4KiB|write|4k|0"
-  "seq read 4KiB|read|4k|0"
-  "rand write 4KiB|randwrite|4k|0"
-  "rand write 4KiB fsync|randwrite|4k|1"
-  "rand read 4KiB|randread|4k|0"
-  "rand write 1MiB|randwrite|1m|0"
-  "rand read 1MiB|randread|1m|0"
+  "seq write 1MiB, fsync at end|write|1m|--end_fsync=1"
+  "seq write 1MiB, fsync each|write|1m|--fsync=1"
+  "seq read 1MiB|read|1m|"
+  "seq write 4KiB|write|4k|"
+  "seq read 4KiB|read|4k|"
+  "rand read 4KiB|randread|4k|"
+  "rand write 4KiB|randwrite|4k|"
+  "rand write 4KiB, fsync every 32|randwrite|4k|--fsync=32"
+  "rand write 4KiB, fsync each|randwrite|4k|--fsync=1"
+  "rand write 1MiB|randwrite|1m|"
+  "rand read 1MiB|randread|1m|"
 )
 : > "$results"
 for run in $(seq "$runs"); do
   for c in "${cases[@]}"; do
-    IFS='|' read -r name rw bs fsync <<< "$c"
+    IFS='|' read -r name rw bs extra <<< "$c"
     [[ "$name" =~ $only ]] || continue
     for sys in "${systems[@]}"; do
-      v=$(fio_case "$sys" "${name// /-}" "$rw" "$bs" "$fsync")
+      label=${name//[ ,]/-}
+      v=$(fio_case "$sys" "$label" "$rw" "$bs" $extra)
       printf '%s\t%s\t%s\tMB/s\n' "$name" "$sys" "$v" >> "$results"
       echo "run $run: $name, $sys: $v MB/s" >&2
     done
   done
+  if [[ dbench =~ $only ]]; then
+    for sys in "${systems[@]}"; do
+      v=$(dbench_case "$sys")
+      printf 'dbench, 2 clients\t%s\t%s\tMB/s\n' "$sys" "$v" >> "$results"
+      echo "run $run: dbench, $sys: $v MB/s" >&2
+    done
+  fi
   [[ PostMark =~ $only ]] || continue
   for sys in "${systems[@]}"; do
     read -r tps wall <<< "$(postmark_case "$sys")"
-    printf 'PostMark 1000 files 30000 txns\t%s\t%s\ttxn/s\n' "$sys" "$tps" >> "$results"
+    printf 'PostMark 3000 files 20000 txns\t%s\t%s\ttxn/s\n' "$sys" "$tps" >> "$results"
     printf 'PostMark whole run, wall time\t%s\t%s\ts\n' "$sys" "$wall" >> "$results"
     echo "run $run: PostMark, $sys: $tps txn/s, $wall s in all" >&2
   done

@@ -20,6 +20,7 @@ pub mod near_full;
 pub mod nvlog;
 pub mod parity_floor;
 pub mod postmark;
+pub mod scale;
 pub mod tier;
 
 pub use harness::{Options, Row};

@@ -1,5 +1,5 @@
 //! `bitmend bench cache`, the NVRAM tier's rows: synced random 4 KiB overwrites of a file,
-//! with the tier (the mount's default: a 64 MiB file on /dev/shm, persisted by cache-line
+//! with the tier (the mount's default: a 256 MiB file on /dev/shm, persisted by cache-line
 //! write-back) against without it, on the modelled RCFFS chip with typical timing. Without
 //! the tier each fsync writes to flash and closes a parity group early; with it, fsync
 //! returns once the tier holds the change, and flash is written at the dirty limit in whole
@@ -78,11 +78,11 @@ fn fresh_fs() -> Fs<RamNand> {
     .expect("mkfs")
 }
 
-/// The tier as the mount makes it: a 64 MiB file on /dev/shm, the log in its first 4 MiB,
+/// The tier as the mount makes it: a 256 MiB file on /dev/shm, the log in its first 16 MiB,
 /// persisted by cache-line write-back; else (no /dev/shm) in RAM. Returns the file to remove.
 fn attach_tier(fs: &mut Fs<RamNand>) -> (Option<std::path::PathBuf>, &'static str) {
-    const SIZE: usize = 64 << 20;
-    const LOG: usize = 4 << 20;
+    const SIZE: usize = 256 << 20;
+    const LOG: usize = 16 << 20;
     let id = fs.store().fs_id();
     let path = std::path::PathBuf::from(format!("/dev/shm/bitmend-bench-tier-{}", std::process::id()));
     let _ = std::fs::remove_file(&path);
@@ -92,7 +92,7 @@ fn attach_tier(fs: &mut Fs<RamNand>) -> (Option<std::path::PathBuf>, &'static st
         log.prefault();
         heap.prefault();
         fs.attach_dirty_state(Box::new(DirtyTier::create_for(log, heap, id).expect("tier")));
-        return (Some(path), "a 64 MiB file on /dev/shm");
+        return (Some(path), "a 256 MiB file on /dev/shm");
     }
     let (log, heap) = (RamRegion::new(LOG), RamRegion::new(SIZE - LOG));
     fs.attach_dirty_state(Box::new(DirtyTier::create_for(log, heap, id).expect("tier")));

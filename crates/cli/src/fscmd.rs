@@ -55,6 +55,11 @@ pub struct MkfsArgs {
     /// Replace an existing image.
     #[arg(long)]
     pub force: bool,
+    /// Make the image even if the host has not room for all of it (thin provisioning: the
+    /// image takes space as it is written, and a program that finds the host full fails
+    /// with an I/O error). By default an image the host cannot hold is refused.
+    #[arg(long)]
+    pub thin: bool,
 }
 
 impl MkfsArgs {
@@ -126,7 +131,7 @@ pub fn mkfs(a: &MkfsArgs) -> Result<(), CliError> {
             let _ = std::fs::remove_file(p);
         }
     }
-    let nand = FileNand::create(&a.image, g)?;
+    let nand = if a.thin { FileNand::create_thin(&a.image, g)? } else { FileNand::create(&a.image, g)? };
     let made = Fs::format(nand, a.config(), a.compress.options()).and_then(|fs| {
         let (total, _) = fs.statfs();
         fs.unmount().map(|_| total)
@@ -185,12 +190,18 @@ pub struct MountArgs {
     /// of RAM per chunk at most.
     #[arg(long, default_value_t = bitmend_flashfs::DEFAULT_INDEX_CHUNKS, value_name = "N")]
     pub index_chunks: usize,
-    /// lz4's effort when lz4 compresses: 0 its fast compressor (several hundred MB/s), 1 to
-    /// 12 its high-compression one (9: about 10% smaller on text, about 40 MB/s; 12: slower
-    /// still for little more). Either way the data is lz4's block format.
+    /// lz4's effort for cold data, which the cleaner rewrites when it moves it: 0 its fast
+    /// compressor (several hundred MB/s), 1 to 12 its high-compression one (9: about 13%
+    /// smaller on source code, about 40 MB/s; 12: slower still for little more). Either way
+    /// the data is lz4's block format.
     #[arg(long, default_value_t = bitmend_flashfs::DEFAULT_LZ4_LEVEL, value_name = "LEVEL",
           value_parser = clap::value_parser!(u8).range(0..=bitmend_flashfs::MAX_LZ4_LEVEL as i64))]
     pub lz4_level: u8,
+    /// lz4's effort for what is written (as --lz4-level): by default the fast compressor, so
+    /// that compressing does not slow the writer; the cleaner compresses harder later.
+    #[arg(long, default_value_t = 0, value_name = "LEVEL",
+          value_parser = clap::value_parser!(u8).range(0..=bitmend_flashfs::MAX_LZ4_LEVEL as i64))]
+    pub lz4_write_level: u8,
     /// The most consecutive 4 KiB pages of a file compressed together into one node (1 to
     /// 16). More compress better (on source code lz4 takes about 10% less at 4 than at 1); a
     /// read of one page then decompresses its whole node. Data that does not compress is
@@ -219,6 +230,12 @@ pub struct MountArgs {
     /// without asking: those copies are not checked.
     #[arg(long)]
     pub direct_io: bool,
+    /// Let the kernel gather writes in its page cache and hand them over in large batches
+    /// (FUSE writeback_cache). Faster for small writes, but a write returns before the daemon
+    /// has it: a `kill -9` of the daemon loses what the kernel still held, as a crash of the
+    /// kernel would. Without it, every write that returned is in the NVRAM tier.
+    #[arg(long, conflicts_with = "direct_io")]
+    pub writeback_cache: bool,
     /// The NVRAM tier: a file whose mapping holds every acknowledged change until it is on
     /// flash (`none`: no tier; changes wait in the daemon's memory for the commit interval).
     /// With the tier, fsync returns once a change is in it, without a flash program, and a
@@ -226,8 +243,10 @@ pub struct MountArgs {
     /// nothing either. [default: /dev/shm/bitmend-IMAGE-HASH.nvram]
     #[arg(long, default_value = "", hide_default_value = true, value_name = "FILE|none")]
     pub nvram: String,
-    /// Size of the NVRAM tier's file when it is made (K, M or G).
-    #[arg(long, default_value = "64M", value_name = "SIZE")]
+    /// Size of the NVRAM tier's file when it is made (K, M or G). A slot freed in the tier
+    /// cools for 0.2 s before reuse (wear), so writes run at most at about size / 0.2 s: 256M
+    /// keeps that above 1 GB/s. Only the pages in use take memory.
+    #[arg(long, default_value = "256M", value_name = "SIZE")]
     pub nvram_size: String,
 }
 
@@ -263,6 +282,8 @@ fn spawn_daemon(a: &MountArgs) -> Result<(), CliError> {
         .arg(a.index_chunks.to_string())
         .arg("--lz4-level")
         .arg(a.lz4_level.to_string())
+        .arg("--lz4-write-level")
+        .arg(a.lz4_write_level.to_string())
         .arg("--node-pages")
         .arg(a.node_pages.to_string())
         .arg("--verify")
@@ -276,6 +297,9 @@ fn spawn_daemon(a: &MountArgs) -> Result<(), CliError> {
     }
     if a.direct_io {
         cmd.arg("--direct-io");
+    }
+    if a.writeback_cache {
+        cmd.arg("--writeback-cache");
     }
     cmd.arg("--nvram").arg(&a.nvram).arg("--nvram-size").arg(&a.nvram_size);
     // The daemon must not hold our output open (a caller waiting for it would hang): its
@@ -310,6 +334,20 @@ fn spawn_daemon(a: &MountArgs) -> Result<(), CliError> {
     Err("the mount did not appear within 10 s".into())
 }
 
+/// The image `mount --create` makes: 128 MiB, RCFFS's geometry and parity.
+fn default_mkfs(a: &MountArgs) -> MkfsArgs {
+    MkfsArgs {
+        image: a.image.clone(),
+        geometry: GeometryArgs { size: 128 << 20, page: 2048, spare: 64, block: 128 << 10 },
+        parity_pages: 1,
+        parity_blocks: 1,
+        segment_blocks: 16,
+        compress: a.compress.unwrap_or(CompressArg::Lz4),
+        force: false,
+        thin: false,
+    }
+}
+
 pub fn mount(a: &MountArgs) -> Result<(), CliError> {
     crate::units::parse_duration(&a.scrub_every).map_err(CliError::Usage)?;
     let commit_interval = crate::units::parse_duration(&a.commit_interval).map_err(CliError::Usage)?;
@@ -323,16 +361,7 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
         return Err(CliError::Usage("--nvram-size must be at least 1M".into()));
     }
     if a.create && !a.image.exists() {
-        let m = MkfsArgs {
-            image: a.image.clone(),
-            geometry: GeometryArgs { size: 128 << 20, page: 2048, spare: 64, block: 128 << 10 },
-            parity_pages: 1,
-            parity_blocks: 1,
-            segment_blocks: 16,
-            compress: a.compress.unwrap_or(CompressArg::Lz4),
-            force: false,
-        };
-        mkfs(&m)?;
+        mkfs(&default_mkfs(a))?;
     }
     std::fs::create_dir_all(&a.mountpoint).map_err(|e| format!("{}: {e}", a.mountpoint.display()))?;
     if !a.foreground {
@@ -342,6 +371,7 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
     let opts = FsOptions {
         index_chunks: a.index_chunks,
         lz4_level: a.lz4_level,
+        lz4_write_level: a.lz4_write_level,
         node_pages: a.node_pages,
         verify,
         cache_pages,
@@ -397,7 +427,7 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
     let scrubber = crate::scrubber::spawn(shared.clone(), schedule);
     let committer = commit_interval.map(|i| crate::commit::spawn(shared.clone(), i));
     let session = fuser::spawn_mount2(
-        crate::fuse::FuseFs { shared, direct_io: a.direct_io, nvram },
+        crate::fuse::FuseFs { shared, direct_io: a.direct_io, writeback_cache: a.writeback_cache, nvram },
         &a.mountpoint,
         &options,
     )
@@ -555,12 +585,25 @@ pub struct StatArgs {
     pub json: bool,
 }
 
+/// This process's anonymous resident memory, in bytes (0 where /proc says nothing).
+fn anon_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+    kb.unwrap_or(0) * 1024
+}
+
 pub fn stat(a: &StatArgs) -> Result<(), CliError> {
     if a.image.is_dir() {
         return stat_mounted(a);
     }
+    // What mounting costs: the process is fresh, so the memory it gains is the mount's.
+    let (ram_before, t) = (anon_rss(), std::time::Instant::now());
     let nand = open_image_offline(&a.image)?;
     let (fs, rep) = Fs::open(nand, FsOptions::default())?;
+    let (mount_ms, mount_ram) = (t.elapsed().as_secs_f64() * 1e3, anon_rss().saturating_sub(ram_before));
     let (total, free) = fs.statfs();
     let (logical, stored) = fs.data_space();
     let ratio = if stored > 0 { logical as f64 / stored as f64 } else { 1.0 };
@@ -576,7 +619,7 @@ pub fn stat(a: &StatArgs) -> Result<(), CliError> {
         println!(
             "{{\"image\": {}, {}, \"compression\": \"{codec}\", \"compression_ratio\": {ratio:.3}, \
              \"bad_blocks\": {}, \"repaired_at_mount\": {}, \"mounted_by\": \"{}\", \"chain_segments\": {}, \"pages_replayed\": {}, \
-             {}, \"erase_histogram\": [{}]}}",
+             {}, \"mount_ms\": {mount_ms:.2}, \"mount_ram_bytes\": {mount_ram}, \"erase_histogram\": [{}]}}",
             json_str(&a.image.display().to_string()),
             crate::report::space_json(&crate::report::Space::of(&fs)),
             s.bad.len(),
@@ -590,6 +633,7 @@ pub fn stat(a: &StatArgs) -> Result<(), CliError> {
         return Ok(());
     }
     println!("{}: bitmend flash file system", a.image.display());
+    println!("  mount          {mount_ms:.1} ms, {:.1} MiB of RAM", mount_ram as f64 / (1 << 20) as f64);
     println!(
         "  space          {} MiB free of {} MiB (segments: {used} of {segs} in use)",
         free >> 20,

@@ -24,6 +24,8 @@ pub struct FuseFs {
     /// Open files with FOPEN_DIRECT_IO: the kernel keeps no copy, every read comes to the
     /// daemon's checked cache (`mount --direct-io`).
     pub direct_io: bool,
+    /// The kernel's writeback cache (`mount --writeback-cache`).
+    pub writeback_cache: bool,
     /// The NVRAM tier's file, removed once a clean unmount has emptied it.
     pub nvram: Option<std::path::PathBuf>,
 }
@@ -141,6 +143,17 @@ fn attr(a: &Attr) -> FileAttr {
 }
 
 impl FuseFs {
+    /// How files are opened: direct I/O if asked; otherwise the kernel keeps its cached pages
+    /// across opens (FOPEN_KEEP_CACHE), since every change reaches the file system through
+    /// this mount and so through that same cache: the data cannot have changed behind it.
+    fn open_flags(&self) -> u32 {
+        if self.direct_io {
+            fuser::consts::FOPEN_DIRECT_IO
+        } else {
+            fuser::consts::FOPEN_KEEP_CACHE
+        }
+    }
+
     fn fs(&mut self) -> Locked<'_> {
         Locked(lock(&self.shared))
     }
@@ -171,6 +184,15 @@ macro_rules! try_reply {
 }
 
 impl Filesystem for FuseFs {
+    /// Requests of up to 1 MiB (fuser asks for the kernel's largest, FUSE_MAX_PAGES), and the
+    /// writeback cache if the mount asked for it.
+    fn init(&mut self, _req: &Request<'_>, config: &mut fuser::KernelConfig) -> Result<(), libc::c_int> {
+        if self.writeback_cache {
+            config.add_capabilities(fuser::consts::FUSE_WRITEBACK_CACHE).map_err(|_| libc::ENOSYS)?;
+        }
+        Ok(())
+    }
+
     fn destroy(&mut self) {
         let fs = lock(&self.shared).fs.take();
         if let Some(fs) = fs {
@@ -358,7 +380,7 @@ impl Filesystem for FuseFs {
             return reply.opened(0, fuser::consts::FOPEN_DIRECT_IO);
         }
         try_reply!(reply, self.fs().open_file(Ino(ino)));
-        reply.opened(0, if self.direct_io { fuser::consts::FOPEN_DIRECT_IO } else { 0 });
+        reply.opened(0, self.open_flags());
     }
 
     fn release(
@@ -581,7 +603,7 @@ impl Filesystem for FuseFs {
         let perm = (mode & !umask & 0o7777) as u16;
         let a = try_reply!(reply, self.fs().create(Ino(parent), name.as_bytes(), perm, req.uid(), req.gid()));
         try_reply!(reply, self.fs().open_file(a.ino));
-        reply.created(&TTL, &attr(&a), 0, 0, if self.direct_io { fuser::consts::FOPEN_DIRECT_IO } else { 0 });
+        reply.created(&TTL, &attr(&a), 0, 0, self.open_flags());
     }
 }
 

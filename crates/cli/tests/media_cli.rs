@@ -195,6 +195,13 @@ fn mkfs_refuses_an_image_the_host_has_no_room_for() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("the image needs 7") && err.contains("GiB free"), "{err}");
     assert!(!std::path::Path::new(&img).exists(), "the refused image was left behind");
+    // Thin, a 64 GiB image is made at once on any host, and mounts as a file system.
+    let out = bitmend(&["mkfs", &img, "--size", "64GiB", "--thin"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = bitmend(&["stat", &img, "--json"]);
+    let json = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && json.contains("\"mount_ram_bytes\": "), "{json}");
+    std::fs::remove_file(&img).unwrap();
 }
 
 /// The exit codes `bitmend --help` lists, each from the failure it names: 2 a bad value, 3 a

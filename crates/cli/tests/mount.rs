@@ -209,9 +209,9 @@ fn several_processes_at_once_then_unmount_and_remount() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// `--lz4-level` and `--node-pages` reach the daemon: the same text written at level 12 takes
-/// less flash than at level 0 (the fast compressor), and in nodes of 4 pages (the default)
-/// less than a page per node; it reads back the same every way.
+/// `--lz4-write-level` and `--node-pages` reach the daemon: the same text written at level 12
+/// takes less flash than at level 0 (the fast compressor, the default), and in nodes of 4
+/// pages (the default) less than a page per node; it reads back the same every way.
 #[test]
 fn the_lz4_level_reaches_the_mount() {
     if !Path::new("/dev/fuse").exists() {
@@ -231,7 +231,8 @@ fn the_lz4_level_reaches_the_mount() {
         text.extend_from_slice(words[(x >> 33) as usize % words.len()].as_bytes());
     }
     let mut stored = Vec::new();
-    let runs: [&[&str]; 4] = [&["--lz4-level", "0"], &["--lz4-level", "12"], &["--node-pages", "1"], &[]];
+    let runs: [&[&str]; 4] =
+        [&["--lz4-write-level", "0"], &["--lz4-write-level", "12"], &["--node-pages", "1"], &[]];
     for (run, args) in runs.iter().enumerate() {
         let img = dir.join(format!("fs{run}.img"));
         let mnt = dir.join(format!("mnt{run}"));
@@ -258,6 +259,7 @@ fn the_lz4_level_reaches_the_mount() {
     assert!(stored[1] < stored[0], "level 12 stored {} bytes, level 0 {}", stored[1], stored[0]);
     assert!(stored[3] < stored[2], "4 pages per node stored {} bytes, 1 page {}", stored[3], stored[2]);
     assert!(!bitmend(&["mount", "x.img", "/tmp/nowhere", "--lz4-level", "13"]).status.success());
+    assert!(!bitmend(&["mount", "x.img", "/tmp/nowhere", "--lz4-write-level", "13"]).status.success());
     assert!(!bitmend(&["mount", "x.img", "/tmp/nowhere", "--node-pages", "17"]).status.success());
     assert!(!bitmend(&["mount", "x.img", "/tmp/nowhere", "--node-pages", "0"]).status.success());
     std::fs::remove_dir_all(&dir).unwrap();

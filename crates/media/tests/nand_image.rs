@@ -83,16 +83,16 @@ fn missing_file_not_an_image_wrong_version_damaged_and_truncated() {
     drop(FileNand::create(&path, small()).unwrap());
     let mut header = std::fs::read(&path).unwrap()[..4096].to_vec();
     // A future version, with a valid checksum: a version error, not "damaged".
-    header[8..12].copy_from_slice(&2u32.to_le_bytes());
+    header[8..12].copy_from_slice(&3u32.to_le_bytes());
     let crc = bitmend_code::crc::crc32c(&header[..4092]);
     header[4092..].copy_from_slice(&crc.to_le_bytes());
     let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     f.write_all(&header).unwrap();
     let e = FileNand::open(&path).unwrap_err();
-    assert!(matches!(e, NandError::Version { found: 2, supported: 1, .. }), "{e}");
+    assert!(matches!(e, NandError::Version { found: 3, supported: 2, .. }), "{e}");
 
     // One flipped bit in the geometry: the checksum catches it.
-    header[8..12].copy_from_slice(&1u32.to_le_bytes());
+    header[8..12].copy_from_slice(&2u32.to_le_bytes());
     let crc = bitmend_code::crc::crc32c(&header[..4092]);
     header[4092..].copy_from_slice(&crc.to_le_bytes());
     header[16] ^= 0x04;
@@ -118,39 +118,56 @@ fn missing_file_not_an_image_wrong_version_damaged_and_truncated() {
     }
 }
 
-/// The checked-in golden image (docs/FORMAT.md, "NAND image"): a 4-block chip with two
-/// programmed pages, one erase and one bad block. A change to the layout breaks this test.
+/// The checked-in golden images (docs/FORMAT.md, "NAND image"), one per image version: a
+/// 4-block chip with two programmed pages, one erase and one bad block. A change to the
+/// layout breaks this test.
 #[test]
-fn golden_image_reads_back() {
-    let golden = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/nand-v1.img");
-    let path = temp_path("golden.img");
-    std::fs::copy(&golden, &path).unwrap();
-    let mut n = FileNand::open(&path).unwrap();
-    let g = n.geometry();
-    assert_eq!(g, Geometry::new(512, 16, 4, 4).unwrap());
-    assert_eq!(n.erase_count(1).unwrap(), 1);
-    assert!(n.is_bad(3).unwrap());
-    assert_eq!(n.block_state(1).unwrap().next_index, 3);
-    let mut d = vec![0; 512];
-    let mut s = vec![0; 16];
-    n.read_page(4, &mut d, &mut s).unwrap();
-    assert_eq!(&d[..22], b"bitmend golden image 1");
-    assert!(d[22..].iter().all(|&b| b == 0));
-    assert_eq!(s, (0..16).collect::<Vec<u8>>());
-    n.read_page(6, &mut d, &mut s).unwrap();
-    assert!(d.iter().all(|&b| b == 0xA5));
-    assert!(s.iter().all(|&b| b == 0x5A));
-    n.read_page(5, &mut d, &mut s).unwrap();
-    assert!(d.iter().chain(&s).all(|&b| b == 0xFF), "the skipped page stays erased");
-    std::fs::remove_file(&path).unwrap();
+fn golden_images_read_back() {
+    for version in [1, 2] {
+        let name = format!("nand-v{version}.img");
+        let golden = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(&name);
+        let path = temp_path(&name);
+        std::fs::copy(&golden, &path).unwrap();
+        let mut n = FileNand::open(&path).unwrap();
+        let g = n.geometry();
+        assert_eq!(g, Geometry::new(512, 16, 4, 4).unwrap());
+        assert_eq!(n.erase_count(1).unwrap(), 1);
+        assert!(n.is_bad(3).unwrap());
+        assert_eq!(n.block_state(1).unwrap().next_index, 3);
+        let mut d = vec![0; 512];
+        let mut s = vec![0; 16];
+        n.read_page(4, &mut d, &mut s).unwrap();
+        assert_eq!(&d[..22], b"bitmend golden image 1", "{name}");
+        assert!(d[22..].iter().all(|&b| b == 0));
+        assert_eq!(s, (0..16).collect::<Vec<u8>>());
+        n.read_page(6, &mut d, &mut s).unwrap();
+        assert!(d.iter().all(|&b| b == 0xA5));
+        assert!(s.iter().all(|&b| b == 0x5A));
+        n.read_page(5, &mut d, &mut s).unwrap();
+        assert!(d.iter().chain(&s).all(|&b| b == 0xFF), "{name}: the skipped page stays erased");
+        // Still a chip by the rules after the reopen: page 7 programs, page 5 does not.
+        n.program(7, &[0x11; 512], &[0x22; 16]).unwrap();
+        assert!(n.program(5, &[0; 512], &[0; 16]).is_err());
+        n.read_page(7, &mut d, &mut s).unwrap();
+        assert!(d.iter().all(|&b| b == 0x11) && s.iter().all(|&b| b == 0x22));
+        std::fs::remove_file(&path).unwrap();
+    }
+    // Version 2 stores the complement: the programmed bytes of page 4 are there inverted.
+    let raw =
+        std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/nand-v2.img"))
+            .unwrap();
+    let page4 = 8192 + 4 * 528;
+    assert_eq!(raw[page4], !b'b');
+    assert_eq!(raw[page4 + 512 + 1], !1u8);
 }
 
-/// Writes the golden image (run with `--ignored` after a deliberate format change, then bump
-/// the format version).
+/// Writes the golden image of the current version (run with `--ignored` after a deliberate
+/// format change, then bump the format version).
 #[test]
 #[ignore]
 fn write_golden_image() {
-    let golden = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/nand-v1.img");
+    let name = format!("tests/golden/nand-v{}.img", bitmend_media::nand::IMAGE_VERSION);
+    let golden = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(name);
     std::fs::create_dir_all(golden.parent().unwrap()).unwrap();
     let _ = std::fs::remove_file(&golden);
     let mut n = FileNand::create(&golden, Geometry::new(512, 16, 4, 4).unwrap()).unwrap();
@@ -161,4 +178,64 @@ fn write_golden_image() {
     n.program(6, &[0xA5; 512], &[0x5A; 16]).unwrap();
     n.mark_bad(3).unwrap();
     n.sync().unwrap();
+}
+
+/// A new image is a sparse file (made at once, whatever its size) and takes the host's space
+/// as blocks are programmed; the pages read the same through all of it, after a reopen, and
+/// an erase of a programmed block leaves it erased without taking more.
+#[test]
+fn a_new_image_is_sparse_and_takes_space_as_blocks_are_programmed() {
+    use std::os::unix::fs::MetadataExt;
+    let path = temp_path("sparse.img");
+    let g = Geometry::new(2048, 64, 64, 8192).unwrap(); // 1 GiB of data
+    let allocated = || std::fs::metadata(&path).unwrap().blocks() * 512;
+    let mut n = FileNand::create_thin(&path, g).unwrap();
+    assert!(std::fs::metadata(&path).unwrap().len() > 1 << 30);
+    assert!(allocated() < 1 << 20, "a new image takes {} bytes", allocated());
+    let block_bytes = 64 * (2048 + 64) as u64;
+    let page = |i: u32| -> Vec<u8> { (0..2048).map(|b| (b as u32 * 7 + i) as u8).collect() };
+    for i in 0..64 {
+        n.program(5 * 64 + i, &page(i), &[i as u8; 64]).unwrap();
+    }
+    let used = allocated();
+    assert!(used >= block_bytes, "programmed a block, {used} bytes allocated");
+    let (mut d, mut s) = (vec![0; 2048], vec![0; 64]);
+    n.read_page(5 * 64 + 9, &mut d, &mut s).unwrap();
+    assert!(d == page(9) && s == [9; 64]);
+    n.read_page(6 * 64, &mut d, &mut s).unwrap();
+    assert!(d.iter().chain(&s).all(|&b| b == 0xFF), "a block never written reads erased");
+    drop(n);
+    let mut n = FileNand::open(&path).unwrap();
+    n.read_page(5 * 64 + 63, &mut d, &mut s).unwrap();
+    assert!(d == page(63) && s == [63; 64], "after a reopen");
+    assert!(n.program(5 * 64 + 10, &page(0), &[0; 64]).is_err(), "program position kept");
+    n.erase(5).unwrap();
+    n.erase(7).unwrap();
+    assert_eq!(allocated(), used, "erases take no space");
+    n.read_page(5 * 64 + 9, &mut d, &mut s).unwrap();
+    assert!(d.iter().chain(&s).all(|&b| b == 0xFF), "erased");
+    n.program(5 * 64, &page(1), &[1; 64]).unwrap();
+    n.read_page(5 * 64, &mut d, &mut s).unwrap();
+    assert!(d == page(1) && s == [1; 64], "programmed again after the erase");
+    drop(n);
+    std::fs::remove_file(&path).unwrap();
+
+    // About 8.8 TiB: more than this host has (else skipped). `create` refuses it, naming
+    // the need; `create_thin` makes it at once.
+    let huge = Geometry::new(65536, 2048, 4096, 32768).unwrap();
+    match FileNand::create(&path, huge) {
+        Err(NandError::HostFull { need, free, .. }) => assert!(need > free),
+        Err(e) => panic!("{e}"),
+        Ok(_) => {
+            eprintln!("the host has room for 8.8 TiB: skipped");
+            std::fs::remove_file(&path).unwrap();
+            return;
+        }
+    }
+    assert!(!path.exists(), "a refused image is not made");
+    let mut n = FileNand::create_thin(&path, huge).unwrap();
+    assert!(allocated() < 4 << 20);
+    n.program(7 * 4096, &vec![0x3C; 65536], &vec![0xC3; 2048]).unwrap();
+    drop(n);
+    std::fs::remove_file(&path).unwrap();
 }

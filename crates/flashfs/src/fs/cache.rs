@@ -80,24 +80,33 @@ pub(crate) struct DirtyPage {
     pub crc: u32,
     /// When it was last checked or used (see [`Verify`]); 0 for never.
     stamp: u64,
+    /// Moved by the cleaner and not written since: cold data, compressed at the high level
+    /// (see [`FsOptions::lz4_level`](super::FsOptions)).
+    pub moved: bool,
 }
 
 impl DirtyPage {
     /// A page written whole: its CRC is computed here, where the flush would have.
     pub fn new(bytes: Vec<u8>) -> DirtyPage {
         debug_assert_eq!(bytes.len(), LOGICAL_PAGE);
-        DirtyPage { crc: crc::crc32c(&bytes), bytes, stamp: 0 }
+        DirtyPage { crc: crc::crc32c(&bytes), bytes, stamp: 0, moved: false }
     }
 
     /// A page read (clean, or dirty already) with the CRC that came with it.
     pub fn with_crc(bytes: Vec<u8>, crc: u32) -> DirtyPage {
-        DirtyPage { bytes, crc, stamp: 0 }
+        DirtyPage { bytes, crc, stamp: 0, moved: false }
+    }
+
+    /// A page the cleaner read to move it elsewhere.
+    pub fn moved(bytes: Vec<u8>, crc: u32) -> DirtyPage {
+        DirtyPage { bytes, crc, stamp: 0, moved: true }
     }
 
     /// Stores `data` at `at`, the CRC updated by the change alone (`crc::update`): an error
     /// already in the rest of the page is not laundered into a fresh CRC.
     pub fn overwrite(&mut self, at: usize, data: &[u8]) {
         let range = at..at + data.len();
+        self.moved = false;
         self.crc = crc::update(self.crc, LOGICAL_PAGE, at, &self.bytes[range.clone()], data);
         self.bytes[range].copy_from_slice(data);
     }

@@ -94,7 +94,7 @@ pub(crate) struct State {
 /// The state as a checkpoint payload: zstd-compressed (its length, u32, then one zstd frame)
 /// when that is smaller, which it is but for the smallest states; the flag says which.
 fn compress_state(state: Vec<u8>) -> (Vec<u8>, bool) {
-    match zstd::bulk::compress(&state, 1) {
+    match crate::fs::node::zstd_compress(&state, 1) {
         Ok(z) if z.len() + 4 < state.len() => {
             let mut v = Vec::with_capacity(4 + z.len());
             v.put_u32(state.len() as u32);

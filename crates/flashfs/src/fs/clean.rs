@@ -171,6 +171,48 @@ impl<N: Nand> Fs<N> {
         Ok(())
     }
 
+    /// Moves the live data of every segment written so far once, oldest first, as the cleaner
+    /// would: data written with the fast compressor is stored again at
+    /// [`FsOptions::lz4_level`](super::FsOptions), and segments holding only stale data are
+    /// freed. Stops early if free segments fall to the cleaner's reserve. Returns how many
+    /// segments it emptied.
+    pub fn compact(&mut self) -> Result<usize, FsError> {
+        if self.cleaner.running {
+            return Ok(0);
+        }
+        self.flush_data()?;
+        // The live segment too, when there are segments to spare for it: closed under a
+        // checkpoint named by the next one, as `heal_segments` does. Then a checkpoint in the
+        // new segment makes every older one a candidate.
+        if self.store.free_segments() >= self.cleaner_reserve() + 2 {
+            self.checkpoint()?;
+            self.store.finish_segment()?;
+            self.seal_forced_segment_info()?;
+        }
+        self.checkpoint_for_mount()?;
+        let mut todo = self.candidates();
+        todo.sort_by_key(|s| s.logical);
+        self.cleaner.running = true;
+        let mut emptied = 0;
+        let mut result = Ok(());
+        for seg in todo {
+            if self.store.free_segments() <= self.cleaner_reserve() {
+                break;
+            }
+            match self.empty_segment(seg.physical) {
+                Ok(done) => emptied += done as usize,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        self.cleaner.running = false;
+        result?;
+        self.sync()?;
+        Ok(emptied)
+    }
+
     /// Moves the live data out of the segments in `damaged` (physical numbers; segments whose
     /// parity the scrubber found damaged) and erases them, so that the data is protected by
     /// fresh parity again. A segment too new for the cleaner is made eligible as the cleaner
@@ -337,7 +379,7 @@ impl<N: Nand> Fs<N> {
             }
             match self.page_and_crc(ino, index) {
                 Ok((page, crc)) => {
-                    self.set_dirty((ino, index), crate::fs::cache::DirtyPage::with_crc(page, crc));
+                    self.set_dirty((ino, index), crate::fs::cache::DirtyPage::moved(page, crc));
                     self.stats.pages_moved += 1;
                 }
                 // A page beyond repair keeps its place: erasing the segment would turn a

@@ -218,7 +218,7 @@ fn encode_map(key: ChunkKey, pages: &BTreeMap<u64, Loc>) -> Vec<u8> {
         "a map reads back as written"
     );
     // Versions and flash pages rise from entry to entry: zstd takes about half away.
-    match zstd::bulk::compress(&v, 1) {
+    match crate::fs::node::zstd_compress(&v, 1) {
         Ok(z) if z.len() + 8 < v.len() => {
             let mut c = Vec::with_capacity(8 + z.len());
             c.put_u32(MAP_ZSTD_MAGIC);

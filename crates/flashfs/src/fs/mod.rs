@@ -103,9 +103,14 @@ pub struct FsOptions {
     /// Chunks of the index ([`CHUNK_PAGES`] logical pages each) kept in RAM: the least
     /// recently used are dropped past it (read again from their map nodes when needed).
     pub index_chunks: usize,
-    /// lz4's effort: 0 its fast compressor, 1 to [`MAX_LZ4_LEVEL`] its high-compression one
-    /// (what is written is lz4's block format either way, so this is not recorded).
+    /// lz4's effort for cold data, the pages the cleaner moves: 0 its fast compressor, 1 to
+    /// [`MAX_LZ4_LEVEL`] its high-compression one (what is written is lz4's block format
+    /// either way, so this is not recorded). The cleaner reads and rewrites them anyway,
+    /// outside the writer's path.
     pub lz4_level: u8,
+    /// lz4's effort for what is written (as [`lz4_level`](Self::lz4_level)): the fast
+    /// compressor by default, so that compressing does not cost the writer.
+    pub lz4_write_level: u8,
     /// The most consecutive logical pages of a file compressed together into one node
     /// (aligned: a node starts at a multiple of it), 1 to [`MAX_NODE_PAGES`]. More compress
     /// better; a read of one page then decompresses its whole node (docs/DESIGN.md, "Nodes of
@@ -136,6 +141,7 @@ impl Default for FsOptions {
             dirty_limit: 1 << 20,
             index_chunks: DEFAULT_INDEX_CHUNKS,
             lz4_level: DEFAULT_LZ4_LEVEL,
+            lz4_write_level: 0,
             node_pages: DEFAULT_NODE_PAGES,
             verify: Verify::AfterCheck(cache::TICK),
             cache_pages: DEFAULT_CACHE_PAGES,

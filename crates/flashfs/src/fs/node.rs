@@ -282,6 +282,26 @@ pub(crate) fn decode_punch(b: &[u8]) -> Option<u64> {
     r.u64().filter(|_| r.is_empty())
 }
 
+/// `data` compressed as one zstd frame at `level`, by a compressor kept per thread and
+/// level: making one costs more than compressing a map node or a small checkpoint.
+pub(crate) fn zstd_compress(data: &[u8], level: i32) -> std::io::Result<Vec<u8>> {
+    use std::cell::RefCell;
+    thread_local! {
+        static COMPRESSORS: RefCell<Vec<(i32, zstd::bulk::Compressor<'static>)>> = const { RefCell::new(Vec::new()) };
+    }
+    COMPRESSORS.with(|c| {
+        let mut c = c.borrow_mut();
+        let at = match c.iter().position(|(l, _)| *l == level) {
+            Some(i) => i,
+            None => {
+                c.push((level, zstd::bulk::Compressor::new(level)?));
+                c.len() - 1
+            }
+        };
+        c[at].1.compress(data)
+    })
+}
+
 /// The highest lz4 high-compression level (the library's optimal parser).
 pub const MAX_LZ4_LEVEL: u8 = 12;
 
@@ -303,7 +323,7 @@ pub(crate) fn encode_data(pages: &[u8], crcs: &[u32], codec: u8, lz4_level: u8) 
             let mode = lz4::block::CompressionMode::HIGHCOMPRESSION(lz4_level.min(MAX_LZ4_LEVEL) as i32);
             lz4::block::compress(pages, Some(mode), false).ok()
         }
-        FLAG_ZSTD => zstd::bulk::compress(pages, 3).ok(),
+        FLAG_ZSTD => zstd_compress(pages, 3).ok(),
         _ => None,
     };
     // Stored plain, the pages leave out their trailing zeros (the end of a file's last page).

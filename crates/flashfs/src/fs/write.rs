@@ -19,6 +19,16 @@ pub(crate) enum Pending {
     Map(super::index::ChunkKey),
 }
 
+/// A run of consecutive dirty logical pages of one file, as write-back hands it over.
+struct Run<'a> {
+    /// The pages, back to back.
+    pages: &'a [u8],
+    /// Their CRCs as the cache carried them.
+    crcs: &'a [u32],
+    /// Every one was moved by the cleaner.
+    cold: bool,
+}
+
 /// File data and inodes changed but not yet written out.
 #[derive(Debug, Default)]
 pub(crate) struct WriteBack {
@@ -159,11 +169,15 @@ impl<N: Nand> Fs<N> {
     /// Writes a run of consecutive logical pages of a file (`pages`, a multiple of
     /// [`LOGICAL_PAGE`] bytes) as one data node compressed together when it saves at least
     /// an eighth, else a node per page. `crcs` are the pages' CRCs as the cache carried them.
-    fn write_data_run(&mut self, ino: u64, first: u64, pages: &[u8], crcs: &[u32]) -> Result<(), FsError> {
+    /// `cold`: the cleaner moved them (compressed at [`FsOptions::lz4_level`], else at the
+    /// writer's level).
+    fn write_data_run(&mut self, ino: u64, first: u64, run: Run<'_>) -> Result<(), FsError> {
+        let Run { pages, crcs, cold } = run;
         let count = pages.len() / LOGICAL_PAGE;
         let wanted = self.opts.compression.flag();
+        let level = if cold { self.opts.lz4_level } else { self.opts.lz4_write_level };
         if count > 1 && wanted != 0 && self.wb.skip_compression.get(&ino).is_none_or(|&left| left == 0) {
-            let (payload, codec) = node::encode_data(pages, crcs, wanted, self.opts.lz4_level);
+            let (payload, codec) = node::encode_data(pages, crcs, wanted, level);
             let content = pages.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
             if codec != 0 && payload.len() - 4 * count <= content - content / 8 {
                 self.wb.skip_compression.remove(&ino);
@@ -184,7 +198,7 @@ impl<N: Nand> Fs<N> {
             return Ok(());
         }
         for (i, (page, crc)) in pages.chunks(LOGICAL_PAGE).zip(crcs).enumerate() {
-            self.write_page(ino, first + i as u64, page, *crc)?;
+            self.write_page_at(ino, first + i as u64, page, *crc, level)?;
         }
         Ok(())
     }
@@ -198,6 +212,18 @@ impl<N: Nand> Fs<N> {
 
     /// Writes one logical page of file data, whose CRC is `crc`, as a data node of its own.
     pub(crate) fn write_page(&mut self, ino: u64, index: u64, page: &[u8], crc: u32) -> Result<(), FsError> {
+        self.write_page_at(ino, index, page, crc, self.opts.lz4_write_level)
+    }
+
+    /// As [`write_page`](Self::write_page), compressed with lz4 at `level`.
+    fn write_page_at(
+        &mut self,
+        ino: u64,
+        index: u64,
+        page: &[u8],
+        crc: u32,
+        level: u8,
+    ) -> Result<(), FsError> {
         // After a page of a file that compressed poorly (by less than an eighth), the next
         // pages of that file are stored plain without trying (then one is tried again): data
         // that does not compress (media, archives, encrypted files) does not pay for an
@@ -211,7 +237,7 @@ impl<N: Nand> Fs<N> {
             }
             _ => wanted,
         };
-        let (payload, codec) = node::encode_data(page, &[crc], attempt, self.opts.lz4_level);
+        let (payload, codec) = node::encode_data(page, &[crc], attempt, level);
         if attempt != 0 {
             // The payload carries a 4-byte CRC before the page. Judged on the page's bytes up
             // to its trailing zeros: a short last page (or a hole) says nothing of the rest.
@@ -336,6 +362,7 @@ impl<N: Nand> Fs<N> {
             crcs.clear();
             run.extend_from_slice(&page.bytes);
             crcs.push(page.crc);
+            let mut cold = page.moved;
             while let Some(&((i, index), _)) = dirty.peek() {
                 let next = first + (run.len() / LOGICAL_PAGE) as u64;
                 if i != ino || index != next || index % most as u64 == 0 {
@@ -344,8 +371,9 @@ impl<N: Nand> Fs<N> {
                 let page = dirty.next().expect("peeked").1;
                 run.extend_from_slice(&page.bytes);
                 crcs.push(page.crc);
+                cold &= page.moved;
             }
-            if let Err(e) = self.write_data_run(ino, first, &run, &crcs) {
+            if let Err(e) = self.write_data_run(ino, first, Run { pages: &run, crcs: &crcs, cold }) {
                 // Nothing acknowledged is dropped: what was not written stays dirty (the
                 // run's pages may be pending in the page being filled: written again). But
                 // a run whose index chunk became unreadable since it was accepted cannot be

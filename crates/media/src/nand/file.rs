@@ -3,6 +3,8 @@
 //! The image describes itself (geometry and format version in a checksummed header), keeps
 //! each block's erase count, bad mark and program position in a block table, and every page's
 //! data and spare bytes after it. Reopening after the process exits gives the same chip.
+//! Version 2 stores the cells complemented, so that a new image is a sparse file made in an
+//! instant (`image_cells.rs`); version 1 images are read and written as they are.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -11,14 +13,18 @@ use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
 use super::chip::{chip_backend, Cells, Chip};
+use super::image_cells::{ImageCells, ImageLayout};
 use super::{BlockState, Geometry, NandError, Timing};
 
-/// The on-media version of the NAND image layout this build reads and writes.
-pub const IMAGE_VERSION: u32 = 1;
+/// The on-media version of the NAND image layout this build makes (it reads version 1 too).
+pub const IMAGE_VERSION: u32 = 2;
+
+/// Version 1: cells stored as they are, the whole image written at creation.
+const IMAGE_VERSION_PLAIN: u32 = 1;
 
 pub(crate) const MAGIC: [u8; 8] = *b"BMNDIMG\0";
 pub(crate) const HEADER_SIZE: u64 = 4096;
-const BLOCK_ENTRY_SIZE: u64 = 8;
+pub(crate) const BLOCK_ENTRY_SIZE: u64 = 8;
 const FLAG_BAD: u16 = 1;
 
 // Header fields, by offset (FORMAT.md, "NAND image header").
@@ -39,10 +45,6 @@ fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> NandError {
 
 /// As [`io`], but the context is only built on an error: for the per-page paths, where
 /// formatting it on every call cost more than the copy.
-fn io_at<'a>(path: &'a str, what: &'static str) -> impl FnOnce(std::io::Error) -> NandError + 'a {
-    move |source| NandError::Io { context: format!("{path}: {what}"), source }
-}
-
 /// Where page 0 starts: after the header and the block table, 4 KiB aligned.
 pub(crate) fn data_offset(g: &Geometry) -> u64 {
     let table = g.blocks as u64 * BLOCK_ENTRY_SIZE;
@@ -87,7 +89,7 @@ fn encode_header(g: &Geometry) -> Vec<u8> {
     h
 }
 
-fn decode_header(path: &str, h: &[u8]) -> Result<Geometry, NandError> {
+fn decode_header(path: &str, h: &[u8]) -> Result<(Geometry, u32), NandError> {
     let not = |why: &str| NandError::NotAnImage { path: path.to_string(), why: why.to_string() };
     if h[OFF_MAGIC..OFF_MAGIC + 8] != MAGIC {
         return Err(not("no image magic at offset 0"));
@@ -97,7 +99,7 @@ fn decode_header(path: &str, h: &[u8]) -> Result<Geometry, NandError> {
         return Err(not("header checksum mismatch: the header is damaged"));
     }
     let version = get(OFF_VERSION);
-    if version != IMAGE_VERSION {
+    if version != IMAGE_VERSION && version != IMAGE_VERSION_PLAIN {
         return Err(NandError::Version { path: path.to_string(), found: version, supported: IMAGE_VERSION });
     }
     if get(OFF_HEADER_SIZE) as u64 != HEADER_SIZE {
@@ -114,10 +116,10 @@ fn decode_header(path: &str, h: &[u8]) -> Result<Geometry, NandError> {
     if stored != data_offset(&g) {
         return Err(not("data offset does not match the geometry"));
     }
-    Ok(g)
+    Ok((g, version))
 }
 
-fn encode_entry(s: &BlockState) -> [u8; BLOCK_ENTRY_SIZE as usize] {
+pub(crate) fn encode_entry(s: &BlockState) -> [u8; BLOCK_ENTRY_SIZE as usize] {
     let mut e = [0u8; 8];
     e[0..4].copy_from_slice(&s.erase_count.to_le_bytes());
     e[4..6].copy_from_slice(&(s.next_index as u16).to_le_bytes());
@@ -133,42 +135,9 @@ fn decode_entry(e: &[u8]) -> BlockState {
     }
 }
 
-pub(crate) struct FileCells {
-    file: File,
-    path: String,
-    base: u64,
-}
-
-impl Cells for FileCells {
-    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), NandError> {
-        self.file.read_exact_at(buf, self.base + offset).map_err(io_at(&self.path, "read"))
-    }
-    fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<(), NandError> {
-        self.file.write_all_at(data, self.base + offset).map_err(io_at(&self.path, "write"))
-    }
-    fn fill_ones(&mut self, offset: u64, len: u64) -> Result<(), NandError> {
-        let ones = vec![0xFFu8; len.min(1 << 20) as usize];
-        let mut done = 0;
-        while done < len {
-            let n = (len - done).min(ones.len() as u64) as usize;
-            self.write_at(offset + done, &ones[..n])?;
-            done += n as u64;
-        }
-        Ok(())
-    }
-    fn store_state(&mut self, block: u32, state: &BlockState) -> Result<(), NandError> {
-        self.file
-            .write_all_at(&encode_entry(state), HEADER_SIZE + block as u64 * BLOCK_ENTRY_SIZE)
-            .map_err(io_at(&self.path, "write block table"))
-    }
-    fn sync(&mut self) -> Result<(), NandError> {
-        self.file.sync_data().map_err(io_at(&self.path, "sync"))
-    }
-}
-
 /// A NAND chip in an image file, locked for exclusive use while open.
 pub struct FileNand {
-    pub(crate) chip: Chip<FileCells>,
+    pub(crate) chip: Chip<ImageCells>,
 }
 
 fn lock(file: &File, path: &str) -> Result<(), NandError> {
@@ -184,29 +153,53 @@ fn lock(file: &File, path: &str) -> Result<(), NandError> {
     Ok(())
 }
 
+/// The cells of an image of `version`, mapped; `fresh`: just made.
+fn cells(file: File, path: String, g: &Geometry, version: u32, fresh: bool) -> Result<ImageCells, NandError> {
+    let layout = ImageLayout {
+        table: HEADER_SIZE,
+        base: data_offset(g),
+        block_bytes: g.pages_per_block as u64 * g.raw_page_size() as u64,
+        blocks: g.blocks,
+        complemented: version >= 2,
+    };
+    ImageCells::new(file, path, image_len(g), layout, fresh)
+}
+
 impl FileNand {
-    /// Creates a new image at `path` (which must not exist), fully erased.
+    /// Creates a new image at `path` (which must not exist), fully erased: a sparse file,
+    /// which takes the host's space as blocks are programmed. Refused if the host has not
+    /// room for all of it: an image that cannot be filled would fail programs later.
     pub fn create(path: impl AsRef<Path>, geometry: Geometry) -> Result<FileNand, NandError> {
+        FileNand::create_with(path.as_ref(), geometry, image_len(&geometry))
+    }
+
+    /// As [`create`](Self::create), but only room for the header, the block table and one
+    /// block is asked of the host (thin provisioning: an image larger than the disk, for
+    /// scale tests). A host that fills later fails the program that needed the room, with an
+    /// I/O error.
+    pub fn create_thin(path: impl AsRef<Path>, geometry: Geometry) -> Result<FileNand, NandError> {
+        let block_bytes = geometry.pages_per_block as u64 * geometry.raw_page_size() as u64;
+        FileNand::create_with(path.as_ref(), geometry, data_offset(&geometry) + block_bytes)
+    }
+
+    fn create_with(path: &Path, geometry: Geometry, need: u64) -> Result<FileNand, NandError> {
         geometry.validate()?;
-        let p = path.as_ref().display().to_string();
-        // Every byte is written (erased cells are ones): a host that runs out halfway would
-        // leave a broken image, so the room is checked first.
-        let (need, free) = (image_len(&geometry), host_free(path.as_ref())?);
+        let p = path.display().to_string();
+        let free = host_free(path)?;
         if need > free {
             return Err(NandError::HostFull { path: p, need, free });
         }
         let mut file =
-            OpenOptions::new().read(true).write(true).create_new(true).open(path.as_ref()).map_err(io(&p))?;
+            OpenOptions::new().read(true).write(true).create_new(true).open(path).map_err(io(&p))?;
         lock(&file, &p)?;
         file.write_all(&encode_header(&geometry)).map_err(io(format!("{p}: write header")))?;
         let blocks = vec![BlockState::default(); geometry.blocks as usize];
         let table: Vec<u8> = blocks.iter().flat_map(encode_entry).collect();
         file.write_all_at(&table, HEADER_SIZE).map_err(io(format!("{p}: write block table")))?;
+        // Zeros past the table: erased cells, stored complemented (version 2).
         file.set_len(image_len(&geometry)).map_err(io(format!("{p}: size")))?;
-        let base = data_offset(&geometry);
-        let mut cells = FileCells { file, path: p, base };
-        cells.fill_ones(0, geometry.pages() as u64 * geometry.raw_page_size() as u64)?;
-        cells.sync()?;
+        file.sync_all().map_err(io(format!("{p}: sync")))?;
+        let cells = cells(file, p, &geometry, IMAGE_VERSION, true)?;
         Ok(FileNand { chip: Chip::new(geometry, cells, blocks) })
     }
 
@@ -221,7 +214,7 @@ impl FileNand {
         }
         let mut h = vec![0u8; HEADER_SIZE as usize];
         file.read_exact_at(&mut h, 0).map_err(io(format!("{p}: read header")))?;
-        let geometry = decode_header(&p, &h)?;
+        let (geometry, version) = decode_header(&p, &h)?;
         if len < image_len(&geometry) {
             return Err(NandError::NotAnImage {
                 path: p,
@@ -238,8 +231,8 @@ impl FileNand {
                 why: format!("block table entry {b} is damaged (program position {})", s.next_index),
             });
         }
-        let base = data_offset(&geometry);
-        Ok(FileNand { chip: Chip::new(geometry, FileCells { file, path: p, base }, blocks) })
+        let cells = cells(file, p, &geometry, version, false)?;
+        Ok(FileNand { chip: Chip::new(geometry, cells, blocks) })
     }
 
     /// Sets the timing model (the default is [`Timing::TYPICAL`]).

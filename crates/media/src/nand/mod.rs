@@ -18,6 +18,7 @@ mod chip;
 mod faulty;
 mod file;
 mod geometry;
+mod image_cells;
 mod ram;
 
 pub use faulty::{Area, Endurance, FaultyNand, NandFault, Torn, WearOut};
