@@ -427,7 +427,13 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
     let scrubber = crate::scrubber::spawn(shared.clone(), schedule);
     let committer = commit_interval.map(|i| crate::commit::spawn(shared.clone(), i));
     let session = fuser::spawn_mount2(
-        crate::fuse::FuseFs { shared, direct_io: a.direct_io, writeback_cache: a.writeback_cache, nvram },
+        crate::fuse::FuseFs {
+            shared,
+            direct_io: a.direct_io,
+            writeback_cache: a.writeback_cache,
+            drops_privileges: false,
+            nvram,
+        },
         &a.mountpoint,
         &options,
     )

@@ -168,3 +168,55 @@ fn long_symlinks_xattrs_and_fallocate_through_the_mount() {
     fsck_clean(&img, "after umount");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The mount drops an executable's privileges itself (FUSE_HANDLE_KILLPRIV_V2, where the
+/// kernel offers it): a write or truncate by an unprivileged user clears set-user-ID and
+/// set-group-ID (with group execute), a change of owner does too, and root's write keeps
+/// them. Needs root (to write as another user); skipped otherwise.
+#[test]
+fn unprivileged_writes_truncates_and_chown_drop_setuid_and_setgid() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let root =
+        std::process::Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n").unwrap_or(false);
+    if !fuse_available() || !root {
+        eprintln!("needs root and FUSE: skipped");
+        return;
+    }
+    let (dir, img, mnt) = scratch("killpriv");
+    assert!(bitmend(&["mkfs", &img, "--size", "16MiB"]).status.success());
+    mount(&img, &mnt, &["--allow-other"]);
+    let f = std::path::Path::new(&mnt).join("x");
+    std::fs::write(&f, b"#!/bin/sh\n").unwrap();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    let set = |m: u32| std::fs::set_permissions(&f, std::fs::Permissions::from_mode(m)).unwrap();
+    let as_nobody = |cmd: &str| {
+        let s = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(cmd)
+            .current_dir(&mnt)
+            .uid(65534)
+            .gid(65534)
+            .status();
+        assert!(s.unwrap().success(), "{cmd}");
+    };
+    set(0o6777);
+    let mut w = std::fs::OpenOptions::new().append(true).open(&f).unwrap();
+    std::io::Write::write_all(&mut w, b"# root\n").unwrap();
+    drop(w);
+    assert_eq!(mode(&f), 0o6777, "root's write keeps the bits");
+    as_nobody("echo '# nobody' >> x");
+    assert_eq!(mode(&f), 0o0777, "an unprivileged write clears both");
+    set(0o6767);
+    as_nobody("echo '# nobody' >> x");
+    assert_eq!(mode(&f), 0o2767, "set-group-ID without group execute stays");
+    set(0o4777);
+    as_nobody("truncate -s 3 x");
+    assert_eq!((mode(&f), std::fs::metadata(&f).unwrap().len()), (0o0777, 3), "truncate");
+    set(0o4755);
+    std::os::unix::fs::chown(&f, Some(65534), None).unwrap();
+    assert_eq!(mode(&f), 0o0755, "chown clears set-user-ID");
+    umount(&mnt);
+    fsck_clean(&img, "after the privilege drops");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -336,3 +336,33 @@ fn a_long_symlink_whose_target_page_is_lost_is_an_error_not_other_bytes() {
     let (mut fs, _) = Fs::open(fs.unmount().unwrap(), opts()).unwrap();
     assert!(fs.check(true).clean(), "{:?}", fs.check(true).problems);
 }
+
+/// Dropping an executable's privileges (what a write by an unprivileged caller does, done by
+/// the mount for the kernel): set-user-ID goes; set-group-ID goes only with group execute
+/// (without it, it marks mandatory locking and stays); `security.capability` goes, other
+/// attributes stay; nothing else changes, and it holds after a remount.
+#[test]
+fn dropping_privileges_clears_setuid_setgid_with_group_execute_and_the_capability() {
+    let mut fs = Fs::format(chip(64), cfg(), opts()).unwrap();
+    let cases: [(&[u8], u16, u16); 4] =
+        [(b"a", 0o6755, 0o0755), (b"b", 0o6745, 0o2745), (b"c", 0o4700, 0o0700), (b"d", 0o0644, 0o0644)];
+    let mut inos = Vec::new();
+    for (name, mode, _) in cases {
+        let f = fs.create(ROOT, name, mode, 7, 8).unwrap();
+        fs.setxattr(f.ino, b"security.capability", b"\x01\x00\x00\x02", XattrMode::Any).unwrap();
+        fs.setxattr(f.ino, b"user.keep", b"yes", XattrMode::Any).unwrap();
+        fs.write(f.ino, 0, b"#!/bin/sh\n").unwrap();
+        inos.push(f.ino);
+    }
+    for &ino in &inos {
+        fs.drop_privileges(ino).unwrap();
+    }
+    let (fs, _) = Fs::open(fs.unmount().unwrap(), opts()).unwrap();
+    for ((name, _, want), ino) in cases.iter().zip(&inos) {
+        let a = fs.getattr(*ino).unwrap();
+        assert_eq!(a.perm, *want, "{}", String::from_utf8_lossy(name));
+        assert_eq!((a.uid, a.gid, a.size), (7, 8, 10));
+        assert!(matches!(fs.getxattr(*ino, b"security.capability"), Err(FsError::NoXattr)));
+        assert_eq!(fs.getxattr(*ino, b"user.keep").unwrap(), b"yes");
+    }
+}

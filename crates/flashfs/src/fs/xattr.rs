@@ -92,6 +92,25 @@ impl<N: Nand> Fs<N> {
         self.put_xattrs(ino, set)
     }
 
+    /// What a write or truncate by an unprivileged caller, or a change of owner, does to an
+    /// executable's privileges (Linux's rule): set-user-ID cleared, set-group-ID cleared if
+    /// the group may execute (else it marks mandatory locking), and the file capability
+    /// (`security.capability`) removed. Nothing is written if there is nothing to clear.
+    pub fn drop_privileges(&mut self, ino: Ino) -> Result<(), FsError> {
+        let perm = self.inode(ino.0)?.attr.perm;
+        let mut kept = perm & !0o4000;
+        if kept & 0o010 != 0 {
+            kept &= !0o2000;
+        }
+        if kept != perm {
+            self.setattr(ino, super::SetAttr { perm: Some(kept), ..Default::default() })?;
+        }
+        if self.inode(ino.0)?.xattrs.contains_key(&b"security.capability"[..]) {
+            self.removexattr(ino, b"security.capability")?;
+        }
+        Ok(())
+    }
+
     /// Writes `set` as the attributes of `ino` (in a page of its own); the inode's new ctime
     /// goes with the next write-back.
     fn put_xattrs(&mut self, ino: u64, set: node::Xattrs) -> Result<(), FsError> {
