@@ -5,11 +5,13 @@ set -euo pipefail
 
 packages=(
   pkg-config          # finds the libraries below
-  libisal-dev         # ISA-L: the anchor and cross-check for the erasure code and CRC-32C
+  libisal-dev         # ISA-L 2.30: an anchor and cross-check for the erasure code and CRC-32C
+  nasm autoconf automake libtool  # to build ISA-L 2.31 from source (the isal-sys crate), the other
   libpmemobj-dev      # PMDK: the anchor for the persistent-memory log and heap
   fuse3 libfuse3-dev  # the FUSE mount
   libclang-dev        # bindgen, for littlefs (the littlefs2 crate): the flash file system anchor
   fio stress-ng rsync # tools with their own verification, run on the mount by fuse-suites.sh
+  dbench postmark     # scripts/fuse-perf.sh
   mtd-utils           # mkfs.ubifs: the anchor of `bitmend bench corpus`
 )
 

@@ -1,6 +1,9 @@
 //! `bitmend bench code`: the coding core beside ISA-L (and memcpy, and the crc32c crate).
+//! Each erasure-code and CRC row is measured against both ISA-L builds there are (2.31,
+//! bundled, with GFNI kernels; Debian's 2.30 when installed), one row each, the anchor named
+//! with the kernel family its dispatcher runs on this CPU.
 
-use bitmend_anchors::isal::{self, Kernel, Tables};
+use bitmend_anchors::isal::{Isal, Kernel};
 use bitmend_code::crc;
 use bitmend_code::rs::{matrix, Codec};
 use bitmend_code::sig::{Signature, Signer};
@@ -18,16 +21,9 @@ fn size_name(len: usize) -> String {
     }
 }
 
-/// The ISA-L closure as an anchor, or none when ISA-L is not linked.
-fn isal_anchor(f: &mut dyn FnMut()) -> Option<&mut dyn FnMut()> {
-    isal::available().then_some(f)
-}
-
-fn isal_name(kernel: Kernel) -> &'static str {
-    match kernel {
-        Kernel::Dispatch => "isa-l",
-        Kernel::Avx2 => "isa-l-avx2",
-    }
+/// The anchor's name: the build and the erasure-code kernel family it runs.
+fn ec_anchor(isal: &Isal, kernel: Kernel) -> String {
+    format!("{} {}", isal.name(), isal.ec_family(kernel))
 }
 
 /// Runs every case, calling `emit` with each row as soon as it is measured.
@@ -35,38 +31,49 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
     let shapes: &[(usize, usize)] =
         if opts.quick { &[(10, 4), (8, 2)] } else { &[(10, 4), (4, 2), (8, 1), (8, 2), (8, 4)] };
     let sizes: &[usize] = if opts.quick { &[4 * KIB, 64 * KIB] } else { &[4 * KIB, 64 * KIB, 1 << 20] };
+    let builds = Isal::all();
     for &(k, m) in shapes {
         for &len in sizes {
-            encode(opts, k, m, len, Kernel::Dispatch, emit);
-            if (k, m) == (10, 4) {
-                encode(opts, k, m, len, Kernel::Avx2, emit);
+            for isal in &builds {
+                encode(opts, (k, m, len), isal, Kernel::Dispatch, emit);
+                if (k, m) == (10, 4) && isal.ec_family(Kernel::Dispatch) != "avx2" {
+                    encode(opts, (k, m, len), isal, Kernel::Avx2, emit);
+                }
             }
         }
     }
     encode_memcpy(opts, 10, 64 * KIB, emit);
-    for lost in [1, 4] {
-        reconstruct(opts, 10, 4, 64 * KIB, lost, emit);
+    for isal in &builds {
+        for lost in [1, 4] {
+            reconstruct(opts, (10, 4, 64 * KIB), lost, isal, emit);
+        }
+        for m in [1, 2, 4] {
+            update(opts, m, None, isal, emit);
+        }
+        update(opts, 4, Some(64), isal, emit);
     }
-    for m in [1, 2, 4] {
-        update(opts, m, None, emit);
-    }
-    update(opts, 4, Some(64), emit);
     for len in [2 * KIB, 4 * KIB, 64 * KIB] {
         signature::<2>(opts, len, emit);
         signature::<4>(opts, len, emit);
     }
     signature_update::<2>(opts, emit);
     signature_update::<4>(opts, emit);
-    crc32c(opts, emit);
+    crc32c(opts, &builds, emit);
 }
 
-fn encode(opts: &Options, k: usize, m: usize, len: usize, kernel: Kernel, emit: &mut dyn FnMut(Row)) {
+fn encode(
+    opts: &Options,
+    (k, m, len): (usize, usize, usize),
+    isal: &Isal,
+    kernel: Kernel,
+    emit: &mut dyn FnMut(Row),
+) {
     let codec = Codec::new(k, m).expect("valid shape");
     let data: Vec<Vec<u8>> = (0..k).map(|i| bytes(i as u64 + 1, len)).collect();
     let d: Vec<&[u8]> = data.iter().map(|x| x.as_slice()).collect();
     let mut ours = vec![vec![0u8; len]; m];
     let mut theirs = vec![vec![0u8; len]; m];
-    let mut tables = Tables::new(k, m, &matrix::cauchy(k, m)[k * k..]);
+    let mut tables = isal.tables(k, m, &matrix::cauchy(k, m)[k * k..], kernel);
     let mut f_ours = || {
         let mut p: Vec<&mut [u8]> = ours.iter_mut().map(|x| x.as_mut_slice()).collect();
         codec.encode(&d, &mut p).expect("shapes match");
@@ -74,21 +81,16 @@ fn encode(opts: &Options, k: usize, m: usize, len: usize, kernel: Kernel, emit: 
     };
     let mut f_isal = || {
         let mut p: Vec<&mut [u8]> = theirs.iter_mut().map(|x| x.as_mut_slice()).collect();
-        if let Some(t) = tables.as_mut() {
-            t.encode(kernel, &d, &mut p);
-        }
+        tables.encode(&d, &mut p);
         keep(&p);
     };
-    let anchor = isal_anchor(&mut f_isal);
-    let (ns, ans) = compare(opts, &mut f_ours, anchor);
-    if isal::available() {
-        assert_eq!(ours, theirs, "parity differs from ISA-L");
-    }
+    let (ns, ans) = compare(opts, &mut f_ours, Some(&mut f_isal));
+    assert_eq!(ours, theirs, "parity differs from {}", isal.name());
     emit(Row::throughput(
         format!("rs-encode k={k} m={m} {} [{}]", size_name(len), codec.engine().name()),
         k * len,
         ns,
-        isal_name(kernel),
+        &ec_anchor(isal, kernel),
         ans,
     ));
 }
@@ -121,7 +123,13 @@ fn encode_memcpy(opts: &Options, k: usize, len: usize, emit: &mut dyn FnMut(Row)
     ));
 }
 
-fn reconstruct(opts: &Options, k: usize, m: usize, len: usize, lost: usize, emit: &mut dyn FnMut(Row)) {
+fn reconstruct(
+    opts: &Options,
+    (k, m, len): (usize, usize, usize),
+    lost: usize,
+    isal: &Isal,
+    emit: &mut dyn FnMut(Row),
+) {
     let codec = Codec::new(k, m).expect("valid shape");
     let mut chunks: Vec<Vec<u8>> = (0..k).map(|i| bytes(i as u64 + 1, len)).collect();
     chunks.extend((0..m).map(|_| vec![0u8; len]));
@@ -146,34 +154,31 @@ fn reconstruct(opts: &Options, k: usize, m: usize, len: usize, lost: usize, emit
     let mut f_isal = || {
         let survivors: Vec<usize> = (0..k + m).filter(|i| !erased.contains(i)).take(k).collect();
         let sub: Vec<u8> = survivors.iter().flat_map(|&r| full[r * k..(r + 1) * k].to_vec()).collect();
-        let inv = isal::invert(&sub, k).expect("invertible");
+        let inv = isal.invert(&sub, k).expect("invertible");
         let rows: Vec<u8> = erased.iter().flat_map(|&e| inv[e * k..(e + 1) * k].to_vec()).collect();
-        let mut t = Tables::new(k, erased.len(), &rows).expect("ISA-L linked");
+        let mut t = isal.tables(k, erased.len(), &rows, Kernel::Dispatch);
         let (srcs, outs): (Vec<_>, Vec<_>) =
             theirs.iter_mut().enumerate().partition(|(i, _)| survivors.contains(i));
         let srcs: Vec<&[u8]> = srcs.into_iter().map(|(_, c)| &c[..]).collect();
         let mut outs: Vec<&mut [u8]> =
             outs.into_iter().filter(|(i, _)| erased.contains(i)).map(|(_, c)| c.as_mut_slice()).collect();
-        t.encode(Kernel::Dispatch, &srcs, &mut outs);
+        t.encode(&srcs, &mut outs);
         keep(&outs);
     };
-    let anchor = isal_anchor(&mut f_isal);
-    let (ns, ans) = compare(opts, &mut f_ours, anchor);
+    let (ns, ans) = compare(opts, &mut f_ours, Some(&mut f_isal));
     assert_eq!(ours, good, "reconstruction is wrong");
-    if isal::available() {
-        assert_eq!(theirs, good, "ISA-L reconstruction is wrong");
-    }
+    assert_eq!(theirs, good, "{} reconstruction is wrong", isal.name());
     emit(Row::throughput(
         format!("rs-reconstruct k={k} m={m} {} lost={lost}", size_name(len)),
         k * len,
         ns,
-        "isa-l",
+        &ec_anchor(isal, Kernel::Dispatch),
         ans,
     ));
 }
 
 /// Parity update of a random 10..100-byte range (or a fixed size) of a 4 KiB chunk, k = 8.
-fn update(opts: &Options, m: usize, fixed: Option<usize>, emit: &mut dyn FnMut(Row)) {
+fn update(opts: &Options, m: usize, fixed: Option<usize>, isal: &Isal, emit: &mut dyn FnMut(Row)) {
     let (k, len) = (8, 4 * KIB);
     let codec = Codec::new(k, m).expect("valid shape");
     let chunk = bytes(3, len);
@@ -186,7 +191,7 @@ fn update(opts: &Options, m: usize, fixed: Option<usize>, emit: &mut dyn FnMut(R
         .collect();
     let mut ours = vec![vec![0u8; len]; m];
     let mut theirs = vec![vec![0u8; len]; m];
-    let mut tables = Tables::new(k, m, &matrix::cauchy(k, m)[k * k..]);
+    let mut tables = isal.tables(k, m, &matrix::cauchy(k, m)[k * k..], Kernel::Dispatch);
     let (mut i, mut j) = (0, 0);
     let mut f_ours = || {
         let (off, n) = ranges[i % ranges.len()];
@@ -202,14 +207,11 @@ fn update(opts: &Options, m: usize, fixed: Option<usize>, emit: &mut dyn FnMut(R
             *d = a ^ b;
         }
         let mut p: Vec<&mut [u8]> = theirs.iter_mut().map(|x| &mut x[off..off + n]).collect();
-        if let Some(t) = tables.as_mut() {
-            t.update(2, &delta[..n], &mut p);
-        }
+        tables.update(2, &delta[..n], &mut p);
     };
-    let anchor = isal_anchor(&mut f_isal);
-    let (ns, ans) = compare(opts, &mut f_ours, anchor);
+    let (ns, ans) = compare(opts, &mut f_ours, Some(&mut f_isal));
     let what = fixed.map_or("10..100B".to_string(), |n| format!("{n}B"));
-    emit(Row::latency(format!("rs-update {what} m={m}"), ns, "isa-l", ans));
+    emit(Row::latency(format!("rs-update {what} m={m}"), ns, &ec_anchor(isal, Kernel::Dispatch), ans));
 }
 
 fn signature<const N: usize>(opts: &Options, len: usize, emit: &mut dyn FnMut(Row)) {
@@ -218,11 +220,11 @@ fn signature<const N: usize>(opts: &Options, len: usize, emit: &mut dyn FnMut(Ro
     let mut f_ours = || {
         keep(signer.sign(keep(&data)));
     };
+    let isal = Isal::bundled();
     let mut f_isal = || {
-        keep(isal::crc32c(Kernel::Dispatch, keep(&data)));
+        keep(isal.crc32c(Kernel::Dispatch, keep(&data)));
     };
-    let anchor = isal_anchor(&mut f_isal);
-    let (ns, ans) = compare(opts, &mut f_ours, anchor);
+    let (ns, ans) = compare(opts, &mut f_ours, Some(&mut f_isal));
     emit(Row::throughput(
         format!("signature {}-bit {} [{}]", 16 * N, size_name(len), signer.engine().name()),
         len,
@@ -246,16 +248,16 @@ fn signature_update<const N: usize>(opts: &Options, emit: &mut dyn FnMut(Row)) {
         i += 1;
         sig = signer.update(sig, off, &data[off..off + 64], &fresh[off..off + 64]);
     };
+    let isal = Isal::bundled();
     let mut f_isal = || {
-        keep(isal::crc32c(Kernel::Dispatch, keep(&data)));
+        keep(isal.crc32c(Kernel::Dispatch, keep(&data)));
     };
-    let anchor = isal_anchor(&mut f_isal);
-    let (ns, ans) = compare(opts, &mut f_ours, anchor);
+    let (ns, ans) = compare(opts, &mut f_ours, Some(&mut f_isal));
     keep(sig);
     emit(Row::latency(format!("signature-update {}-bit 64B in 4KiB", 16 * N), ns, "isa-l crc32c 4KiB", ans));
 }
 
-fn crc32c(opts: &Options, emit: &mut dyn FnMut(Row)) {
+fn crc32c(opts: &Options, builds: &[Isal], emit: &mut dyn FnMut(Row)) {
     // A page is reported as a time, a megabyte as a throughput.
     for len in [4 * KIB, 1 << 20] {
         let data = bytes(12, len);
@@ -270,13 +272,12 @@ fn crc32c(opts: &Options, emit: &mut dyn FnMut(Row)) {
         let mut f_ours = || {
             keep(crc::crc32c(keep(&data)));
         };
-        for kernel in [Kernel::Dispatch, Kernel::Avx2] {
+        for (isal, kernel) in builds.iter().flat_map(|b| [(b, Kernel::Dispatch), (b, Kernel::Avx2)]) {
             let mut f_isal = || {
-                keep(isal::crc32c(kernel, keep(&data)));
+                keep(isal.crc32c(kernel, keep(&data)));
             };
-            let (ns, ans) = compare(opts, &mut f_ours, isal_anchor(&mut f_isal));
-            let name = if kernel == Kernel::Dispatch { "isa-l" } else { "isa-l-sse4.2" };
-            emit(row(ns, name, ans));
+            let (ns, ans) = compare(opts, &mut f_ours, Some(&mut f_isal));
+            emit(row(ns, &format!("{} {}", isal.name(), isal.crc_family(kernel)), ans));
         }
         let mut f_crate = || {
             keep(crc32c::crc32c(keep(&data)));
@@ -309,16 +310,16 @@ fn crc32c(opts: &Options, emit: &mut dyn FnMut(Row)) {
         i += 1;
         c = crc::update(c, 4 * KIB, off, &page[off..off + 64], &fresh[off..off + 64]);
     };
+    let isal = Isal::bundled();
     let mut f_isal = || {
-        keep(isal::crc32c(Kernel::Dispatch, keep(&page)));
+        keep(isal.crc32c(Kernel::Dispatch, keep(&page)));
     };
-    let anchor = isal_anchor(&mut f_isal);
-    let (ns, ans) = compare(opts, &mut f_ours, anchor);
+    let (ns, ans) = compare(opts, &mut f_ours, Some(&mut f_isal));
     keep(c);
     emit(Row::latency("crc32c update 64B in 4KiB".into(), ns, "isa-l crc32c 4KiB", ans));
 }
 
-/// Whether the ISA-L anchor is linked into this build.
-pub fn isal_linked() -> bool {
-    isal::available()
+/// The ISA-L builds the rows are measured against, by name.
+pub fn isal_builds() -> Vec<&'static str> {
+    Isal::all().iter().map(|i| i.name()).collect()
 }

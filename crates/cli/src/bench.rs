@@ -71,9 +71,9 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         Suite::Code => {
             if !json {
                 eprintln!(
-                    "bench code: engine {}, ISA-L {}, {} samples per figure (medians)",
+                    "bench code: engine {}, beside {}, {} samples per figure (medians)",
                     bitmend_code::gf::engine().name(),
-                    if bitmend_bench::code::isal_linked() { "linked" } else { "NOT linked (no anchor)" },
+                    bitmend_bench::code::isal_builds().join(" and "),
                     opts.samples
                 );
             }

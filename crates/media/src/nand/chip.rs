@@ -137,18 +137,20 @@ impl<C: Cells> Chip<C> {
         let off = self.page_offset(page);
         let erased = self.known_erased(block, index)?;
         let mut cells = std::mem::take(&mut self.scratch);
-        let old = if erased {
-            cells.fill(0xFF);
-            Ok(())
-        } else {
-            self.cells.read_at(off, &mut cells)
-        };
-        let result = old.and_then(|()| {
-            let (cd, cs) = cells.split_at_mut(g.page_size as usize);
-            cd.iter_mut().zip(data).for_each(|(c, d)| *c &= d);
-            cs.iter_mut().zip(spare).for_each(|(c, s)| *c &= s);
+        let (cd, cs) = cells.split_at_mut(g.page_size as usize);
+        let result = if erased {
+            // All ones AND the new bits are the new bits.
+            cd.copy_from_slice(data);
+            cs.copy_from_slice(spare);
             self.cells.write_at(off, &cells)
-        });
+        } else {
+            self.cells.read_at(off, &mut cells).and_then(|()| {
+                let (cd, cs) = cells.split_at_mut(g.page_size as usize);
+                cd.iter_mut().zip(data).for_each(|(c, d)| *c &= d);
+                cs.iter_mut().zip(spare).for_each(|(c, s)| *c &= s);
+                self.cells.write_at(off, &cells)
+            })
+        };
         self.scratch = cells;
         let known = &mut self.erased_from[block as usize];
         if result.is_err() {
