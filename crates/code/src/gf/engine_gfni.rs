@@ -115,10 +115,10 @@ unsafe fn dot_block<const G: usize, const C: usize>(
     let k = srcs.len();
     let mut acc = [[_mm512_setzero_si512(); C]; G];
     if accumulate {
-        for j in 0..G {
-            for c in 0..C {
+        for (acc, out) in acc.iter_mut().zip(outs.iter()) {
+            for (c, a) in acc.iter_mut().enumerate() {
                 // SAFETY: the caller's contract: off + 64 * C is inside every output.
-                acc[j][c] = unsafe { _mm512_loadu_si512(outs[j].as_ptr().add(off + 64 * c).cast()) };
+                *a = unsafe { _mm512_loadu_si512(out.as_ptr().add(off + 64 * c).cast()) };
             }
         }
     }
@@ -128,17 +128,17 @@ unsafe fn dot_block<const G: usize, const C: usize>(
             // SAFETY: the caller's contract: off + 64 * C is inside every source.
             *x = unsafe { _mm512_loadu_si512(src.as_ptr().add(off + 64 * c).cast()) };
         }
-        for j in 0..G {
+        for (j, acc) in acc.iter_mut().enumerate() {
             let a = _mm512_set1_epi64(matrix(rows[j * k + i]));
-            for c in 0..C {
-                acc[j][c] = _mm512_xor_si512(acc[j][c], _mm512_gf2p8affine_epi64_epi8::<0>(x[c], a));
+            for (a_c, x_c) in acc.iter_mut().zip(&x) {
+                *a_c = _mm512_xor_si512(*a_c, _mm512_gf2p8affine_epi64_epi8::<0>(*x_c, a));
             }
         }
     }
-    for j in 0..G {
-        for c in 0..C {
+    for (acc, out) in acc.iter().zip(outs.iter_mut()) {
+        for (c, a) in acc.iter().enumerate() {
             // SAFETY: the caller's contract: off + 64 * C is inside every output.
-            unsafe { _mm512_storeu_si512(outs[j].as_mut_ptr().add(off + 64 * c).cast(), acc[j][c]) };
+            unsafe { _mm512_storeu_si512(out.as_mut_ptr().add(off + 64 * c).cast(), *a) };
         }
     }
 }
