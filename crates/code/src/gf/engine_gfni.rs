@@ -5,7 +5,7 @@
 use std::arch::x86_64::*;
 
 use super::tables::{mul, AFFINE};
-use super::{check_dot_prod, check_sig, Engine, Lanes, WordMul};
+use super::{check_dot_prod, check_sig, check_update, Engine, Lanes, WordMul};
 
 /// GFNI + AVX-512 engine; construct with [`Gfni::new`], which checks the CPU.
 #[derive(Clone, Copy, Debug)]
@@ -41,6 +41,12 @@ impl Engine for Gfni {
                 }
             }
         }
+    }
+
+    fn update_parity(&self, coeffs: &[u8], old: &[u8], new: &[u8], parity: &mut [&mut [u8]], at: usize) {
+        check_update(coeffs, old, new, parity, at);
+        // SAFETY: `new` checked the features; `check_update` the ranges.
+        unsafe { update(coeffs, old, new, parity, at) }
     }
 
     fn sig_horner(&self, data: &[u8], steps: &[WordMul], accs: &mut [Lanes]) {
@@ -140,6 +146,37 @@ unsafe fn dot_block<const G: usize, const C: usize>(
             // SAFETY: the caller's contract: off + 64 * C is inside every output.
             unsafe { _mm512_storeu_si512(out.as_mut_ptr().add(off + 64 * c).cast(), *a) };
         }
+    }
+}
+
+/// `parity[j][at..] ^= coeffs[j] * (old ^ new)`, 64 bytes at a time with masked loads and
+/// stores: no delta buffer and no call per 64 bytes (a small write's update is one column).
+///
+/// # Safety
+/// GFNI and AVX-512BW are present; `old` and `new` have equal lengths and every parity chunk
+/// holds at + old.len() bytes.
+#[target_feature(enable = "gfni,avx512f,avx512bw")]
+unsafe fn update(coeffs: &[u8], old: &[u8], new: &[u8], parity: &mut [&mut [u8]], at: usize) {
+    let len = old.len();
+    let mut off = 0;
+    while off < len {
+        let n = (len - off).min(64);
+        let mask: __mmask64 = if n == 64 { !0 } else { (1u64 << n) - 1 };
+        // SAFETY: the mask covers bytes off..off + n, inside `old`, `new` and every parity range.
+        unsafe {
+            let d = _mm512_xor_si512(
+                _mm512_maskz_loadu_epi8(mask, old.as_ptr().add(off).cast()),
+                _mm512_maskz_loadu_epi8(mask, new.as_ptr().add(off).cast()),
+            );
+            for (&c, p) in coeffs.iter().zip(parity.iter_mut()) {
+                let q = p.as_mut_ptr().add(at + off);
+                let v = _mm512_maskz_loadu_epi8(mask, q.cast());
+                let v =
+                    _mm512_xor_si512(v, _mm512_gf2p8affine_epi64_epi8::<0>(d, _mm512_set1_epi64(matrix(c))));
+                _mm512_mask_storeu_epi8(q.cast(), mask, v);
+            }
+        }
+        off += 64;
     }
 }
 
