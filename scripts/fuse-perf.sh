@@ -4,11 +4,12 @@
 # options), the floor any FUSE file system pays on this machine. Not part of CI: a full run
 # takes about 20 minutes.
 #
-#   ./scripts/fuse-perf.sh [--runs N] [--seconds S] [--only REGEX] [--no-tier-too]
+#   ./scripts/fuse-perf.sh [--runs N] [--seconds S] [--only REGEX] [--no-tier-too] [--threads T]
 #
 # Medians of N runs (default 3), S s per fio job; --only runs the cases whose name matches
 # REGEX (PostMark is "PostMark", dbench "dbench"); --no-tier-too adds a third system, bitmend without its
-# NVRAM tier (--nvram none: every fsync writes to flash), to show what the tier buys.
+# NVRAM tier (--nvram none: every fsync writes to flash), to show what the tier buys;
+# --threads serves both mounts' requests from T threads (default: each one's own default, 2).
 #
 # Both run on RAM: the bitmend image (a NAND image file) and the passthrough's directory live
 # in /dev/shm, so the figures compare file system work (signatures, parity, compression, the
@@ -21,13 +22,15 @@ runs=3
 seconds=10
 only=.
 systems=(bitmend floor)
+threads=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs="$2"; shift 2 ;;
     --seconds) seconds="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
     --no-tier-too) systems=(bitmend no-tier floor); shift ;;
-    *) sed -n '2,18p' "$0"; exit 2 ;;
+    --threads) threads=(--threads "$2"); shift 2 ;;
+    *) sed -n '2,19p' "$0"; exit 2 ;;
   esac
 done
 for tool in fio postmark dbench fusermount3; do
@@ -55,10 +58,10 @@ mount_fresh() {
     "$bin" mkfs "$work/fs.img" --size 256MiB --force > /dev/null
     local tier=()
     [ "$1" = no-tier ] && tier=(--nvram none)
-    "$bin" mount "$work/fs.img" "$m" "${tier[@]}" > /dev/null
+    "$bin" mount "$work/fs.img" "$m" "${tier[@]}" "${threads[@]}" > /dev/null
   else
     rm -rf "$work/src" && mkdir "$work/src"
-    "$pass" "$work/src" "$m" 2> "$work/pass.log" &
+    "$pass" "${threads[@]}" "$work/src" "$m" 2> "$work/pass.log" &
     for _ in $(seq 50); do mountpoint -q "$m" && break; sleep 0.1; done
   fi
   mountpoint -q "$m" || { echo "fuse-perf: $1 did not mount"; exit 1; }

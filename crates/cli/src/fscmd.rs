@@ -236,6 +236,11 @@ pub struct MountArgs {
     /// kernel would. Without it, every write that returned is in the NVRAM tier.
     #[arg(long, conflicts_with = "direct_io")]
     pub writeback_cache: bool,
+    /// Threads serving FUSE requests, each with its own /dev/fuse descriptor. A request
+    /// holds the file system's lock only while it changes or reads it; receiving the next
+    /// request and copying replies to the kernel go on beside it (docs/DESIGN.md, "Locks").
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub threads: u16,
     /// The NVRAM tier: a file whose mapping holds every acknowledged change until it is on
     /// flash (`none`: no tier; changes wait in the daemon's memory for the commit interval).
     /// With the tier, fsync returns once a change is in it, without a flash program, and a
@@ -291,7 +296,9 @@ fn spawn_daemon(a: &MountArgs) -> Result<(), CliError> {
         .arg("--cache")
         .arg(&a.cache)
         .arg("--cache-check-rate")
-        .arg(a.cache_check_rate.to_string());
+        .arg(a.cache_check_rate.to_string())
+        .arg("--threads")
+        .arg(a.threads.to_string());
     if a.allow_other {
         cmd.arg("--allow-other");
     }
@@ -348,6 +355,28 @@ fn default_mkfs(a: &MountArgs) -> MkfsArgs {
     }
 }
 
+/// The FUSE session: `--threads` request threads, each with its own /dev/fuse descriptor
+/// (FUSE_DEV_IOC_CLONE), so that the kernel hands a waiting thread the next request while
+/// another is busy with the last.
+fn fuse_config(a: &MountArgs) -> fuser::Config {
+    let mut config = fuser::Config::default();
+    config.n_threads = Some(a.threads as usize);
+    config.clone_fd = true;
+    config.mount_options = vec![
+        // The canonical path, so that commands given the image can tell it is mounted.
+        fuser::MountOption::FSName(format!(
+            "{}{}",
+            crate::mounted::SOURCE_PREFIX,
+            std::fs::canonicalize(&a.image).unwrap_or_else(|_| a.image.clone()).display()
+        )),
+        fuser::MountOption::DefaultPermissions,
+    ];
+    if a.allow_other {
+        config.acl = fuser::SessionACL::All;
+    }
+    config
+}
+
 pub fn mount(a: &MountArgs) -> Result<(), CliError> {
     crate::units::parse_duration(&a.scrub_every).map_err(CliError::Usage)?;
     let commit_interval = crate::units::parse_duration(&a.commit_interval).map_err(CliError::Usage)?;
@@ -401,18 +430,7 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
         rep.superblocks_damaged,
         rep.superblocks_rewritten
     );
-    let mut options = vec![
-        // The canonical path, so that commands given the image can tell it is mounted.
-        fuser::MountOption::FSName(format!(
-            "{}{}",
-            crate::mounted::SOURCE_PREFIX,
-            std::fs::canonicalize(&a.image).unwrap_or_else(|_| a.image.clone()).display()
-        )),
-        fuser::MountOption::DefaultPermissions,
-    ];
-    if a.allow_other {
-        options.push(fuser::MountOption::AllowOther);
-    }
+    let config = fuse_config(a);
     // SAFETY: installs an async-signal-safe handler (it only stores to an atomic).
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
@@ -426,24 +444,34 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
     let shared = crate::scrubber::share(fs, schedule);
     let scrubber = crate::scrubber::spawn(shared.clone(), schedule);
     let committer = commit_interval.map(|i| crate::commit::spawn(shared.clone(), i));
-    let session = fuser::spawn_mount2(
+    let session = fuser::spawn_mount(
         crate::fuse::FuseFs {
-            shared,
+            shared: shared.clone(),
             direct_io: a.direct_io,
             writeback_cache: a.writeback_cache,
             drops_privileges: false,
-            nvram,
         },
         &a.mountpoint,
-        &options,
+        &config,
     )
     .map_err(err)?;
     while !STOP.load(Ordering::SeqCst) && !session.guard.is_finished() {
         std::thread::sleep(Duration::from_millis(100));
     }
-    // Dropping the session unmounts; the file system is written out in `destroy`, and the
-    // scrubber stops when it finds it gone.
-    drop(session);
+    // Every request thread has returned once the session is joined. The session is dropped
+    // (and with it fuser's own unmount of the mountpoint's path, a no-op by then) before the
+    // file system lets go of the image: `bitmend umount` returns once the image is free, and
+    // a mount made then at the same place must not be the one fuser unmounts.
+    let ended = if session.guard.is_finished() { session.join() } else { session.umount_and_join() };
+    if let Err(e) = ended {
+        eprintln!("bitmend: unmount: {e}");
+        // Still mounted (busy): requests may still come, so the file system stays until the
+        // mount is gone.
+        while crate::mounted::is_mountpoint(&a.mountpoint) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    crate::fuse::write_out(&shared, nvram.as_deref());
     let _ = scrubber.join();
     if let Some(c) = committer {
         let _ = c.join();

@@ -10,23 +10,21 @@ use std::sync::MutexGuard;
 use bitmend_flashfs::{Attr, Falloc, FileType, Fs, Ino, SetAttr, XattrMode, ROOT};
 use bitmend_media::nand::FileNand;
 use fuser::{
-    FileAttr, Filesystem, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, LockOwner,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::scrubber::{lock, Mounted, Shared, CONTROL_INO, CONTROL_NAME};
 
 const TTL: Duration = Duration::from_secs(1);
 
-/// FUSE_HANDLE_KILLPRIV_V2 (protocol 7.33, Linux 5.11; fuser 0.15 knows the protocol to 7.31):
-/// the file system clears set-user-ID, set-group-ID and file capabilities itself on a write,
+/// FUSE_HANDLE_KILLPRIV_V2 (protocol 7.33, Linux 5.11): the file system clears set-user-ID, set-group-ID and file capabilities itself on a write,
 /// a truncate or a change of owner. Without it the kernel asks for `security.capability`
 /// before every write, to see whether there is one to remove: a second round trip per
 /// write (4,006 requests for 2,000 random 4 KiB writes). With it the kernel also marks the
 /// mount SB_NOSEC.
-const FUSE_HANDLE_KILLPRIV_V2: u32 = 1 << 28;
-/// In a write's flags: the writer lacks CAP_FSETID, privileges go (KILLPRIV_V2 only).
-const FUSE_WRITE_KILL_SUIDGID: u32 = 1 << 2;
+const KILLPRIV_V2: InitFlags = InitFlags::FUSE_HANDLE_KILLPRIV_V2;
 
 /// The mounted file system, shared with the scrubber thread.
 pub struct FuseFs {
@@ -38,8 +36,23 @@ pub struct FuseFs {
     pub writeback_cache: bool,
     /// FUSE_HANDLE_KILLPRIV_V2 was agreed at init: privileges are ours to drop.
     pub drops_privileges: bool,
-    /// The NVRAM tier's file, removed once a clean unmount has emptied it.
-    pub nvram: Option<std::path::PathBuf>,
+}
+
+/// Writes the file system out and lets go of the image, once the session is over (not in
+/// `destroy`: see `fscmd::mount`). The scrubber and the committer stop when they find it gone.
+pub fn write_out(shared: &Shared, nvram: Option<&std::path::Path>) {
+    let fs = lock(shared).fs.take();
+    if let Some(fs) = fs {
+        match fs.unmount() {
+            // Everything on flash, the tier checked out: its file holds nothing.
+            Ok(_) => {
+                if let Some(p) = nvram {
+                    let _ = std::fs::remove_file(p);
+                }
+            }
+            Err(e) => eprintln!("bitmend: unmount: {e}"),
+        }
+    }
 }
 
 /// The file system, locked for one request.
@@ -60,8 +73,8 @@ impl DerefMut for Locked<'_> {
 
 /// Whether `name` in `parent` is the control file, which no operation may create, remove or
 /// rename.
-fn is_control(parent: u64, name: &OsStr) -> bool {
-    parent == ROOT.0 && name.as_bytes() == CONTROL_NAME
+fn is_control(parent: INodeNo, name: &OsStr) -> bool {
+    parent.0 == ROOT.0 && name.as_bytes() == CONTROL_NAME
 }
 
 /// The control file's attributes: a regular file owned as the root directory is, as long as
@@ -69,7 +82,7 @@ fn is_control(parent: u64, name: &OsStr) -> bool {
 fn control_attr(len: usize, owner: (u32, u32)) -> FileAttr {
     let now = SystemTime::now();
     FileAttr {
-        ino: CONTROL_INO,
+        ino: INodeNo(CONTROL_INO),
         size: len as u64,
         blocks: 0,
         atime: now,
@@ -95,7 +108,7 @@ fn xattr_reply(reply: ReplyXattr, size: u32, bytes: &[u8]) {
     } else if bytes.len() <= size as usize {
         reply.data(bytes);
     } else {
-        reply.error(libc::ERANGE);
+        reply.error(Errno::ERANGE);
     }
 }
 
@@ -136,7 +149,7 @@ fn kind(k: FileType) -> fuser::FileType {
 
 fn attr(a: &Attr) -> FileAttr {
     FileAttr {
-        ino: a.ino.0,
+        ino: INodeNo(a.ino.0),
         size: a.size,
         blocks: a.size.div_ceil(512),
         atime: time(a.atime),
@@ -158,15 +171,15 @@ impl FuseFs {
     /// How files are opened: direct I/O if asked; otherwise the kernel keeps its cached pages
     /// across opens (FOPEN_KEEP_CACHE), since every change reaches the file system through
     /// this mount and so through that same cache: the data cannot have changed behind it.
-    fn open_flags(&self) -> u32 {
+    fn open_flags(&self) -> FopenFlags {
         if self.direct_io {
-            fuser::consts::FOPEN_DIRECT_IO
+            FopenFlags::FOPEN_DIRECT_IO
         } else {
-            fuser::consts::FOPEN_KEEP_CACHE
+            FopenFlags::FOPEN_KEEP_CACHE
         }
     }
 
-    fn fs(&mut self) -> Locked<'_> {
+    fn fs(&self) -> Locked<'_> {
         Locked(lock(&self.shared))
     }
 
@@ -181,7 +194,7 @@ impl FuseFs {
 macro_rules! not_control {
     ($reply:expr, $parent:expr, $name:expr, $errno:expr) => {
         if is_control($parent, $name) {
-            return $reply.error($errno);
+            return $reply.error(Errno::from_i32($errno));
         }
     };
 }
@@ -190,7 +203,7 @@ macro_rules! try_reply {
     ($reply:expr, $e:expr) => {
         match $e {
             Ok(v) => v,
-            Err(e) => return $reply.error(e.errno()),
+            Err(e) => return $reply.error(Errno::from_i32(e.errno())),
         }
     };
 }
@@ -198,50 +211,37 @@ macro_rules! try_reply {
 impl Filesystem for FuseFs {
     /// Requests of up to 1 MiB (fuser asks for the kernel's largest, FUSE_MAX_PAGES), the
     /// writeback cache if the mount asked for it, and privileges dropped by us.
-    fn init(&mut self, _req: &Request<'_>, config: &mut fuser::KernelConfig) -> Result<(), libc::c_int> {
+    fn init(&mut self, _req: &Request, config: &mut fuser::KernelConfig) -> std::io::Result<()> {
         if self.writeback_cache {
-            config.add_capabilities(fuser::consts::FUSE_WRITEBACK_CACHE).map_err(|_| libc::ENOSYS)?;
+            config
+                .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
+                .map_err(|_| std::io::Error::other("the kernel offers no writeback cache"))?;
         }
         // An older kernel does not offer it, and goes on asking for security.capability.
-        self.drops_privileges = config.add_capabilities(FUSE_HANDLE_KILLPRIV_V2).is_ok();
+        self.drops_privileges = config.add_capabilities(KILLPRIV_V2).is_ok();
         Ok(())
     }
 
-    fn destroy(&mut self) {
-        let fs = lock(&self.shared).fs.take();
-        if let Some(fs) = fs {
-            match fs.unmount() {
-                // Everything on flash, the tier checked out: its file holds nothing.
-                Ok(_) => {
-                    if let Some(p) = &self.nvram {
-                        let _ = std::fs::remove_file(p);
-                    }
-                }
-                Err(e) => eprintln!("bitmend: unmount: {e}"),
-            }
-        }
-    }
-
-    fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         if is_control(parent, name) {
-            return reply.entry(&Duration::ZERO, &self.control(), 0);
+            return reply.entry(&Duration::ZERO, &self.control(), Generation(0));
         }
-        let a = try_reply!(reply, self.fs().lookup(Ino(parent), name.as_bytes()));
-        reply.entry(&TTL, &attr(&a), 0);
+        let a = try_reply!(reply, self.fs().lookup(Ino(parent.0), name.as_bytes()));
+        reply.entry(&TTL, &attr(&a), Generation(0));
     }
 
-    fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
-        if ino == CONTROL_INO {
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        if ino.0 == CONTROL_INO {
             return reply.attr(&Duration::ZERO, &self.control());
         }
-        let a = try_reply!(reply, self.fs().getattr(Ino(ino)));
+        let a = try_reply!(reply, self.fs().getattr(Ino(ino.0)));
         reply.attr(&TTL, &attr(&a));
     }
 
     fn setattr(
-        &mut self,
-        req: &Request<'_>,
-        ino: u64,
+        &self,
+        req: &Request,
+        ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
         gid: Option<u32>,
@@ -249,14 +249,14 @@ impl Filesystem for FuseFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<u64>,
+        _fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
-        _flags: Option<u32>,
+        _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        if ino == CONTROL_INO {
+        if ino.0 == CONTROL_INO {
             // `echo start > .bitmend-scrub` truncates first: nothing to truncate.
             return reply.attr(&Duration::ZERO, &self.control());
         }
@@ -274,29 +274,29 @@ impl Filesystem for FuseFs {
             atime: t(atime),
             mtime: t(mtime),
         };
-        let a = try_reply!(reply, self.fs().setattr(Ino(ino), set));
+        let a = try_reply!(reply, self.fs().setattr(Ino(ino.0), set));
         // With KILLPRIV_V2 the kernel leaves this to us: a change of owner always drops an
         // executable's privileges; a truncate does unless the caller has CAP_FSETID, which
         // fuser 0.15 does not pass on (FATTR_KILL_SUIDGID): root is taken to have it.
         let owner = uid.is_some() || gid.is_some();
         let truncated = size.is_some() && req.uid() != 0;
         if self.drops_privileges && a.kind != FileType::Dir && (owner || truncated) {
-            try_reply!(reply, self.fs().drop_privileges(Ino(ino)));
-            let a = try_reply!(reply, self.fs().getattr(Ino(ino)));
+            try_reply!(reply, self.fs().drop_privileges(Ino(ino.0)));
+            let a = try_reply!(reply, self.fs().getattr(Ino(ino.0)));
             return reply.attr(&TTL, &attr(&a));
         }
         reply.attr(&TTL, &attr(&a));
     }
 
-    fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
-        let t = try_reply!(reply, self.fs().readlink(Ino(ino)));
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let t = try_reply!(reply, self.fs().readlink(Ino(ino.0)));
         reply.data(&t);
     }
 
     fn mknod(
-        &mut self,
-        req: &Request<'_>,
-        parent: u64,
+        &self,
+        req: &Request,
+        parent: INodeNo,
         name: &OsStr,
         mode: u32,
         umask: u32,
@@ -310,47 +310,40 @@ impl Filesystem for FuseFs {
             libc::S_IFSOCK => FileType::Socket,
             libc::S_IFCHR => FileType::CharDevice,
             libc::S_IFBLK => FileType::BlockDevice,
-            _ => return reply.error(libc::EINVAL),
+            _ => return reply.error(Errno::EINVAL),
         };
         let perm = (mode & !umask & 0o7777) as u16;
         let a = try_reply!(
             reply,
-            self.fs().mknod(Ino(parent), name.as_bytes(), k, perm, rdev, (req.uid(), req.gid()))
+            self.fs().mknod(Ino(parent.0), name.as_bytes(), k, perm, rdev, (req.uid(), req.gid()))
         );
-        reply.entry(&TTL, &attr(&a), 0);
+        reply.entry(&TTL, &attr(&a), Generation(0));
     }
 
-    fn mkdir(
-        &mut self,
-        req: &Request<'_>,
-        parent: u64,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        reply: ReplyEntry,
-    ) {
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         not_control!(reply, parent, name, libc::EEXIST);
         let perm = (mode & !umask & 0o7777) as u16;
-        let a = try_reply!(reply, self.fs().mkdir(Ino(parent), name.as_bytes(), perm, req.uid(), req.gid()));
-        reply.entry(&TTL, &attr(&a), 0);
+        let a =
+            try_reply!(reply, self.fs().mkdir(Ino(parent.0), name.as_bytes(), perm, req.uid(), req.gid()));
+        reply.entry(&TTL, &attr(&a), Generation(0));
     }
 
-    fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         not_control!(reply, parent, name, libc::EPERM);
-        try_reply!(reply, self.fs().unlink(Ino(parent), name.as_bytes()));
+        try_reply!(reply, self.fs().unlink(Ino(parent.0), name.as_bytes()));
         reply.ok();
     }
 
-    fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         not_control!(reply, parent, name, libc::ENOTDIR);
-        try_reply!(reply, self.fs().rmdir(Ino(parent), name.as_bytes()));
+        try_reply!(reply, self.fs().rmdir(Ino(parent.0), name.as_bytes()));
         reply.ok();
     }
 
     fn symlink(
-        &mut self,
-        req: &Request<'_>,
-        parent: u64,
+        &self,
+        req: &Request,
+        parent: INodeNo,
         link_name: &OsStr,
         target: &std::path::Path,
         reply: ReplyEntry,
@@ -359,105 +352,109 @@ impl Filesystem for FuseFs {
         let a = try_reply!(
             reply,
             self.fs().symlink(
-                Ino(parent),
+                Ino(parent.0),
                 link_name.as_bytes(),
                 target.as_os_str().as_bytes(),
                 req.uid(),
                 req.gid()
             )
         );
-        reply.entry(&TTL, &attr(&a), 0);
+        reply.entry(&TTL, &attr(&a), Generation(0));
     }
 
     fn rename(
-        &mut self,
-        _req: &Request<'_>,
-        parent: u64,
+        &self,
+        _req: &Request,
+        parent: INodeNo,
         name: &OsStr,
-        newparent: u64,
+        newparent: INodeNo,
         newname: &OsStr,
-        flags: u32,
+        flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
         not_control!(reply, parent, name, libc::EPERM);
         not_control!(reply, newparent, newname, libc::EPERM);
-        if flags & libc::RENAME_EXCHANGE != 0 {
-            return reply.error(libc::EINVAL);
+        if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+            return reply.error(Errno::EINVAL);
         }
-        if flags & libc::RENAME_NOREPLACE != 0 && self.fs().lookup(Ino(newparent), newname.as_bytes()).is_ok()
+        if flags.contains(RenameFlags::RENAME_NOREPLACE)
+            && self.fs().lookup(Ino(newparent.0), newname.as_bytes()).is_ok()
         {
-            return reply.error(libc::EEXIST);
+            return reply.error(Errno::EEXIST);
         }
-        try_reply!(reply, self.fs().rename(Ino(parent), name.as_bytes(), Ino(newparent), newname.as_bytes()));
+        try_reply!(
+            reply,
+            self.fs().rename(Ino(parent.0), name.as_bytes(), Ino(newparent.0), newname.as_bytes())
+        );
         reply.ok();
     }
 
-    fn link(&mut self, _req: &Request<'_>, ino: u64, newparent: u64, newname: &OsStr, reply: ReplyEntry) {
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         not_control!(reply, newparent, newname, libc::EEXIST);
-        let a = try_reply!(reply, self.fs().link(Ino(ino), Ino(newparent), newname.as_bytes()));
-        reply.entry(&TTL, &attr(&a), 0);
+        let a = try_reply!(reply, self.fs().link(Ino(ino.0), Ino(newparent.0), newname.as_bytes()));
+        reply.entry(&TTL, &attr(&a), Generation(0));
     }
 
-    fn open(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
-        if ino == CONTROL_INO {
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if ino.0 == CONTROL_INO {
             // Direct I/O: every read asks again, so the status is never a cached one.
-            return reply.opened(0, fuser::consts::FOPEN_DIRECT_IO);
+            return reply.opened(FileHandle(0), FopenFlags::FOPEN_DIRECT_IO);
         }
-        try_reply!(reply, self.fs().open_file(Ino(ino)));
-        reply.opened(0, self.open_flags());
+        try_reply!(reply, self.fs().open_file(Ino(ino.0)));
+        reply.opened(FileHandle(0), self.open_flags());
     }
 
     fn release(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        _fh: u64,
-        _flags: i32,
-        _lock_owner: Option<u64>,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        if ino == CONTROL_INO {
+        if ino.0 == CONTROL_INO {
             return reply.ok();
         }
-        self.fs().release_file(Ino(ino));
+        self.fs().release_file(Ino(ino.0));
         reply.ok();
     }
 
     fn read(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        _fh: u64,
-        offset: i64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
         size: u32,
-        _flags: i32,
-        _lock_owner: Option<u64>,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        if ino == CONTROL_INO {
+        if ino.0 == CONTROL_INO {
             let status = lock(&self.shared).status().into_bytes();
-            let from = (offset.max(0) as usize).min(status.len());
+            let from = usize::try_from(offset).unwrap_or(usize::MAX).min(status.len());
             let to = (from + size as usize).min(status.len());
             return reply.data(&status[from..to]);
         }
-        let data = try_reply!(reply, self.fs().read(Ino(ino), offset.max(0) as u64, size as usize));
+        let data = try_reply!(reply, self.fs().read(Ino(ino.0), offset, size as usize));
         reply.data(&data);
     }
 
     fn write(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        _fh: u64,
-        offset: i64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
         data: &[u8],
-        write_flags: u32,
-        _flags: i32,
-        _lock_owner: Option<u64>,
+        write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        if ino == CONTROL_INO {
+        if ino.0 == CONTROL_INO {
             return match data.trim_ascii() {
                 b"start" => {
                     lock(&self.shared).request();
@@ -476,72 +473,79 @@ impl Filesystem for FuseFs {
                 // `flip INO PAGE BIT`: a memory error in a cached page (tests, the demo).
                 // ENODATA if the page is not in the daemon's memory.
                 command => match lock(&self.shared).flip(command) {
-                    Some(bitmend_flashfs::Cached::No) => reply.error(libc::ENODATA),
+                    Some(bitmend_flashfs::Cached::No) => reply.error(Errno::ENODATA),
                     Some(_) => reply.written(data.len() as u32),
-                    None => reply.error(libc::EINVAL),
+                    None => reply.error(Errno::EINVAL),
                 },
             };
         }
-        if write_flags & FUSE_WRITE_KILL_SUIDGID != 0 {
-            try_reply!(reply, self.fs().drop_privileges(Ino(ino)));
+        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            try_reply!(reply, self.fs().drop_privileges(Ino(ino.0)));
         }
-        let n = try_reply!(reply, self.fs().write(Ino(ino), offset.max(0) as u64, data));
+        let n = try_reply!(reply, self.fs().write(Ino(ino.0), offset, data));
         reply.written(n as u32);
     }
 
-    fn flush(&mut self, _req: &Request<'_>, _ino: u64, _fh: u64, _lock_owner: u64, reply: ReplyEmpty) {
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
         reply.ok();
     }
 
-    fn fsync(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
-        if ino == CONTROL_INO {
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        if ino.0 == CONTROL_INO {
             return reply.ok();
         }
-        try_reply!(reply, self.fs().fsync(Ino(ino)));
+        try_reply!(reply, self.fs().fsync(Ino(ino.0)));
         reply.ok();
     }
 
-    fn fsyncdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _datasync: bool, reply: ReplyEmpty) {
-        try_reply!(reply, self.fs().fsync(Ino(ino)));
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        try_reply!(reply, self.fs().fsync(Ino(ino.0)));
         reply.ok();
     }
 
     fn setxattr(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
         name: &OsStr,
         value: &[u8],
         flags: i32,
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        if ino == CONTROL_INO {
-            return reply.error(libc::EPERM);
+        if ino.0 == CONTROL_INO {
+            return reply.error(Errno::EPERM);
         }
         let mode = match flags {
             0 => XattrMode::Any,
             libc::XATTR_CREATE => XattrMode::Create,
             libc::XATTR_REPLACE => XattrMode::Replace,
-            _ => return reply.error(libc::EINVAL),
+            _ => return reply.error(Errno::EINVAL),
         };
-        try_reply!(reply, self.fs().setxattr(Ino(ino), name.as_bytes(), value, mode));
+        try_reply!(reply, self.fs().setxattr(Ino(ino.0), name.as_bytes(), value, mode));
         reply.ok();
     }
 
-    fn getxattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, size: u32, reply: ReplyXattr) {
-        if ino == CONTROL_INO {
-            return reply.error(libc::ENODATA);
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if ino.0 == CONTROL_INO {
+            return reply.error(Errno::ENODATA);
         }
-        let value = try_reply!(reply, self.fs().getxattr(Ino(ino), name.as_bytes()));
+        let value = try_reply!(reply, self.fs().getxattr(Ino(ino.0), name.as_bytes()));
         xattr_reply(reply, size, &value);
     }
 
-    fn listxattr(&mut self, _req: &Request<'_>, ino: u64, size: u32, reply: ReplyXattr) {
-        if ino == CONTROL_INO {
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if ino.0 == CONTROL_INO {
             return xattr_reply(reply, size, &[]);
         }
-        let names = try_reply!(reply, self.fs().listxattr(Ino(ino)));
+        let names = try_reply!(reply, self.fs().listxattr(Ino(ino.0)));
         // Each name followed by a NUL, as listxattr(2) returns them.
         let list: Vec<u8> = names
             .into_iter()
@@ -553,63 +557,66 @@ impl Filesystem for FuseFs {
         xattr_reply(reply, size, &list);
     }
 
-    fn removexattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, reply: ReplyEmpty) {
-        if ino == CONTROL_INO {
-            return reply.error(libc::ENODATA);
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if ino.0 == CONTROL_INO {
+            return reply.error(Errno::ENODATA);
         }
-        try_reply!(reply, self.fs().removexattr(Ino(ino), name.as_bytes()));
+        try_reply!(reply, self.fs().removexattr(Ino(ino.0), name.as_bytes()));
         reply.ok();
     }
 
     fn fallocate(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        _fh: u64,
-        offset: i64,
-        length: i64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let (Ok(off), Ok(len)) = (u64::try_from(offset), u64::try_from(length)) else {
-            return reply.error(libc::EINVAL);
-        };
+        // What fallocate(2) takes as signed: past i64::MAX it was negative.
+        if i64::try_from(offset).is_err() || i64::try_from(length).is_err() {
+            return reply.error(Errno::EINVAL);
+        }
+        let (off, len) = (offset, length);
         let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let how = match mode & !libc::FALLOC_FL_KEEP_SIZE {
             0 => Falloc::Reserve { keep_size },
             // Linux accepts a punch only with KEEP_SIZE.
             libc::FALLOC_FL_PUNCH_HOLE if keep_size => Falloc::PunchHole,
             libc::FALLOC_FL_ZERO_RANGE => Falloc::ZeroRange { keep_size },
-            _ => return reply.error(libc::EOPNOTSUPP),
+            _ => return reply.error(Errno::EOPNOTSUPP),
         };
-        if ino == CONTROL_INO {
-            return reply.error(libc::ENODEV);
+        if ino.0 == CONTROL_INO {
+            return reply.error(Errno::ENODEV);
         }
-        try_reply!(reply, self.fs().fallocate(Ino(ino), off, len, how));
+        try_reply!(reply, self.fs().fallocate(Ino(ino.0), off, len, how));
         reply.ok();
     }
 
-    fn opendir(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
-        try_reply!(reply, self.fs().readdir(Ino(ino)));
-        reply.opened(0, 0);
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        try_reply!(reply, self.fs().readdir(Ino(ino.0)));
+        reply.opened(FileHandle(0), FopenFlags::empty());
     }
 
-    fn readdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, offset: i64, mut reply: ReplyDirectory) {
-        let entries = try_reply!(reply, self.fs().readdir(Ino(ino)));
+    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let entries = try_reply!(reply, self.fs().readdir(Ino(ino.0)));
         let dots = [
             (ino, fuser::FileType::Directory, b".".to_vec()),
             (ino, fuser::FileType::Directory, b"..".to_vec()),
         ];
-        let all = dots.into_iter().chain(entries.into_iter().map(|e| (e.ino.0, kind(e.kind), e.name)));
-        for (i, (child, k, name)) in all.enumerate().skip(offset.max(0) as usize) {
-            if reply.add(child, i as i64 + 1, k, OsStr::from_bytes(&name)) {
+        let all =
+            dots.into_iter().chain(entries.into_iter().map(|e| (INodeNo(e.ino.0), kind(e.kind), e.name)));
+        for (i, (child, k, name)) in all.enumerate().skip(usize::try_from(offset).unwrap_or(usize::MAX)) {
+            if reply.add(child, i as u64 + 1, k, OsStr::from_bytes(&name)) {
                 break;
             }
         }
         reply.ok();
     }
 
-    fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let fs = self.fs();
         let (total, free) = fs.statfs();
         let files = fs.inode_count() as u64;
@@ -617,9 +624,9 @@ impl Filesystem for FuseFs {
     }
 
     fn create(
-        &mut self,
-        req: &Request<'_>,
-        parent: u64,
+        &self,
+        req: &Request,
+        parent: INodeNo,
         name: &OsStr,
         mode: u32,
         umask: u32,
@@ -628,9 +635,10 @@ impl Filesystem for FuseFs {
     ) {
         not_control!(reply, parent, name, libc::EEXIST);
         let perm = (mode & !umask & 0o7777) as u16;
-        let a = try_reply!(reply, self.fs().create(Ino(parent), name.as_bytes(), perm, req.uid(), req.gid()));
+        let a =
+            try_reply!(reply, self.fs().create(Ino(parent.0), name.as_bytes(), perm, req.uid(), req.gid()));
         try_reply!(reply, self.fs().open_file(a.ino));
-        reply.created(&TTL, &attr(&a), 0, 0, self.open_flags());
+        reply.created(&TTL, &attr(&a), Generation(0), FileHandle(0), self.open_flags());
     }
 }
 
