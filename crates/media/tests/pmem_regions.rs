@@ -55,6 +55,33 @@ fn ram_mmap_and_protected_regions_agree() {
     }
 }
 
+/// A region's file is reserved whole when made (not a sparse file whose first store into a
+/// hole could find the file system full and die of SIGBUS), and a region the host cannot
+/// hold is refused with an error and leaves no file behind.
+#[test]
+fn a_new_region_is_reserved_whole_or_refused() {
+    use std::os::unix::fs::MetadataExt;
+    let path = temp_path("reserved.pmem");
+    let len = 8 << 20;
+    let m = MmapRegion::create(&path, len).unwrap();
+    let meta = std::fs::metadata(&path).unwrap();
+    assert_eq!(meta.len(), len as u64);
+    assert!(meta.blocks() * 512 >= len as u64, "{} bytes allocated of {len}", meta.blocks() * 512);
+    drop(m);
+    std::fs::remove_file(&path).unwrap();
+    // A GiB more than the temporary file system has free.
+    let df = std::process::Command::new("df")
+        .args(["--output=avail", "-B1"])
+        .arg(path.parent().unwrap())
+        .output()
+        .expect("df runs");
+    let free: usize = String::from_utf8_lossy(&df.stdout).lines().nth(1).unwrap().trim().parse().unwrap();
+    let huge = (free + (1 << 30)).next_multiple_of(4096);
+    let err = MmapRegion::create(&path, huge).map(|_| ()).unwrap_err();
+    assert!(err.to_string().contains("reserving"), "{err}");
+    assert!(!path.exists(), "a refused region leaves no file");
+}
+
 #[test]
 fn an_ordinary_file_is_not_dax_and_defaults_to_msync() {
     let path = temp_path("plain.pmem");

@@ -56,18 +56,11 @@ fn keys() -> &'static Keys {
     })
 }
 
+/// The pair in every 128-bit lane: one 16-byte load and one broadcast, not eight inserts.
 #[inline(always)]
-unsafe fn broadcast(k: [u64; 2]) -> __m512i {
-    _mm512_set_epi64(
-        k[1] as i64,
-        k[0] as i64,
-        k[1] as i64,
-        k[0] as i64,
-        k[1] as i64,
-        k[0] as i64,
-        k[1] as i64,
-        k[0] as i64,
-    )
+unsafe fn broadcast(k: &[u64; 2]) -> __m512i {
+    // SAFETY: `k` is 16 readable bytes; the load is unaligned.
+    _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128((k as *const [u64; 2]).cast()) })
 }
 
 /// x moved forward by the constants in k, XORed with d.
@@ -97,7 +90,7 @@ pub unsafe fn raw(state: u32, data: &[u8]) -> (u32, usize) {
     x[0] = _mm512_xor_si512(x[0], _mm512_set_epi64(0, 0, 0, 0, 0, 0, 0, state as i64));
     let mut off = 256;
     // SAFETY: registers only; VPCLMULQDQ and AVX-512F is enabled in this function.
-    let k256 = unsafe { broadcast(k.by256) };
+    let k256 = unsafe { broadcast(&k.by256) };
     while off + 256 <= data.len() {
         for (i, xi) in x.iter_mut().enumerate() {
             // SAFETY: off + 64 * i + 64 <= off + 256 <= data.len() (the loop condition); `fold` is register arithmetic.
@@ -105,29 +98,28 @@ pub unsafe fn raw(state: u32, data: &[u8]) -> (u32, usize) {
         }
         off += 256;
     }
-    let mut acc = x[3];
-    for (xi, t) in x[..3].iter().zip(&k.tail) {
-        // SAFETY: registers only; VPCLMULQDQ and AVX-512F is enabled in this function.
-        acc = unsafe { fold(*xi, broadcast(*t), acc) };
-    }
+    // x0, x1 and x2 onto x3 side by side, not one after another: three independent pairs
+    // of products, then two XORs, so the tail waits for one multiplication's latency instead
+    // of three (5% of a 4 KiB CRC).
     // SAFETY: registers only; VPCLMULQDQ and AVX-512F is enabled in this function.
-    let k64 = unsafe { broadcast(k.by64) };
+    let mut acc = unsafe {
+        let (t0, t1, t2) = (broadcast(&k.tail[0]), broadcast(&k.tail[1]), broadcast(&k.tail[2]));
+        let a = fold(x[0], t0, x[3]);
+        let b = _mm512_clmulepi64_epi128::<0x00>(x[1], t1);
+        let c = _mm512_clmulepi64_epi128::<0x11>(x[1], t1);
+        let d = fold(x[2], t2, b);
+        _mm512_ternarylogic_epi64::<0x96>(a, c, d)
+    };
+    // SAFETY: registers only; VPCLMULQDQ and AVX-512F is enabled in this function.
+    let k64 = unsafe { broadcast(&k.by64) };
     while off + 64 <= data.len() {
         // SAFETY: off + 64 <= data.len() (the loop condition); `fold` is register arithmetic.
         acc = unsafe { fold(acc, k64, load(off)) };
         off += 64;
     }
     // Lanes 0..2 onto lane 3; lane 3 itself passes through (its constants are 0).
-    let kl = _mm512_set_epi64(
-        k.lanes[7] as i64,
-        k.lanes[6] as i64,
-        k.lanes[5] as i64,
-        k.lanes[4] as i64,
-        k.lanes[3] as i64,
-        k.lanes[2] as i64,
-        k.lanes[1] as i64,
-        k.lanes[0] as i64,
-    );
+    // SAFETY: `lanes` is 64 readable bytes; the load is unaligned.
+    let kl = unsafe { _mm512_loadu_si512(k.lanes.as_ptr().cast()) };
     // SAFETY: registers only; VPCLMULQDQ and AVX-512F is enabled in this function.
     let moved = unsafe { fold(acc, kl, _mm512_setzero_si512()) };
     let lane3 = _mm512_extracti64x4_epi64::<1>(acc);

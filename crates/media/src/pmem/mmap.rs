@@ -304,6 +304,18 @@ fn create_file(path: &Path, len: usize) -> Result<(File, String), RegionError> {
     let file =
         OpenOptions::new().read(true).write(true).create_new(true).open(path).map_err(io(p.clone()))?;
     file.set_len(len as u64).map_err(io(format!("{p}: size")))?;
+    // Every byte reserved now: a store into a hole of a full file system (a full /dev/shm)
+    // would be a SIGBUS in the middle of a write, not an error. A file system without
+    // fallocate keeps the file sparse.
+    // SAFETY: fallocate on a descriptor we own; no memory is passed.
+    if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len as libc::off_t) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if !matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOSYS)) {
+            drop(file);
+            let _ = std::fs::remove_file(path);
+            return Err(io(format!("{p}: reserving {len} bytes"))(e));
+        }
+    }
     Ok((file, p))
 }
 
