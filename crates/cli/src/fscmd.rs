@@ -238,7 +238,7 @@ pub struct MountArgs {
     pub writeback_cache: bool,
     /// Threads serving FUSE requests, each with its own /dev/fuse descriptor. A request
     /// holds the file system's lock only while it changes or reads it; receiving the next
-    /// request and copying replies to the kernel go on beside it (docs/DESIGN.md, "Locks").
+    /// request and copying replies to the kernel go on beside it (docs/DESIGN.md, "Threads and locks").
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub threads: u16,
     /// The NVRAM tier: a file whose mapping holds every acknowledged change until it is on

@@ -277,7 +277,7 @@ impl Filesystem for FuseFs {
         let a = try_reply!(reply, self.fs().setattr(Ino(ino.0), set));
         // With KILLPRIV_V2 the kernel leaves this to us: a change of owner always drops an
         // executable's privileges; a truncate does unless the caller has CAP_FSETID, which
-        // fuser 0.15 does not pass on (FATTR_KILL_SUIDGID): root is taken to have it.
+        // fuser does not pass on (FATTR_KILL_SUIDGID): root is taken to have it.
         let owner = uid.is_some() || gid.is_some();
         let truncated = size.is_some() && req.uid() != 0;
         if self.drops_privileges && a.kind != FileType::Dir && (owner || truncated) {

@@ -59,10 +59,13 @@ impl Mapping {
     /// its first store (a block is 32 to 64 pages). Best effort: a kernel before 5.14 does not
     /// know MADV_POPULATE_WRITE, and the pages then fault in as before.
     fn populate(&mut self, start: usize, len: usize) {
+        // Linux's value (uapi mman-common.h); the libc crate does not name it yet.
         const MADV_POPULATE_WRITE: libc::c_int = 23;
-        let page = 4096;
-        let from = start / page * page;
-        let to = (start + len).next_multiple_of(page).min(self.len);
+        // x86-64's page; where pages are larger the range is misaligned, the call fails with
+        // EINVAL, and the pages fault in as before.
+        const PAGE: usize = 4096;
+        let from = start / PAGE * PAGE;
+        let to = (start + len).next_multiple_of(PAGE).min(self.len);
         if from >= to {
             return;
         }
