@@ -241,6 +241,11 @@ pub struct MountArgs {
     /// request and copying replies to the kernel go on beside it (docs/DESIGN.md, "Threads and locks").
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub threads: u16,
+    /// Write dirty data back in the request that passes the dirty limit, as before the
+    /// write-back thread (for comparison). By default a thread of its own writes it back,
+    /// a step at a time, and that request returns at once (docs/DESIGN.md, "Threads and locks").
+    #[arg(long)]
+    pub write_back_in_request: bool,
     /// The NVRAM tier: a file whose mapping holds every acknowledged change until it is on
     /// flash (`none`: no tier; changes wait in the daemon's memory for the commit interval).
     /// With the tier, fsync returns once a change is in it, without a flash program, and a
@@ -307,6 +312,9 @@ fn spawn_daemon(a: &MountArgs) -> Result<(), CliError> {
     }
     if a.writeback_cache {
         cmd.arg("--writeback-cache");
+    }
+    if a.write_back_in_request {
+        cmd.arg("--write-back-in-request");
     }
     cmd.arg("--nvram").arg(&a.nvram).arg("--nvram-size").arg(&a.nvram_size);
     // The daemon must not hold our output open (a caller waiting for it would hang): its
@@ -404,6 +412,7 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
         node_pages: a.node_pages,
         verify,
         cache_pages,
+        background_write_back: !a.write_back_in_request,
         ..FsOptions::default()
     };
     let nvram = crate::nvram::chosen(&a.nvram, &a.image)?;
@@ -444,12 +453,14 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
     let shared = crate::scrubber::share(fs, schedule);
     let scrubber = crate::scrubber::spawn(shared.clone(), schedule);
     let committer = commit_interval.map(|i| crate::commit::spawn(shared.clone(), i));
+    let (write_back, writer) = crate::write_back::spawn(shared.clone());
     let session = fuser::spawn_mount(
         crate::fuse::FuseFs {
             shared: shared.clone(),
             direct_io: a.direct_io,
             writeback_cache: a.writeback_cache,
             drops_privileges: false,
+            write_back,
         },
         &a.mountpoint,
         &config,
@@ -473,6 +484,7 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
     }
     crate::fuse::write_out(&shared, nvram.as_deref());
     let _ = scrubber.join();
+    let _ = writer.join();
     if let Some(c) = committer {
         let _ = c.join();
     }

@@ -36,6 +36,8 @@ pub struct FuseFs {
     pub writeback_cache: bool,
     /// FUSE_HANDLE_KILLPRIV_V2 was agreed at init: privileges are ours to drop.
     pub drops_privileges: bool,
+    /// Wakes the write-back thread when a write leaves dirty data past the limit.
+    pub write_back: crate::write_back::Waker,
 }
 
 /// Writes the file system out and lets go of the image, once the session is over (not in
@@ -482,8 +484,15 @@ impl Filesystem for FuseFs {
         if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
             try_reply!(reply, self.fs().drop_privileges(Ino(ino.0)));
         }
-        let n = try_reply!(reply, self.fs().write(Ino(ino.0), offset, data));
+        let (n, due) = {
+            let mut fs = self.fs();
+            let n = try_reply!(reply, fs.write(Ino(ino.0), offset, data));
+            (n, fs.write_back_due())
+        };
         reply.written(n as u32);
+        if due {
+            self.write_back.wake();
+        }
     }
 
     fn flush(

@@ -19,6 +19,7 @@ mod report;
 mod scrub;
 mod scrubber;
 mod units;
+mod write_back;
 
 use std::process::ExitCode;
 

@@ -100,6 +100,11 @@ pub struct FsOptions {
     pub compression: Compression,
     /// Dirty file data kept in RAM before it is written out.
     pub dirty_limit: usize,
+    /// Whether a thread of the caller's writes dirty data back ([`Fs::write_back_step`]
+    /// while [`Fs::write_back_due`]): a `write` then writes back itself only past
+    /// [`BACKGROUND_HARD_LIMIT`] times `dirty_limit` (the thread fell that far behind).
+    /// Otherwise each `write` that passes `dirty_limit` writes everything back itself.
+    pub background_write_back: bool,
     /// Chunks of the index ([`CHUNK_PAGES`] logical pages each) kept in RAM: the least
     /// recently used are dropped past it (read again from their map nodes when needed).
     pub index_chunks: usize,
@@ -122,6 +127,11 @@ pub struct FsOptions {
     pub cache_pages: usize,
 }
 
+/// With [`FsOptions::background_write_back`], how many times `dirty_limit` of dirty data a
+/// `write` lets wait for the write-back thread before it writes back itself (room for a
+/// request of up to three limits while the thread is busy; RAM stays bounded).
+pub const BACKGROUND_HARD_LIMIT: usize = 4;
+
 /// The default of [`FsOptions::cache_pages`]: 16 MiB of clean pages.
 pub const DEFAULT_CACHE_PAGES: usize = 4096;
 
@@ -139,6 +149,7 @@ impl Default for FsOptions {
         FsOptions {
             compression: Compression::Lz4,
             dirty_limit: 1 << 20,
+            background_write_back: false,
             index_chunks: DEFAULT_INDEX_CHUNKS,
             lz4_level: DEFAULT_LZ4_LEVEL,
             lz4_write_level: 0,

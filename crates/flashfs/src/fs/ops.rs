@@ -704,7 +704,7 @@ impl<N: Nand> Fs<N> {
         // The pages before the size: a crash between recovers the old size, the pages past
         // it dropped.
         self.tier_inode(ino)?;
-        if self.dirty_bytes() > self.opts.dirty_limit {
+        if self.dirty_bytes() > self.write_back_limit() {
             self.flush_data()?;
         }
         Ok(data.len())

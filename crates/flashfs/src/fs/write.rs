@@ -348,10 +348,72 @@ impl<N: Nand> Fs<N> {
     /// [`FsOptions::node_pages`](super::FsOptions) and aligned to it), then the inodes whose
     /// size or times changed.
     pub(crate) fn flush_data(&mut self) -> Result<(), FsError> {
+        let dirty = std::mem::take(&mut self.wb.dirty);
+        self.write_runs(dirty)?;
+        self.write_dirty_inodes(true)?;
+        self.maybe_clean()?;
+        self.maybe_checkpoint()
+    }
+
+    /// With [`FsOptions::background_write_back`](super::FsOptions): whether the write-back
+    /// thread has work (dirty data past the limit), so it is woken only when it does.
+    pub fn write_back_due(&self) -> bool {
+        self.opts.background_write_back && self.dirty_bytes() >= self.opts.dirty_limit
+    }
+
+    /// With [`FsOptions::background_write_back`](super::FsOptions): whether the write-back
+    /// thread, once started, may stop (dirty data down to half the limit).
+    pub fn write_back_done(&self) -> bool {
+        !self.opts.background_write_back || self.dirty_bytes() <= self.opts.dirty_limit / 2
+    }
+
+    /// One step of the write-back thread: writes about `pages` dirty logical pages (the
+    /// first in (file, page) order, whole runs), then the inodes none of whose pages are
+    /// dirty any more (an inode's size never reaches the flash before its data). The thread
+    /// takes the lock for one step at a time, so that a request waits for at most one step.
+    /// Returns the pages written.
+    pub fn write_back_step(&mut self, pages: usize) -> Result<usize, FsError> {
+        let batch = self.take_dirty(pages);
+        let written = batch.len();
+        self.write_runs(batch)?;
+        self.write_dirty_inodes(false)?;
+        self.maybe_clean()?;
+        self.maybe_checkpoint()?;
+        Ok(written)
+    }
+
+    /// The first `pages` dirty pages, out of `wb.dirty`, and the rest of the run the last
+    /// one is in (so a step does not split a node write-back would have made whole).
+    fn take_dirty(&mut self, pages: usize) -> std::collections::BTreeMap<(u64, u64), DirtyPage> {
+        if pages >= self.wb.dirty.len() {
+            return std::mem::take(&mut self.wb.dirty);
+        }
+        let most = self.opts.node_pages.clamp(1, MAX_NODE_PAGES) as u64;
+        let mut batch = std::collections::BTreeMap::new();
+        while let Some(((ino, index), page)) = self.wb.dirty.pop_first() {
+            batch.insert((ino, index), page);
+            let run_goes_on = self
+                .wb
+                .dirty
+                .first_key_value()
+                .is_some_and(|(&(i, next), _)| i == ino && next == index + 1 && next % most != 0);
+            if batch.len() >= pages && !run_goes_on {
+                break;
+            }
+        }
+        batch
+    }
+
+    /// Writes the dirty pages `dirty` (taken out of `wb.dirty`) in runs. On an error, what
+    /// was not written is dirty again.
+    fn write_runs(
+        &mut self,
+        dirty: std::collections::BTreeMap<(u64, u64), DirtyPage>,
+    ) -> Result<(), FsError> {
         // An image still marked with an older version (before its first checkpoint here) gets
         // nodes an older build reads.
         let most = if self.store.sb_version >= 5 { self.opts.node_pages.clamp(1, MAX_NODE_PAGES) } else { 1 };
-        let mut dirty = std::mem::take(&mut self.wb.dirty).into_iter().peekable();
+        let mut dirty = dirty.into_iter().peekable();
         let mut run: Vec<u8> = Vec::with_capacity(most * LOGICAL_PAGE);
         let mut crcs: Vec<u32> = Vec::with_capacity(most);
         while let Some(((ino, first), page)) = dirty.next() {
@@ -377,7 +439,8 @@ impl<N: Nand> Fs<N> {
                 // Nothing acknowledged is dropped: what was not written stays dirty (the
                 // run's pages may be pending in the page being filled: written again). But
                 // a run whose index chunk became unreadable since it was accepted cannot be
-                // written ever: kept, it would fail every later sync.
+                // written ever: kept, it would fail every later sync. (The lock is held from
+                // the take to here: no write can have made any of them newer since.)
                 let lost_map = matches!(e, FsError::Unrecoverable { .. } | FsError::NotWritten { .. });
                 if !lost_map {
                     for (i, (p, crc)) in run.chunks(LOGICAL_PAGE).zip(&crcs).enumerate() {
@@ -388,7 +451,18 @@ impl<N: Nand> Fs<N> {
                 return Err(e);
             }
         }
-        let mut inodes = std::mem::take(&mut self.wb.dirty_inodes).into_iter();
+        Ok(())
+    }
+
+    /// Writes the node of every dirty inode (`all`), or of those none of whose pages are
+    /// dirty: an inode's size goes to flash only after the data it covers.
+    fn write_dirty_inodes(&mut self, all: bool) -> Result<(), FsError> {
+        let dirty = &self.wb.dirty;
+        let settled = |ino: &u64| all || dirty.range((*ino, 0)..=(*ino, u64::MAX)).next().is_none();
+        let (ready, waiting): (Vec<u64>, Vec<u64>) =
+            std::mem::take(&mut self.wb.dirty_inodes).into_iter().partition(settled);
+        self.wb.dirty_inodes.extend(waiting);
+        let mut inodes = ready.into_iter();
         while let Some(ino) = inodes.next() {
             if self.ns.inodes.contains_key(&ino) {
                 let n = self.inode_node(ino);
@@ -399,8 +473,16 @@ impl<N: Nand> Fs<N> {
                 }
             }
         }
-        self.maybe_clean()?;
-        self.maybe_checkpoint()
+        Ok(())
+    }
+
+    /// The dirty data past which a `write` writes back itself.
+    pub(crate) fn write_back_limit(&self) -> usize {
+        if self.opts.background_write_back {
+            self.opts.dirty_limit.saturating_mul(super::BACKGROUND_HARD_LIMIT)
+        } else {
+            self.opts.dirty_limit
+        }
     }
 
     /// Writes out everything and makes it durable and correctable.

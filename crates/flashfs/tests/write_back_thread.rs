@@ -1,0 +1,89 @@
+//! Write-back in steps, as the mount's write-back thread runs it: a write past the limit
+//! leaves the data to the thread (up to the hard limit), a step writes whole runs, an
+//! inode's size reaches the flash only after all its data, and a power cut between steps
+//! leaves no size pointing past data.
+
+mod common;
+
+use bitmend_flashfs::{Compression, Fs, FsOptions, BACKGROUND_HARD_LIMIT, LOGICAL_PAGE, ROOT};
+use bitmend_media::rng::Rng;
+use common::{cfg, chip};
+
+/// 64 KiB of dirty data (16 pages) wakes the thread.
+const LIMIT: usize = 64 << 10;
+
+fn opts() -> FsOptions {
+    FsOptions { background_write_back: true, dirty_limit: LIMIT, ..common::opts(Compression::Lz4) }
+}
+
+/// Pages of random bytes (incompressible: a page per node, many flash pages).
+fn random(seed: u64, pages: usize) -> Vec<u8> {
+    let mut r = Rng::new(seed);
+    (0..pages * LOGICAL_PAGE).map(|_| r.next_u64() as u8).collect()
+}
+
+#[test]
+fn a_write_past_the_limit_waits_for_the_thread_until_the_hard_limit() {
+    let mut fs = Fs::format(chip(64), cfg(), opts()).unwrap();
+    let f = fs.create(ROOT, b"f", 0o644, 0, 0).unwrap().ino;
+    let pages = LIMIT / LOGICAL_PAGE;
+    fs.write(f, 0, &random(1, 2 * pages)).unwrap();
+    assert!(fs.write_back_due(), "twice the limit dirty: the thread is due");
+    assert_eq!(fs.stats().data_bytes, 0, "the request wrote nothing back itself");
+    // Past the hard limit the request writes everything back itself.
+    let more = random(2, BACKGROUND_HARD_LIMIT * pages);
+    fs.write(f, (2 * pages * LOGICAL_PAGE) as u64, &more).unwrap();
+    assert!(!fs.write_back_due());
+    assert_eq!(fs.stats().data_bytes, ((2 + BACKGROUND_HARD_LIMIT) * pages * LOGICAL_PAGE) as u64);
+
+    // Without the option, a write past the limit writes back at once.
+    let mut inline = Fs::format(chip(64), cfg(), common::opts(Compression::Lz4)).unwrap();
+    let g = inline.create(ROOT, b"g", 0o644, 0, 0).unwrap().ino;
+    inline.write(g, 0, &random(1, 2 * pages)).unwrap();
+    assert!(!inline.write_back_due());
+    assert_eq!(inline.stats().data_bytes, (2 * pages * LOGICAL_PAGE) as u64);
+}
+
+#[test]
+fn steps_write_whole_runs_and_sizes_after_their_data_even_across_a_power_cut() {
+    let mut fs = Fs::format(chip(64), cfg(), opts()).unwrap();
+    // `b` gets the lower inode number: its pages come first in a step.
+    let b = fs.create(ROOT, b"b", 0o644, 0, 0).unwrap().ino;
+    let a = fs.create(ROOT, b"a", 0o644, 0, 0).unwrap().ino;
+    fs.sync().unwrap();
+    let (a_data, b_data) = (random(3, 32), random(4, 32));
+    fs.write(a, 0, &a_data).unwrap();
+    // A step of 6 pages writes 8: the run of node_pages (4) it ends in is not split.
+    assert_eq!(fs.write_back_step(6).unwrap(), 8);
+    assert!(!fs.write_back_done());
+    // More data of `b`, written by the next step ahead of the rest of `a`: enough flash
+    // pages to seal whatever the first step left in the page being filled (an inode node of
+    // `a` written too early would be there).
+    fs.write(b, 0, &b_data).unwrap();
+    assert_eq!(fs.write_back_step(16).unwrap(), 16);
+    let cut = fs.into_nand();
+    let (mut after, _) = Fs::open(cut.clone(), opts()).unwrap();
+    assert_eq!(after.getattr(a).unwrap().size, 0, "a's size reached the flash before its data");
+    let b_size = after.getattr(b).unwrap().size;
+    assert_eq!(b_size, 0, "b's pages 16..32 are not out: its size must not be either");
+    assert!(after.check(true).clean(), "{:?}", after.check(true).problems);
+
+    // Uncut: the steps go on until the thread may stop, then everything reads back, and
+    // again after a sync and a remount.
+    let (mut fs, _) = Fs::open(cut, opts()).unwrap();
+    fs.write(a, 0, &a_data).unwrap();
+    fs.write(b, 0, &b_data).unwrap();
+    let mut steps = 0;
+    while !fs.write_back_done() {
+        fs.write_back_step(8).unwrap();
+        steps += 1;
+    }
+    assert!(steps >= 4, "64 dirty pages, down to 8: at least 4 steps of 8 ({steps})");
+    assert_eq!(fs.read(a, 0, a_data.len()).unwrap(), a_data);
+    assert_eq!(fs.read(b, 0, b_data.len()).unwrap(), b_data);
+    fs.sync().unwrap();
+    let (mut fs, _) = Fs::open(fs.into_nand(), opts()).unwrap();
+    assert_eq!(fs.read(a, 0, a_data.len()).unwrap(), a_data);
+    assert_eq!(fs.read(b, 0, b_data.len()).unwrap(), b_data);
+    assert!(fs.check(true).clean());
+}
