@@ -240,19 +240,36 @@ impl PageCache {
         Ok(())
     }
 
-    /// Caches clean page `key` with the CRC the store verified it against.
-    pub fn insert(&mut self, key: (u64, u64), bytes: Vec<u8>, crc: u32) {
+    /// Caches clean page `key` with the CRC the store verified it against: a copy of
+    /// `bytes`, in the buffer of the page it evicts (a full cache under a stream
+    /// of reads then allocates nothing).
+    pub fn insert(&mut self, key: (u64, u64), bytes: &[u8], crc: u32) {
         if self.capacity == 0 {
             return;
         }
+        let mut buf = self.make_room().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(bytes);
+        self.insert_evicted(key, buf, crc);
+    }
+
+    /// Evicts the oldest pages until there is room for one; the last one's buffer back.
+    fn make_room(&mut self) -> Option<Vec<u8>> {
+        let mut freed = None;
         while self.clean.len() >= self.capacity {
             match self.order.pop_front() {
                 Some(old) => {
-                    self.clean.remove(&old);
+                    if let Some(p) = self.clean.remove(&old) {
+                        freed = Some(p.bytes);
+                    }
                 }
                 None => break,
             }
         }
+        freed
+    }
+
+    fn insert_evicted(&mut self, key: (u64, u64), bytes: Vec<u8>, crc: u32) {
         // Read just now, from flash, checked there: stamped as checked.
         let stamp =
             if matches!(self.verify, Verify::AfterCheck(_) | Verify::AfterUse(_)) { self.now() } else { 0 };
@@ -427,7 +444,7 @@ mod tests {
             (Verify::Background, false),
         ] {
             let mut cache = PageCache::new(8, verify);
-            cache.insert((5, 1), bytes.clone(), crc);
+            cache.insert((5, 1), &bytes, crc);
             assert!(cache.flip((5, 1), 77));
             let got = cache.get((5, 1));
             assert_eq!(got.is_none(), caught, "{verify:?}");
@@ -445,7 +462,7 @@ mod tests {
         let mut cache = PageCache::new(4, Verify::Every);
         let page = |n: u8| vec![n; LOGICAL_PAGE];
         for i in 0..10u64 {
-            cache.insert((1, i), page(i as u8), crc::crc32c(&page(i as u8)));
+            cache.insert((1, i), &page(i as u8), crc::crc32c(&page(i as u8)));
             assert!(cache.len() <= 4);
         }
         assert_eq!(cache.get((1, 9)).map(|p| p.0), Some(page(9)));

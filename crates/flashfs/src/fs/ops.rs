@@ -573,7 +573,7 @@ impl<N: Nand> Fs<N> {
             self.stats.relocated += 1;
             self.set_dirty(key, DirtyPage::with_crc(page.clone(), crc));
         } else {
-            self.cache.insert(key, page.clone(), crc);
+            self.cache.insert(key, &page, crc);
         }
         Ok((page, crc))
     }

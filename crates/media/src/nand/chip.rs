@@ -86,17 +86,10 @@ impl<C: Cells> Chip<C> {
             (Some(d), Some(s)) => {
                 check_len("page data", d.len(), g.page_size)?;
                 check_len("spare area", s.len(), g.spare_size)?;
-                // Data and spare are adjacent in the cells: one read (one system call for an
-                // image file) instead of two.
-                let mut both = std::mem::take(&mut self.scratch);
-                let r = self.cells.read_at(off, &mut both);
-                if r.is_ok() {
-                    let (bd, bs) = both.split_at(g.page_size as usize);
-                    d.copy_from_slice(bd);
-                    s.copy_from_slice(bs);
-                }
-                self.scratch = both;
-                r?;
+                // Straight into the caller's buffers: the cells are memory (an image is
+                // mapped), so two reads cost less than one read and a copy out of it.
+                self.cells.read_at(off, d)?;
+                self.cells.read_at(off + g.page_size as u64, s)?;
                 bytes = d.len() + s.len();
             }
             (data, spare) => {
@@ -137,12 +130,9 @@ impl<C: Cells> Chip<C> {
         let off = self.page_offset(page);
         let erased = self.known_erased(block, index)?;
         let mut cells = std::mem::take(&mut self.scratch);
-        let (cd, cs) = cells.split_at_mut(g.page_size as usize);
         let result = if erased {
-            // All ones AND the new bits are the new bits.
-            cd.copy_from_slice(data);
-            cs.copy_from_slice(spare);
-            self.cells.write_at(off, &cells)
+            // All ones AND the new bits are the new bits: written as they are, no copy.
+            self.cells.write_at(off, data).and_then(|()| self.cells.write_at(off + g.page_size as u64, spare))
         } else {
             self.cells.read_at(off, &mut cells).and_then(|()| {
                 let (cd, cs) = cells.split_at_mut(g.page_size as usize);
