@@ -82,6 +82,27 @@ pub fn is_mountpoint(mountpoint: &Path) -> bool {
     table().iter().any(|e| e.mountpoint == canon)
 }
 
+/// Sets the kernel's readahead for the file system mounted at `mountpoint` to `kib` KiB (its
+/// backing device's `read_ahead_kb`; 0 leaves it). FUSE starts a mount at 128 KiB whatever
+/// the daemon offers at init; a window of one full request (1 MiB) halves the round trips of
+/// a sequential reader (docs/DESIGN.md, "The mount at full speed"). Needs root: otherwise the
+/// daemon's log says why the window stayed.
+pub fn set_readahead(mountpoint: &Path, kib: u32) {
+    use std::os::unix::fs::MetadataExt;
+    if kib == 0 {
+        return;
+    }
+    let set =
+        std::fs::metadata(mountpoint).map_err(|e| format!("{}: {e}", mountpoint.display())).and_then(|m| {
+            let dev = m.dev();
+            let knob = format!("/sys/class/bdi/{}:{}/read_ahead_kb", libc::major(dev), libc::minor(dev));
+            std::fs::write(&knob, kib.to_string()).map_err(|e| format!("{knob}: {e}"))
+        });
+    if let Err(e) = set {
+        eprintln!("bitmend: readahead left at the kernel's: {e}");
+    }
+}
+
 /// The bitmend mount at `mountpoint` (the mountpoint itself, not a path inside it), with a
 /// message that says what is there instead.
 pub fn bitmend_mount(mountpoint: &Path) -> Result<MountEntry, CliError> {

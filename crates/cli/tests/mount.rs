@@ -32,6 +32,14 @@ fn mount_use_unmount_check() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = bitmend(&["mount", img_s, mnt_s]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The mount's readahead is one full request, not FUSE's 128 KiB (root sets it).
+    // SAFETY: geteuid reads the process's credentials; it cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        use std::os::unix::fs::MetadataExt;
+        let dev = std::fs::metadata(&mnt).unwrap().dev();
+        let knob = format!("/sys/class/bdi/{}:{}/read_ahead_kb", libc::major(dev), libc::minor(dev));
+        assert_eq!(std::fs::read_to_string(&knob).unwrap().trim(), "1024", "{knob}");
+    }
 
     let big: Vec<u8> = (0..300_000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
     std::fs::write(mnt.join("big.bin"), &big).unwrap();
