@@ -250,7 +250,17 @@ impl PageCache {
         let mut buf = self.make_room().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(bytes);
-        self.insert_evicted(key, buf, crc);
+        // Read just now, from flash, checked there: stamped as checked.
+        let stamp =
+            if matches!(self.verify, Verify::AfterCheck(_) | Verify::AfterUse(_)) { self.now() } else { 0 };
+        if self.clean.insert(key, CleanPage { bytes: buf, crc, stamp }).is_none() {
+            self.order.push_back(key);
+        }
+        // The order queue holds keys evicted or forgotten since: bounded at twice the pages.
+        if self.order.len() > 2 * self.capacity.max(16) {
+            let clean = &self.clean;
+            self.order.retain(|k| clean.contains_key(k));
+        }
     }
 
     /// Evicts the oldest pages until there is room for one; the last one's buffer back.
@@ -267,20 +277,6 @@ impl PageCache {
             }
         }
         freed
-    }
-
-    fn insert_evicted(&mut self, key: (u64, u64), bytes: Vec<u8>, crc: u32) {
-        // Read just now, from flash, checked there: stamped as checked.
-        let stamp =
-            if matches!(self.verify, Verify::AfterCheck(_) | Verify::AfterUse(_)) { self.now() } else { 0 };
-        if self.clean.insert(key, CleanPage { bytes, crc, stamp }).is_none() {
-            self.order.push_back(key);
-        }
-        // The order queue holds keys evicted or forgotten since: bounded at twice the pages.
-        if self.order.len() > 2 * self.capacity.max(16) {
-            let clean = &self.clean;
-            self.order.retain(|k| clean.contains_key(k));
-        }
     }
 
     /// Forgets page `key` (it is dirty now, or gone).

@@ -82,28 +82,17 @@ impl<C: Cells> Chip<C> {
         g.check_page(page)?;
         let off = self.page_offset(page);
         let mut bytes = 0;
-        match (data, spare) {
-            (Some(d), Some(s)) => {
-                check_len("page data", d.len(), g.page_size)?;
-                check_len("spare area", s.len(), g.spare_size)?;
-                // Straight into the caller's buffers: the cells are memory (an image is
-                // mapped), so two reads cost less than one read and a copy out of it.
-                self.cells.read_at(off, d)?;
-                self.cells.read_at(off + g.page_size as u64, s)?;
-                bytes = d.len() + s.len();
-            }
-            (data, spare) => {
-                if let Some(d) = data {
-                    check_len("page data", d.len(), g.page_size)?;
-                    self.cells.read_at(off, d)?;
-                    bytes += d.len();
-                }
-                if let Some(s) = spare {
-                    check_len("spare area", s.len(), g.spare_size)?;
-                    self.cells.read_at(off + g.page_size as u64, s)?;
-                    bytes += s.len();
-                }
-            }
+        // Straight into the caller's buffers: the cells are memory (an image is mapped), so
+        // data and spare read apart cost no more than one read and a copy out of it.
+        if let Some(d) = data {
+            check_len("page data", d.len(), g.page_size)?;
+            self.cells.read_at(off, d)?;
+            bytes += d.len();
+        }
+        if let Some(s) = spare {
+            check_len("spare area", s.len(), g.spare_size)?;
+            self.cells.read_at(off + g.page_size as u64, s)?;
+            bytes += s.len();
         }
         self.counters.reads += 1;
         self.counters.bytes_read += bytes as u64;
