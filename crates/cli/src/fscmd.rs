@@ -57,7 +57,8 @@ pub struct MkfsArgs {
     pub force: bool,
     /// Make the image even if the host has not room for all of it (thin provisioning: the
     /// image takes space as it is written, and a program that finds the host full fails
-    /// with an I/O error). By default an image the host cannot hold is refused.
+    /// with an I/O error). By default the host's space for the whole image is reserved at
+    /// mkfs, and an image the host cannot hold is refused.
     #[arg(long)]
     pub thin: bool,
 }
@@ -259,7 +260,8 @@ pub struct MountArgs {
     pub nvram: String,
     /// Size of the NVRAM tier's file when it is made (K, M or G). A slot freed in the tier
     /// cools for 0.2 s before reuse (wear), so writes run at most at about size / 0.2 s: 256M
-    /// keeps that above 1 GB/s. Only the pages in use take memory.
+    /// keeps that above 1 GB/s. The file is reserved whole when made (a full /dev/shm is an error
+    /// at mount, not a crash mid-write), and on tmpfs mapped in at mount.
     #[arg(long, default_value = "256M", value_name = "SIZE")]
     pub nvram_size: String,
 }

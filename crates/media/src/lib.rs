@@ -18,4 +18,5 @@
 pub mod campaign;
 pub mod nand;
 pub mod pmem;
+mod populate;
 pub mod rng;

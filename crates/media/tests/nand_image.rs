@@ -239,3 +239,66 @@ fn a_new_image_is_sparse_and_takes_space_as_blocks_are_programmed() {
     drop(n);
     std::fs::remove_file(&path).unwrap();
 }
+
+/// `create` reserves the host's space for the whole image (no program can find the host
+/// full later), and the reserved, never written blocks read erased, before and after a
+/// reopen (where the mapping learns which blocks hold data with one `SEEK_DATA` per run of
+/// blocks: tmpfs reports reserved, unwritten pages as holes); programs and erases keep
+/// the rules there.
+#[test]
+fn a_made_image_is_reserved_whole_and_reads_erased() {
+    use std::os::unix::fs::MetadataExt;
+    let path = temp_path("thick.img");
+    let g = Geometry::new(2048, 64, 64, 256).unwrap(); // 32 MiB of data
+    let mut n = FileNand::create(&path, g).unwrap();
+    let meta = std::fs::metadata(&path).unwrap();
+    let supports_fallocate = {
+        let probe = temp_path("probe");
+        let f = std::fs::File::create(&probe).unwrap();
+        // SAFETY: fallocate on a descriptor we own.
+        let ok = unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, 4096) } == 0;
+        std::fs::remove_file(&probe).unwrap();
+        ok
+    };
+    if supports_fallocate {
+        assert!(
+            meta.blocks() * 512 >= meta.len(),
+            "{} of {} bytes reserved",
+            meta.blocks() * 512,
+            meta.len()
+        );
+    }
+    let page = |i: u32| -> Vec<u8> { (0..2048).map(|b| (b as u32 * 13 + i) as u8).collect() };
+    let (mut d, mut s) = (vec![0; 2048], vec![0; 64]);
+    let all_erased = |d: &[u8], s: &[u8]| d.iter().chain(s).all(|&b| b == 0xFF);
+    for p in [0, 64 * 100 + 3, 64 * 256 - 1] {
+        n.read_page(p, &mut d, &mut s).unwrap();
+        assert!(all_erased(&d, &s), "page {p} of a new image");
+    }
+    for i in 0..8 {
+        n.program(64 * 200 + i, &page(i), &[i as u8; 64]).unwrap();
+    }
+    drop(n);
+    let mut n = FileNand::open(&path).unwrap();
+    // Blocks before, at and after the written one, read in an order that asks about a
+    // block past the first data first.
+    for p in [64 * 255, 64 * 7 + 1, 64 * 199 + 63, 64 * 201] {
+        n.read_page(p, &mut d, &mut s).unwrap();
+        assert!(all_erased(&d, &s), "page {p} after a reopen");
+    }
+    for i in 0..8 {
+        n.read_page(64 * 200 + i, &mut d, &mut s).unwrap();
+        assert!(d == page(i) && s == [i as u8; 64], "page {i} of block 200 after a reopen");
+    }
+    n.read_page(64 * 200 + 8, &mut d, &mut s).unwrap();
+    assert!(all_erased(&d, &s), "the rest of block 200");
+    assert!(n.program(64 * 200 + 3, &page(0), &[0; 64]).is_err(), "program position kept");
+    n.program(64 * 9, &page(9), &[9; 64]).unwrap();
+    n.erase(200).unwrap();
+    n.read_page(64 * 200, &mut d, &mut s).unwrap();
+    assert!(all_erased(&d, &s), "block 200 erased");
+    n.read_page(64 * 9, &mut d, &mut s).unwrap();
+    assert!(d == page(9) && s == [9; 64], "block 9 programmed after the reopen");
+    drop(n);
+    std::fs::remove_file(&path).unwrap();
+}

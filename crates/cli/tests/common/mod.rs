@@ -50,10 +50,15 @@ pub fn kill_9(pid: u32, mnt: &str) {
 /// file on it is still open).
 pub fn clear_dead_mount(pid: u32, mnt: &str) {
     // The kernel lets go of the image once the daemon is gone; the mount stays until cleared.
+    // Every thread, not the first alone: it can be a zombie while another still tears the
+    // mappings down, holding the image's lock.
     let t = std::time::Instant::now();
     let alive = || {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        !stat.is_empty() && !stat.contains(") Z ")
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten();
+        tasks.into_iter().any(|task| {
+            let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+            !stat.is_empty() && !stat.contains(") Z ") && !stat.contains(") X ")
+        })
     };
     while alive() && t.elapsed().as_secs() < 10 {
         std::thread::sleep(std::time::Duration::from_millis(20));

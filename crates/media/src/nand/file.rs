@@ -166,11 +166,23 @@ fn cells(file: File, path: String, g: &Geometry, version: u32, fresh: bool) -> R
 }
 
 impl FileNand {
-    /// Creates a new image at `path` (which must not exist), fully erased: a sparse file,
-    /// which takes the host's space as blocks are programmed. Refused if the host has not
-    /// room for all of it: an image that cannot be filled would fail programs later.
+    /// Creates a new image at `path` (which must not exist), fully erased, with the host's
+    /// space for all of it reserved now (`fallocate`): no later program can find the host
+    /// full. Refused if the host has not the room. The reserved bytes read as zeros, which
+    /// a version 2 image stores for erased cells; on tmpfs this also takes the page
+    /// allocation out of the write path (a sixth of a fresh mount's 1 MiB write rate). A
+    /// host file system without `fallocate` leaves the file sparse, as
+    /// [`create_thin`](Self::create_thin) does.
     pub fn create(path: impl AsRef<Path>, geometry: Geometry) -> Result<FileNand, NandError> {
-        FileNand::create_with(path.as_ref(), geometry, image_len(&geometry))
+        let len = image_len(&geometry);
+        let nand = FileNand::create_with(path.as_ref(), geometry, len)?;
+        let reserved = nand.chip.cells.reserve_all();
+        if let Err(e) = reserved {
+            drop(nand);
+            let _ = std::fs::remove_file(path.as_ref());
+            return Err(e);
+        }
+        Ok(nand)
     }
 
     /// As [`create`](Self::create), but only room for the header, the block table and one

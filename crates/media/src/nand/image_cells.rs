@@ -59,8 +59,6 @@ impl Mapping {
     /// its first store (a block is 32 to 64 pages). Best effort: a kernel before 5.14 does not
     /// know MADV_POPULATE_WRITE, and the pages then fault in as before.
     fn populate(&mut self, start: usize, len: usize) {
-        // Linux's value (uapi mman-common.h); the libc crate does not name it yet.
-        const MADV_POPULATE_WRITE: libc::c_int = 23;
         // x86-64's page; where pages are larger the range is misaligned, the call fails with
         // EINVAL, and the pages fault in as before.
         const PAGE: usize = 4096;
@@ -69,9 +67,8 @@ impl Mapping {
         if from >= to {
             return;
         }
-        // SAFETY: advice on a range inside this mapping (from < to <= len); no memory is
-        // read or written through it by the call beyond what a store would fault in.
-        unsafe { libc::madvise(self.ptr.add(from).cast(), to - from, MADV_POPULATE_WRITE) };
+        // SAFETY: a page-aligned range inside this mapping (from < to <= len).
+        unsafe { crate::populate::populate_write(self.ptr.add(from), to - from) };
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -143,17 +140,47 @@ impl ImageCells {
         ((self.layout.base + block as u64 * self.layout.block_bytes) as i64, self.layout.block_bytes as i64)
     }
 
-    /// Whether any byte of `block`'s range holds data (not a hole).
-    fn holds_data(&self, block: usize) -> bool {
-        let (start, len) = self.block_range(block);
+    /// Finds out whether `block` holds data, and with the same call every block of unknown
+    /// state up to the next data: one `SEEK_DATA` classifies a whole run of holes. Asking
+    /// block by block cost a scan to the next data each time, quadratic on an image whose
+    /// blocks are reserved but unwritten (tmpfs counts such pages as holes, one at a time).
+    fn classify_from(&mut self, block: usize) {
+        let (start, _) = self.block_range(block);
         // SAFETY: lseek on a descriptor we own; no memory is passed.
         let next = unsafe { libc::lseek(self.file.as_raw_fd(), start, libc::SEEK_DATA) };
-        // ENXIO: no data after `start`. Any other failure (SEEK_DATA unsupported): assume
-        // data, which only costs a reservation.
-        if next < 0 {
-            return std::io::Error::last_os_error().raw_os_error() != Some(libc::ENXIO);
+        let blocks = self.space.len();
+        let first_data = if next >= 0 {
+            ((next as u64 - self.layout.base) / self.layout.block_bytes) as usize
+        } else if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO) {
+            blocks // no data after `start`
+        } else {
+            block // SEEK_DATA unsupported: assume data, which only costs a reservation
+        };
+        let end = first_data.min(blocks);
+        for s in &mut self.space[block..end] {
+            if *s == Space::Unknown {
+                *s = Space::Hole;
+            }
         }
-        next < start + len
+        if end < blocks && self.space[end] == Space::Unknown {
+            self.space[end] = Space::Reserved;
+        }
+    }
+
+    /// Reserves the host's space for the whole image (`mkfs` without `--thin`). Every block
+    /// stays a hole to this mapping: the reserved bytes read as zeros, and the first program
+    /// of a block still maps its pages in with one call ([`reserve`](Self::reserve)). A host
+    /// file system without `fallocate` leaves the image sparse.
+    pub fn reserve_all(&self) -> Result<(), NandError> {
+        // SAFETY: fallocate on a descriptor we own; no memory is passed.
+        if unsafe { libc::fallocate(self.file.as_raw_fd(), 0, 0, self.map.len as libc::off_t) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOSYS)) {
+            return Ok(());
+        }
+        Err(io_at(&self.path, format!("reserve {} bytes", self.map.len))(e))
     }
 
     /// Makes sure `block`'s range has space behind it, so that a write through the mapping
@@ -177,7 +204,7 @@ impl ImageCells {
     /// Whether `block` reads as erased without looking (a hole), finding out once.
     fn is_hole(&mut self, block: usize) -> bool {
         if self.space[block] == Space::Unknown {
-            self.space[block] = if self.holds_data(block) { Space::Reserved } else { Space::Hole };
+            self.classify_from(block);
         }
         self.space[block] == Space::Hole
     }
