@@ -175,7 +175,7 @@ impl FileNand {
     /// [`create_thin`](Self::create_thin) does.
     pub fn create(path: impl AsRef<Path>, geometry: Geometry) -> Result<FileNand, NandError> {
         let len = image_len(&geometry);
-        let nand = FileNand::create_with(path.as_ref(), geometry, len)?;
+        let mut nand = FileNand::create_with(path.as_ref(), geometry, len)?;
         let reserved = nand.chip.cells.reserve_all();
         if let Err(e) = reserved {
             drop(nand);

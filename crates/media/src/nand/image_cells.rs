@@ -106,6 +106,29 @@ pub(crate) struct ImageCells {
     map: Mapping,
     layout: ImageLayout,
     space: Vec<Space>,
+    /// The host's space for the whole file is allocated (`mkfs`'s
+    /// [`reserve_all`](Self::reserve_all), or found so at open): a block's first write needs
+    /// its pages mapped in, not another `fallocate` (which on tmpfs walks every page of the
+    /// range again: half the cost of a block's first program).
+    host_reserved: bool,
+}
+
+/// Whether the host's space for all `len` bytes of `file` is allocated, where the answer is
+/// exact: on tmpfs, whose block count is the file's pages alone. Elsewhere a file system may
+/// count its own metadata (ext4's extent blocks), so a count as large as the file does not
+/// prove there is no hole; there a block's `fallocate` is an extent lookup anyway.
+fn reserved_whole(file: &File, len: u64) -> std::io::Result<bool> {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    // SAFETY: an all-zero statfs is a valid value to be overwritten.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs on a descriptor we own, into a struct of the right type.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut fs) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if fs.f_type as i64 != TMPFS_MAGIC {
+        return Ok(false);
+    }
+    Ok(std::os::unix::fs::MetadataExt::blocks(&file.metadata()?) * 512 >= len)
 }
 
 fn io_at(path: &str, what: String) -> impl FnOnce(std::io::Error) -> NandError + '_ {
@@ -129,7 +152,8 @@ impl ImageCells {
             (true, false) => Space::Unknown,
         };
         let space = vec![first; layout.blocks as usize];
-        Ok(ImageCells { file, path, map, layout, space })
+        let host_reserved = reserved_whole(&file, len).map_err(io_at(&path, "stat".into()))?;
+        Ok(ImageCells { file, path, map, layout, space, host_reserved })
     }
 
     fn block_of(&self, offset: u64) -> usize {
@@ -171,9 +195,10 @@ impl ImageCells {
     /// stays a hole to this mapping: the reserved bytes read as zeros, and the first program
     /// of a block still maps its pages in with one call ([`reserve`](Self::reserve)). A host
     /// file system without `fallocate` leaves the image sparse.
-    pub fn reserve_all(&self) -> Result<(), NandError> {
+    pub fn reserve_all(&mut self) -> Result<(), NandError> {
         // SAFETY: fallocate on a descriptor we own; no memory is passed.
         if unsafe { libc::fallocate(self.file.as_raw_fd(), 0, 0, self.map.len as libc::off_t) } == 0 {
+            self.host_reserved = true;
             return Ok(());
         }
         let e = std::io::Error::last_os_error();
@@ -191,7 +216,7 @@ impl ImageCells {
         }
         let (start, len) = self.block_range(block);
         // SAFETY: fallocate on a descriptor we own; no memory is passed.
-        if unsafe { libc::fallocate(self.file.as_raw_fd(), 0, start, len) } != 0 {
+        if !self.host_reserved && unsafe { libc::fallocate(self.file.as_raw_fd(), 0, start, len) } != 0 {
             return Err(io_at(&self.path, format!("reserve space for block {block}"))(
                 std::io::Error::last_os_error(),
             ));
