@@ -412,6 +412,7 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
     if !a.foreground {
         return spawn_daemon(a);
     }
+    keep_heap_memory();
     let nand = open_image(&a.image)?;
     let opts = FsOptions {
         index_chunks: a.index_chunks,
@@ -638,6 +639,25 @@ pub struct StatArgs {
     /// One JSON object on stdout instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Tells glibc's allocator to keep freed memory for reuse instead of handing it back to the
+/// kernel: a request allocates and frees up to a megabyte (a read's reply, its pages), and by
+/// default the top of the heap was trimmed after each and grown again by the next, with page
+/// faults and zeroed pages every time (a fifth of a 1 MiB read's samples were in
+/// `sysmalloc`; none after). One pass of 1 MiB reads through the mount, five runs each,
+/// alternating: median 932 MB/s before, 1032 after. RAM stays bounded by what the daemon
+/// holds at its peak (its caches are bounded).
+fn keep_heap_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets allocator parameters; called before the daemon's threads.
+    unsafe {
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
+        libc::mallopt(libc::M_TOP_PAD, 16 << 20);
+        // Fixed: glibc otherwise moves it with each freed mapping, and a megabyte buffer
+        // then comes from a fresh mapping (zeroed pages) until it has.
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 8 << 20);
+    }
 }
 
 /// This process's anonymous resident memory, in bytes (0 where /proc says nothing).
