@@ -9,7 +9,10 @@ use common::Rng;
 fn kernel_matches_portable_at_every_length() {
     let mut rng = Rng::new(1);
     let data = rng.bytes(70_000);
-    for len in (0..600).chain([1359, 1360, 4080, 4095, 4096, 4097, 24_575, 24_576, 24_577, 70_000]) {
+    for len in (0..600).chain([
+        767, 768, 1023, 1024, 1025, 1279, 1280, 1535, 1536, 1359, 1360, 4080, 4095, 4096, 4097, 24_575,
+        24_576, 24_577, 70_000,
+    ]) {
         for skew in [0, 1, 7] {
             let d = &data[skew..skew + len.min(data.len() - skew)];
             assert_eq!(crc::raw(0x1234_5678, d), crc::portable_raw(0x1234_5678, d), "len {len}");
