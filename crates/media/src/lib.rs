@@ -16,7 +16,7 @@
 //! what it injected and replays it.
 
 pub mod campaign;
+mod host_space;
 pub mod nand;
 pub mod pmem;
-mod populate;
 pub mod rng;

@@ -68,7 +68,7 @@ impl Mapping {
             return;
         }
         // SAFETY: a page-aligned range inside this mapping (from < to <= len).
-        unsafe { crate::populate::populate_write(self.ptr.add(from), to - from) };
+        unsafe { crate::host_space::populate_write(self.ptr.add(from), to - from) };
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -196,16 +196,10 @@ impl ImageCells {
     /// of a block still maps its pages in with one call ([`reserve`](Self::reserve)). A host
     /// file system without `fallocate` leaves the image sparse.
     pub fn reserve_all(&mut self) -> Result<(), NandError> {
-        // SAFETY: fallocate on a descriptor we own; no memory is passed.
-        if unsafe { libc::fallocate(self.file.as_raw_fd(), 0, 0, self.map.len as libc::off_t) } == 0 {
-            self.host_reserved = true;
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error();
-        if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOSYS)) {
-            return Ok(());
-        }
-        Err(io_at(&self.path, format!("reserve {} bytes", self.map.len))(e))
+        let len = self.map.len;
+        self.host_reserved = crate::host_space::reserve(&self.file, 0, len as u64)
+            .map_err(io_at(&self.path, format!("reserve {len} bytes")))?;
+        Ok(())
     }
 
     /// Makes sure `block`'s range has space behind it, so that a write through the mapping

@@ -164,7 +164,7 @@ impl MmapRegion {
     pub fn prefault(&mut self) {
         let page = page_size();
         // SAFETY: the whole mapping, page-aligned by mmap.
-        if !unsafe { crate::populate::populate_write(self.ptr, self.len) } {
+        if !unsafe { crate::host_space::populate_write(self.ptr, self.len) } {
             let bytes = self.slice_mut();
             for at in (0..bytes.len()).step_by(page) {
                 bytes[at] = std::hint::black_box(bytes[at]);
@@ -312,14 +312,10 @@ fn create_file(path: &Path, len: usize) -> Result<(File, String), RegionError> {
     // Every byte reserved now: a store into a hole of a full file system (a full /dev/shm)
     // would be a SIGBUS in the middle of a write, not an error. A file system without
     // fallocate keeps the file sparse.
-    // SAFETY: fallocate on a descriptor we own; no memory is passed.
-    if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len as libc::off_t) } != 0 {
-        let e = std::io::Error::last_os_error();
-        if !matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOSYS)) {
-            drop(file);
-            let _ = std::fs::remove_file(path);
-            return Err(io(format!("{p}: reserving {len} bytes"))(e));
-        }
+    if let Err(e) = crate::host_space::reserve(&file, 0, len as u64) {
+        drop(file);
+        let _ = std::fs::remove_file(path);
+        return Err(io(format!("{p}: reserving {len} bytes"))(e));
     }
     Ok((file, p))
 }
