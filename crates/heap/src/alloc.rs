@@ -5,7 +5,7 @@
 //! don't-allocate list for at least `reuse_after` before it is handed out again, so that no
 //! block is allocated more often than once per period and hot reuse cannot wear one place out.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use bitmend_media::pmem::Region;
@@ -128,9 +128,11 @@ pub(crate) struct Allocator {
     free: Vec<VecDeque<Ptr>>,
     /// Freed blocks and when they may be handed out again.
     cooling: VecDeque<(Instant, Ptr)>,
-    /// Free spans. A span keeps its runs: its later runs have no header of their own (they
-    /// are its payload), so they never return to the classes.
-    free_spans: Vec<Ptr>,
+    /// Free spans by their runs, oldest freed first within a size. A span keeps its runs: its
+    /// later runs have no header of their own (they are its payload), so they never return to
+    /// the classes. Keyed by size so that the best fit is one lookup, not a scan of every
+    /// free span (a store of many large values frees many).
+    free_spans: BTreeMap<u32, VecDeque<Ptr>>,
     unassigned: BTreeSet<u32>,
     pub faults: Vec<BadHeader>,
     pub stats: AllocStats,
@@ -297,7 +299,7 @@ impl Allocator {
             runs: vec![RunUse::Unassigned; sb.runs as usize],
             free: vec![VecDeque::new(); CLASSES as usize],
             cooling: VecDeque::new(),
-            free_spans: Vec::new(),
+            free_spans: BTreeMap::new(),
             unassigned: BTreeSet::new(),
             faults: Vec::new(),
             stats: AllocStats::default(),
@@ -357,7 +359,7 @@ impl Allocator {
                 let slot = self.read_block(bytes, at, 0);
                 self.runs[run as usize] = RunUse::Span { runs, slot };
                 if slot == Slot::Free {
-                    self.free_spans.push(Ptr(at + BLOCK_HEADER));
+                    self.free_spans.entry(runs).or_default().push_back(Ptr(at + BLOCK_HEADER));
                 }
                 // The later runs are the block's payload: no header of their own.
                 for t in run + 1..run + runs {
@@ -450,7 +452,7 @@ impl Allocator {
                 self.stats.free_blocks += 1;
                 match &self.runs[run as usize] {
                     RunUse::Blocks { class, .. } => self.free[*class as usize - 1].push_back(p),
-                    _ => self.free_spans.push(p),
+                    _ => self.free_span(p, false),
                 }
             }
         }
@@ -512,11 +514,8 @@ impl Allocator {
                 }
                 let runs = (len + RUN_HEADER + BLOCK_HEADER).div_ceil(RUN) as u32;
                 // The smallest free span that holds it, else new runs.
-                let fit = (0..self.free_spans.len())
-                    .filter(|&i| self.span_runs_of(self.free_spans[i]) >= runs)
-                    .min_by_key(|&i| self.span_runs_of(self.free_spans[i]));
-                if let Some(i) = fit {
-                    return Ok(Plan::Block(self.free_spans.swap_remove(i)));
+                if let Some(p) = self.take_span(runs) {
+                    return Ok(Plan::Block(p));
                 }
                 let head = self.take_runs(runs).ok_or(HeapError::Full { len })?;
                 Ok(Plan::Span { head, runs })
@@ -552,7 +551,7 @@ impl Allocator {
                 });
                 match class {
                     Some(c) => self.free[c as usize - 1].push_front(p),
-                    None => self.free_spans.push(p),
+                    None => self.free_span(p, true),
                 }
             }
             Plan::Run { run, .. } => self.give_back(run, 1),
@@ -577,8 +576,30 @@ impl Allocator {
         if let RunUse::Blocks { class, .. } = &self.runs[run as usize] {
             self.free[*class as usize - 1].push_front(p);
         } else {
-            self.free_spans.push(p);
+            self.free_span(p, true);
         }
+    }
+
+    /// Lists free span `p` by its size: last, or first if it was never written allocated
+    /// (`unwritten`: no wear to spread).
+    fn free_span(&mut self, p: Ptr, unwritten: bool) {
+        let list = self.free_spans.entry(self.span_runs_of(p)).or_default();
+        if unwritten {
+            list.push_front(p);
+        } else {
+            list.push_back(p);
+        }
+    }
+
+    /// The oldest freed of the smallest free spans of at least `runs` runs, out of the lists.
+    fn take_span(&mut self, runs: u32) -> Option<Ptr> {
+        let mut fits = self.free_spans.range_mut(runs..);
+        let (&size, list) = fits.find(|(_, l)| !l.is_empty())?;
+        let p = list.pop_front();
+        if list.is_empty() {
+            self.free_spans.remove(&size);
+        }
+        p
     }
 
     /// The runs of the span whose block is `p`.
@@ -943,6 +964,26 @@ mod tests {
             assert!(handed.len() <= 63, "the cooled block never came back");
         }
         assert!(!handed.contains(&next), "a block came back before its period was out");
+    }
+
+    #[test]
+    fn a_freed_span_goes_to_the_smallest_fit_oldest_freed_first() {
+        let (mut r, mut a) = fresh(20, Duration::ZERO, Clock::System);
+        let (small, big) = (RUN, 3 * RUN); // spans of 2 and 4 runs
+        let a1 = a.alloc(&mut r, small).unwrap();
+        let b = a.alloc(&mut r, big).unwrap();
+        let a2 = a.alloc(&mut r, small).unwrap();
+        let _kept = a.alloc(&mut r, small).unwrap();
+        for p in [b, a1, a2] {
+            a.free(&mut r, p).unwrap();
+        }
+        // The larger span, freed first, waits while a smaller one fits.
+        assert_eq!(a.alloc(&mut r, small).unwrap(), a1);
+        assert_eq!(a.alloc(&mut r, small).unwrap(), a2);
+        assert_eq!(a.alloc(&mut r, small).unwrap(), b, "the only free span that holds it");
+        let fresh = a.alloc(&mut r, small).unwrap();
+        assert!(![a1, a2, b].contains(&fresh), "a span handed out twice");
+        assert!(a.capacity(b).unwrap() >= big, "a reused span keeps its runs");
     }
 
     /// Both header layouts: a version 3 header copied onto another block is told apart as
