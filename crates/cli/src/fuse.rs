@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use std::ops::{Deref, DerefMut};
 use std::sync::MutexGuard;
 
-use bitmend_flashfs::{Attr, Falloc, FileType, Fs, Ino, SetAttr, XattrMode, ROOT};
+use bitmend_flashfs::{Attr, Falloc, FileType, Fs, Ino, PreparedWrite, SetAttr, XattrMode, ROOT};
 use bitmend_media::nand::FileNand;
 use fuser::{
     Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, LockOwner,
@@ -484,9 +484,11 @@ impl Filesystem for FuseFs {
         if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
             try_reply!(reply, self.fs().drop_privileges(Ino(ino.0)));
         }
+        // Whole pages are copied and checksummed before the lock, not under it.
+        let prepared = PreparedWrite::new(offset, data);
         let (n, due) = {
             let mut fs = self.fs();
-            let n = try_reply!(reply, fs.write(Ino(ino.0), offset, data));
+            let n = try_reply!(reply, fs.write_prepared(Ino(ino.0), prepared));
             (n, fs.write_back_due())
         };
         reply.written(n as u32);

@@ -583,7 +583,7 @@ impl<N: Nand> Fs<N> {
                 0,
                 (ck.ino, ck.chunk),
                 version,
-                &payload,
+                &[&payload],
                 super::write::Pending::Map(ck),
             )?;
             self.index.maps_written += 1;

@@ -19,6 +19,7 @@ pub(crate) mod index;
 mod namespace;
 pub(crate) mod node;
 mod ops;
+pub use ops::PreparedWrite;
 mod rebuild;
 mod replay;
 mod scan;

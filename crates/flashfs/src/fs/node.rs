@@ -316,7 +316,10 @@ pub const MAX_LZ4_LEVEL: u8 = 12;
 pub(crate) fn encode_data(pages: &[u8], crcs: &[u32], codec: u8, lz4_level: u8) -> (Vec<u8>, u8) {
     debug_assert!(pages.len().is_multiple_of(LOGICAL_PAGE) && !pages.is_empty());
     debug_assert_eq!(crcs.len(), pages.len() / LOGICAL_PAGE);
-    let mut v: Vec<u8> = crcs.iter().flat_map(|c| c.to_le_bytes()).collect();
+    // Room for the plain case up front: grown from the CRCs' four bytes, the page was copied
+    // twice.
+    let mut v: Vec<u8> = Vec::with_capacity(4 * crcs.len() + pages.len());
+    v.extend(crcs.iter().flat_map(|c| c.to_le_bytes()));
     let packed = match codec {
         FLAG_LZ4 if lz4_level == 0 => Some(lz4_flex::block::compress(pages)),
         FLAG_LZ4 => {
@@ -334,6 +337,13 @@ pub(crate) fn encode_data(pages: &[u8], crcs: &[u32], codec: u8, lz4_level: u8) 
     }
     v.extend_from_slice(plain);
     (v, 0)
+}
+
+/// The payload [`encode_data`] makes of one page stored plain, as its two parts: the page's
+/// CRC, and the page without its trailing zeros (which the caller copies where it goes).
+pub(crate) fn plain_data(page: &[u8], crc: u32) -> ([u8; 4], &[u8]) {
+    debug_assert_eq!(page.len(), LOGICAL_PAGE);
+    (crc.to_le_bytes(), &page[..page.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1)])
 }
 
 /// Decodes a data payload into its `count` logical pages (`count` x [`LOGICAL_PAGE`] bytes);
@@ -379,6 +389,27 @@ pub(crate) fn decode_pages(b: &[u8], codec: u8, count: usize) -> Option<Vec<u8>>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plain_page_in_parts_is_the_payload_encode_data_makes() {
+        let mut random = vec![0u8; LOGICAL_PAGE];
+        let mut x = 7u32;
+        random.iter_mut().for_each(|b| {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            *b = (x >> 16) as u8;
+        });
+        let mut short = random.clone();
+        short[3000..].fill(0);
+        short[10] = 0; // a zero inside is kept, only the trailing ones go
+        for page in [random, short, vec![0u8; LOGICAL_PAGE]] {
+            let crc = crc32c(&page);
+            let (whole, codec) = encode_data(&page, &[crc], 0, 0);
+            let (head, plain) = plain_data(&page, crc);
+            assert_eq!(codec, 0);
+            assert_eq!([&head[..], plain].concat(), whole);
+            assert_eq!(decode_data(&whole, 0, 1).as_deref(), Some(&page[..]));
+        }
+    }
 
     /// `encode_data` with the CRCs computed from the pages (what a page cache would carry).
     fn encode(pages: &[u8], codec: u8, level: u8) -> (Vec<u8>, u8, Vec<u32>) {

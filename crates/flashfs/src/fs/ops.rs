@@ -653,6 +653,14 @@ impl<N: Nand> Fs<N> {
 
     /// Writes `data` at `off`, extending the file (with a hole if `off` is past its end).
     pub fn write(&mut self, ino: Ino, off: u64, data: &[u8]) -> Result<usize, FsError> {
+        self.write_prepared(ino, PreparedWrite::new(off, data))
+    }
+
+    /// As [`write`](Self::write), with the whole pages copied and checksummed already
+    /// ([`PreparedWrite::new`], which needs no file system: a mount does it before taking
+    /// the lock).
+    pub fn write_prepared(&mut self, ino: Ino, prepared: PreparedWrite<'_>) -> Result<usize, FsError> {
+        let PreparedWrite { off, data, mut whole } = prepared;
         let ino = ino.0;
         match self.inode(ino)?.attr.kind {
             FileType::File => {}
@@ -684,7 +692,9 @@ impl<N: Nand> Fs<N> {
             let n = (LOGICAL_PAGE - within).min((end - pos) as usize);
             let from = (pos - off) as usize;
             let page = if n == LOGICAL_PAGE {
-                DirtyPage::new(data[from..from + n].to_vec())
+                let page = whole.next().expect("a prepared page for each whole one");
+                debug_assert_eq!(page.bytes, data[from..from + n]);
+                page
             } else {
                 let mut page = self.page_to_change(ino, index)?;
                 page.overwrite(within, &data[from..from + n]);
@@ -714,6 +724,35 @@ impl<N: Nand> Fs<N> {
     /// live data and metadata may ever take, free what a write may still reserve.
     pub fn statfs(&self) -> (u64, u64) {
         self.space()
+    }
+}
+
+/// A write's data with its whole logical pages copied out and checksummed: the part of a
+/// write that needs no file system, done before the lock that [`Fs::write_prepared`] holds.
+pub struct PreparedWrite<'a> {
+    off: u64,
+    data: &'a [u8],
+    /// The whole pages in order (the partial first and last ones are merged under the lock).
+    whole: std::vec::IntoIter<DirtyPage>,
+}
+
+impl<'a> PreparedWrite<'a> {
+    pub fn new(off: u64, data: &'a [u8]) -> PreparedWrite<'a> {
+        let page = LOGICAL_PAGE as u64;
+        // A write past the largest offset has no pages: `write_prepared` refuses it.
+        let (first_whole, end) =
+            match (off.checked_next_multiple_of(page), off.checked_add(data.len() as u64)) {
+                (Some(first), Some(end)) => (first, end),
+                _ => (0, 0),
+            };
+        let whole: Vec<DirtyPage> = (first_whole..end / page * page)
+            .step_by(LOGICAL_PAGE)
+            .map(|at| {
+                let from = (at - off) as usize;
+                DirtyPage::new(data[from..from + LOGICAL_PAGE].to_vec())
+            })
+            .collect();
+        PreparedWrite { off, data, whole: whole.into_iter() }
     }
 }
 

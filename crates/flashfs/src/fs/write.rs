@@ -19,16 +19,6 @@ pub(crate) enum Pending {
     Map(super::index::ChunkKey),
 }
 
-/// A run of consecutive dirty logical pages of one file, as write-back hands it over.
-struct Run<'a> {
-    /// The pages, back to back.
-    pages: &'a [u8],
-    /// Their CRCs as the cache carried them.
-    crcs: &'a [u32],
-    /// Every one was moved by the cleaner.
-    cold: bool,
-}
-
 /// File data and inodes changed but not yet written out.
 #[derive(Debug, Default)]
 pub(crate) struct WriteBack {
@@ -118,15 +108,30 @@ impl<N: Nand> Fs<N> {
         Ok(addr)
     }
 
-    fn put_frag(&mut self, f: &Frag, payload: &[u8]) -> u16 {
+    /// Puts fragment `f` in the page being filled: its header, then `f.len` bytes of the
+    /// payload made of `pieces` back to back, from byte `from` on.
+    fn put_frag(&mut self, f: &Frag, pieces: &[&[u8]], from: usize) -> u16 {
         self.note_unsynced();
         let at = self.page.fill;
         f.encode(&mut self.page.buf[at..at + FRAG_HEADER]);
-        self.page.buf[at + FRAG_HEADER..at + FRAG_HEADER + payload.len()].copy_from_slice(payload);
+        let (mut to, mut skip, mut left) = (at + FRAG_HEADER, from, f.len as usize);
+        for piece in pieces {
+            if left == 0 {
+                break;
+            }
+            if skip >= piece.len() {
+                skip -= piece.len();
+                continue;
+            }
+            let n = (piece.len() - skip).min(left);
+            self.page.buf[to..to + n].copy_from_slice(&piece[skip..skip + n]);
+            (to, skip, left) = (to + n, 0, left - n);
+        }
+        assert_eq!(left, 0, "a fragment past the end of its payload");
         // What will be programmed reads back as what was meant (the write side paired with
         // the read side).
         debug_assert_eq!(Frag::decode(&self.page.buf[at..]), Ok(Some(*f)));
-        self.page.fill += FRAG_HEADER + payload.len();
+        self.page.fill = to;
         (at + FRAG_HEADER) as u16
     }
 
@@ -157,7 +162,7 @@ impl<N: Nand> Fs<N> {
                     i.version = self.version;
                 }
             }
-            self.put_frag(&n.whole_frag(self.version), &n.payload);
+            self.put_frag(&n.whole_frag(self.version), &[&n.payload], 0);
         }
         if record && self.tier.is_some() {
             let bytes = self.page.buf[start..self.page.fill].to_vec();
@@ -166,39 +171,43 @@ impl<N: Nand> Fs<N> {
         self.maybe_clean()
     }
 
-    /// Writes a run of consecutive logical pages of a file (`pages`, a multiple of
-    /// [`LOGICAL_PAGE`] bytes) as one data node compressed together when it saves at least
-    /// an eighth, else a node per page. `crcs` are the pages' CRCs as the cache carried them.
-    /// `cold`: the cleaner moved them (compressed at [`FsOptions::lz4_level`], else at the
-    /// writer's level).
-    fn write_data_run(&mut self, ino: u64, first: u64, run: Run<'_>) -> Result<(), FsError> {
-        let Run { pages, crcs, cold } = run;
-        let count = pages.len() / LOGICAL_PAGE;
+    /// Writes a run of consecutive dirty logical pages of a file as one data node compressed
+    /// together when that saves at least an eighth, else a node per page, each with the CRC
+    /// the cache carried. A run the cleaner moved whole is cold: compressed at
+    /// [`FsOptions::lz4_level`], else at the writer's level. The pages are joined into one
+    /// buffer only to be compressed together: stored a page per node, each goes from the
+    /// cache to its node as it is.
+    fn write_data_run(&mut self, ino: u64, first: u64, pages: &[DirtyPage]) -> Result<(), FsError> {
+        let count = pages.len();
+        let cold = pages.iter().all(|p| p.moved);
         let wanted = self.opts.compression.flag();
         let level = if cold { self.opts.lz4_level } else { self.opts.lz4_write_level };
         if count > 1 && wanted != 0 && self.wb.skip_compression.get(&ino).is_none_or(|&left| left == 0) {
-            let (payload, codec) = node::encode_data(pages, crcs, wanted, level);
-            let content = pages.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+            let crcs: Vec<u32> = pages.iter().map(|p| p.crc).collect();
+            let mut joined = Vec::with_capacity(count * LOGICAL_PAGE);
+            pages.iter().for_each(|p| joined.extend_from_slice(&p.bytes));
+            let (payload, codec) = node::encode_data(&joined, &crcs, wanted, level);
+            let content = joined.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
             if codec != 0 && payload.len() - 4 * count <= content - content / 8 {
                 self.wb.skip_compression.remove(&ino);
                 self.stats.multi_page_nodes += 1;
                 self.stats.pages_in_multi_page_nodes += count as u64;
-                return self.write_data_node(ino, first, pages.len(), payload, codec, crcs);
+                return self.write_data_node(ino, first, joined.len(), &[&payload], codec, &crcs);
             }
             // Tried and found wanting: stored plain a page per node (a read of one need not
             // read the others), and, judged as a page alone would be (see `write_page`),
             // the pages that follow are stored plain untried.
-            if content >= pages.len() / 2 {
+            if content >= joined.len() / 2 {
                 self.skip_after_incompressible(ino);
             }
-            for (i, (page, crc)) in pages.chunks(LOGICAL_PAGE).zip(crcs).enumerate() {
-                let (payload, _) = node::encode_data(page, &[*crc], 0, 0);
-                self.write_data_node(ino, first + i as u64, page.len(), payload, 0, &[*crc])?;
+            for (i, p) in pages.iter().enumerate() {
+                let (crc, plain) = node::plain_data(&p.bytes, p.crc);
+                self.write_data_node(ino, first + i as u64, LOGICAL_PAGE, &[&crc, plain], 0, &[p.crc])?;
             }
             return Ok(());
         }
-        for (i, (page, crc)) in pages.chunks(LOGICAL_PAGE).zip(crcs).enumerate() {
-            self.write_page_at(ino, first + i as u64, page, *crc, level)?;
+        for (i, p) in pages.iter().enumerate() {
+            self.write_page_at(ino, first + i as u64, &p.bytes, p.crc, level)?;
         }
         Ok(())
     }
@@ -237,18 +246,22 @@ impl<N: Nand> Fs<N> {
             }
             _ => wanted,
         };
-        let (payload, codec) = node::encode_data(page, &[crc], attempt, level);
-        if attempt != 0 {
-            // The payload carries a 4-byte CRC before the page. Judged on the page's bytes up
-            // to its trailing zeros: a short last page (or a hole) says nothing of the rest.
-            let content = page.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
-            if content >= page.len() / 2 && (codec == 0 || payload.len() - 4 > content - content / 8) {
-                self.skip_after_incompressible(ino);
-            } else {
-                self.wb.skip_compression.remove(&ino);
-            }
+        if attempt == 0 {
+            // Plain: the page goes from the cache to the flash page buffer with no payload
+            // built in between.
+            let (crc_bytes, plain) = node::plain_data(page, crc);
+            return self.write_data_node(ino, index, page.len(), &[&crc_bytes, plain], 0, &[crc]);
         }
-        self.write_data_node(ino, index, page.len(), payload, codec, &[crc])
+        let (payload, codec) = node::encode_data(page, &[crc], attempt, level);
+        // The payload carries a 4-byte CRC before the page. Judged on the page's bytes up to
+        // its trailing zeros: a short last page (or a hole) says nothing of the rest.
+        let content = page.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+        if content >= page.len() / 2 && (codec == 0 || payload.len() - 4 > content - content / 8) {
+            self.skip_after_incompressible(ino);
+        } else {
+            self.wb.skip_compression.remove(&ino);
+        }
+        self.write_data_node(ino, index, page.len(), &[&payload], codec, &[crc])
     }
 
     /// Writes a data node of `crcs.len()` logical pages from `first` on, in fragments across
@@ -259,12 +272,12 @@ impl<N: Nand> Fs<N> {
         ino: u64,
         first: u64,
         logical: usize,
-        payload: Vec<u8>,
+        payload: &[&[u8]],
         codec: u8,
         crcs: &[u32],
     ) -> Result<(), FsError> {
         self.stats.data_bytes += logical as u64;
-        self.stats.data_stored += payload.len() as u64;
+        self.stats.data_stored += payload.iter().map(|p| p.len() as u64).sum::<u64>();
         self.version += 1;
         let version = self.version;
         let count = crcs.len();
@@ -285,7 +298,7 @@ impl<N: Nand> Fs<N> {
             flags,
             (ino, first),
             version,
-            &payload,
+            payload,
             Pending::Data((ino, first), count),
         )
     }
@@ -298,28 +311,29 @@ impl<N: Nand> Fs<N> {
         flags: u8,
         key: (u64, u64),
         version: u64,
-        payload: &[u8],
+        payload: &[&[u8]],
         into: Pending,
     ) -> Result<(), FsError> {
+        let total: usize = payload.iter().map(|p| p.len()).sum();
         let mut done = 0;
-        while done < payload.len() {
+        while done < total {
             // A fragment needs its header and at least a few bytes: otherwise start afresh.
             if self.page.fill + FRAG_HEADER + 16 > self.page.buf.len() {
                 self.seal_page()?;
             }
             let room = self.page.buf.len() - self.page.fill - FRAG_HEADER;
-            let n = room.min(payload.len() - done);
-            let last = done + n == payload.len();
+            let n = room.min(total - done);
+            let last = done + n == total;
             let f = Frag {
                 kind,
                 flags: flags | if last { FLAG_LAST } else { 0 },
                 len: n as u16,
-                total: payload.len() as u32,
+                total: total as u32,
                 key: key.0,
                 key2: key.1,
                 version,
             };
-            let off = self.put_frag(&f, &payload[done..done + n]);
+            let off = self.put_frag(&f, payload, done);
             match into {
                 Pending::Data(first, count) => {
                     for slot in 0..count as u64 {
@@ -414,28 +428,21 @@ impl<N: Nand> Fs<N> {
         // nodes an older build reads.
         let most = if self.store.sb_version >= 5 { self.opts.node_pages.clamp(1, MAX_NODE_PAGES) } else { 1 };
         let mut dirty = dirty.into_iter().peekable();
-        let mut run: Vec<u8> = Vec::with_capacity(most * LOGICAL_PAGE);
-        let mut crcs: Vec<u32> = Vec::with_capacity(most);
+        let mut run: Vec<DirtyPage> = Vec::with_capacity(most);
         while let Some(((ino, first), page)) = dirty.next() {
             if !self.ns.inodes.contains_key(&ino) {
                 continue;
             }
             run.clear();
-            crcs.clear();
-            run.extend_from_slice(&page.bytes);
-            crcs.push(page.crc);
-            let mut cold = page.moved;
+            run.push(page);
             while let Some(&((i, index), _)) = dirty.peek() {
-                let next = first + (run.len() / LOGICAL_PAGE) as u64;
+                let next = first + run.len() as u64;
                 if i != ino || index != next || index % most as u64 == 0 {
                     break;
                 }
-                let page = dirty.next().expect("peeked").1;
-                run.extend_from_slice(&page.bytes);
-                crcs.push(page.crc);
-                cold &= page.moved;
+                run.push(dirty.next().expect("peeked").1);
             }
-            if let Err(e) = self.write_data_run(ino, first, Run { pages: &run, crcs: &crcs, cold }) {
+            if let Err(e) = self.write_data_run(ino, first, &run) {
                 // Nothing acknowledged is dropped: what was not written stays dirty (the
                 // run's pages may be pending in the page being filled: written again). But
                 // a run whose index chunk became unreadable since it was accepted cannot be
@@ -443,8 +450,8 @@ impl<N: Nand> Fs<N> {
                 // the take to here: no write can have made any of them newer since.)
                 let lost_map = matches!(e, FsError::Unrecoverable { .. } | FsError::NotWritten { .. });
                 if !lost_map {
-                    for (i, (p, crc)) in run.chunks(LOGICAL_PAGE).zip(&crcs).enumerate() {
-                        self.wb.dirty.insert((ino, first + i as u64), DirtyPage::with_crc(p.to_vec(), *crc));
+                    for (i, p) in run.drain(..).enumerate() {
+                        self.wb.dirty.insert((ino, first + i as u64), p);
                     }
                 }
                 self.wb.dirty.extend(dirty);

@@ -414,14 +414,13 @@ impl<N: Nand> PageStore<N> {
         let stripe_index = self.w.next as usize;
         let block = self.w.block as usize;
         if self.layout.cfg.parity_blocks > 0 && self.w.seg_parity_valid {
-            let held = if ok {
-                data.to_vec()
+            if ok {
+                self.accumulate_segment(block, stripe_index, data);
             } else {
-                let mut b = vec![0u8; self.ps()];
-                self.nand.read_data(page, &mut b)?;
-                b
-            };
-            self.accumulate_segment(block, stripe_index, &held);
+                let mut held = vec![0u8; self.ps()];
+                self.nand.read_data(page, &mut held)?;
+                self.accumulate_segment(block, stripe_index, &held);
+            }
         }
         self.w.next += 1;
         Ok((page, ok))
