@@ -470,6 +470,7 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
             writeback_cache: a.writeback_cache,
             drops_privileges: false,
             write_back,
+            durable_on_answer: nvram.is_some(),
         },
         &a.mountpoint,
         &config,
