@@ -33,7 +33,8 @@ struct Mapping {
     len: usize,
 }
 
-// SAFETY: the mapping is owned by one `ImageCells`, used through `&mut self` only.
+// SAFETY: the mapping is owned by one `ImageCells`, used through `&mut self` only (its
+// block-ahead thread gets addresses to `madvise`, never a reference to the bytes).
 unsafe impl Send for Mapping {}
 
 impl Mapping {
@@ -148,7 +149,7 @@ impl Ahead {
             let (tx, rx) = std::sync::mpsc::channel::<(usize, usize)>();
             let spawned = std::thread::Builder::new().name("bitmend-ahead".into()).spawn(move || {
                 for (addr, len) in rx {
-                    // SAFETY: a page-aligned range of the image's mapping (`Mapping::populate`
+                    // SAFETY: a page-aligned range of the image's mapping (`Mapping::pages`
                     // checked it); the mapping outlives this thread, which `Drop` joins
                     // before the mapping (a later field) is unmapped.
                     unsafe { crate::host_space::populate_write(addr as *mut u8, len) };
