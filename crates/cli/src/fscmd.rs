@@ -247,6 +247,12 @@ pub struct MountArgs {
     /// a step at a time, and that request returns at once (docs/DESIGN.md, "Threads and locks").
     #[arg(long)]
     pub write_back_in_request: bool,
+    /// Read every page under the file system's lock, as before reads went without it (for
+    /// comparison). By default a read takes the lock only to find its pages; the flash pages
+    /// are read and checked against their CRCs without it, so a read waits for no write-back
+    /// step and no other read (docs/DESIGN.md, "Reads without the lock").
+    #[arg(long)]
+    pub read_under_lock: bool,
     /// The kernel's readahead for this mount, in KiB (0: leave the kernel's 128 KiB). The
     /// default, one full request, makes sequential reads about 15% faster. Set as root only.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(0..=65536))]
@@ -264,6 +270,15 @@ pub struct MountArgs {
     /// at mount, not a crash mid-write), and on tmpfs mapped in at mount.
     #[arg(long, default_value = "256M", value_name = "SIZE")]
     pub nvram_size: String,
+}
+
+/// When the scrubber and the cache checker run.
+fn scrub_schedule(a: &MountArgs) -> Result<crate::scrubber::Schedule, CliError> {
+    Ok(crate::scrubber::Schedule {
+        every: crate::units::parse_duration(&a.scrub_every).map_err(CliError::Usage)?,
+        pause: Duration::from_millis(a.scrub_pause_ms),
+        cache_check_rate: a.cache_check_rate,
+    })
 }
 
 /// The cache options of `a`, checked: (strategy, pages).
@@ -323,6 +338,9 @@ fn spawn_daemon(a: &MountArgs) -> Result<(), CliError> {
     }
     if a.write_back_in_request {
         cmd.arg("--write-back-in-request");
+    }
+    if a.read_under_lock {
+        cmd.arg("--read-under-lock");
     }
     cmd.arg("--nvram").arg(&a.nvram).arg("--nvram-size").arg(&a.nvram_size);
     // The daemon must not hold our output open (a caller waiting for it would hang): its
@@ -454,11 +472,8 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
-    let schedule = crate::scrubber::Schedule {
-        every: crate::units::parse_duration(&a.scrub_every).map_err(CliError::Usage)?,
-        pause: Duration::from_millis(a.scrub_pause_ms),
-        cache_check_rate: a.cache_check_rate,
-    };
+    let schedule = scrub_schedule(a)?;
+    let reader = if a.read_under_lock { None } else { fs.data_reader() };
     let shared = crate::scrubber::share(fs, schedule);
     let scrubber = crate::scrubber::spawn(shared.clone(), schedule);
     let committer = commit_interval.map(|i| crate::commit::spawn(shared.clone(), i));
@@ -471,6 +486,7 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
             drops_privileges: false,
             write_back,
             durable_on_answer: nvram.is_some(),
+            reader,
         },
         &a.mountpoint,
         &config,

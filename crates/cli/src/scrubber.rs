@@ -117,9 +117,10 @@ impl Mounted {
         let space = self.fs.as_ref().map_or(String::new(), |fs| format!(", {}", space_json(&Space::of(fs))));
         let cache = self.fs.as_ref().map_or(String::new(), |fs| {
             let (s, pages) = fs.cache_stats();
+            let f = fs.stats();
             format!(
-                ", \"cache_pages\": {pages}, \"cache_hits\": {}, \"cache_checks\": {}, \"cache_clean_caught\": {}, \"cache_dirty_caught\": {}",
-                s.hits, s.checks, s.clean_caught, s.dirty_caught
+                ", \"cache_pages\": {pages}, \"cache_hits\": {}, \"cache_checks\": {}, \"cache_clean_caught\": {}, \"cache_dirty_caught\": {}, \"reads_unlocked\": {}, \"reads_relocked\": {}",
+                s.hits, s.checks, s.clean_caught, s.dirty_caught, f.reads_unlocked, f.reads_relocked
             )
         });
         format!(

@@ -221,6 +221,11 @@ impl PageCache {
         Some((page.bytes.clone(), page.crc))
     }
 
+    /// Whether clean page `key` is held (not checked, not counted as a use).
+    pub fn contains(&self, key: (u64, u64)) -> bool {
+        self.clean.contains_key(&key)
+    }
+
     /// Checks dirty page `page` (of `key`) if a read of it is due one: an error if it fails.
     pub fn check_dirty(&mut self, key: (u64, u64), page: &mut DirtyPage) -> Result<(), FsError> {
         let now = self.now();

@@ -173,6 +173,11 @@ impl Index {
         out
     }
 
+    /// The version of the page at `key` if its chunk is in RAM (never reads a map).
+    pub fn loaded_version(&self, key: (u64, u64)) -> Option<u64> {
+        self.loaded.get(&chunk_key(key.0, key.1))?.pages.get(&key.1).map(|l| l.version)
+    }
+
     pub fn loc_mut(&mut self, key: (u64, u64)) -> Option<&mut Loc> {
         self.loaded.get_mut(&chunk_key(key.0, key.1))?.pages.get_mut(&key.1)
     }

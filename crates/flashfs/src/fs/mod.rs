@@ -20,6 +20,8 @@ mod namespace;
 pub(crate) mod node;
 mod ops;
 pub use ops::PreparedWrite;
+mod read_plan;
+pub use read_plan::ReadPlan;
 mod rebuild;
 mod replay;
 mod scan;
@@ -215,6 +217,10 @@ pub struct FsStats {
     pub maps_written: u64,
     /// Index chunks whose lost map node was rebuilt from the data nodes' keys.
     pub maps_rebuilt: u64,
+    /// Logical pages planned to be read from flash without the lock (`plan_read`), and of
+    /// those, pages whose check failed and were read again under it (`finish_read`).
+    pub reads_unlocked: u64,
+    pub reads_relocked: u64,
 }
 
 /// What the file system has had to repair over its life: kept in every checkpoint, so they

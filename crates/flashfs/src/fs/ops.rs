@@ -6,7 +6,8 @@ use bitmend_media::nand::Nand;
 
 use super::Ino;
 use super::{
-    now, DirEntry, Fs, Inode, SetAttr, INLINE_TARGET_MAX, LOGICAL_PAGE, NAME_MAX, PENDING, ROOT, SYMLINK_MAX,
+    now, DirEntry, Fs, Inode, Loc, SetAttr, INLINE_TARGET_MAX, LOGICAL_PAGE, NAME_MAX, PENDING, ROOT,
+    SYMLINK_MAX,
 };
 use crate::fs::cache::DirtyPage;
 use crate::fs::node::{self, Attr, FileType};
@@ -540,21 +541,9 @@ impl<N: Nand> Fs<N> {
             }
             None => {
                 let (payload, repaired) = self.read_payload(&loc.frags)?;
-                // The node's CRC (checked against the page by the decoder) must be the one
-                // the index recorded: a node that is not the page the index meant is as bad
-                // as a wrong byte.
-                let same =
-                    loc.crc.is_none_or(|c| payload.get(4 * slot..4 * slot + 4) == Some(&c.to_le_bytes()[..]));
-                let decoded = node::decode_pages(&payload, loc.codec, loc.count as usize).filter(|_| same);
-                let Some(mut pages) = decoded.filter(|p| p.len() >= span.end) else {
+                let Some(mut pages) = checked_node(&payload, &loc) else {
                     return Err(unreadable(self));
                 };
-                // Each page against its own CRC: one that failed does not take the pages
-                // stored with it down too.
-                if node::recorded_crc(&payload, slot) != Some(bitmend_code::crc::crc32c(&pages[span.clone()]))
-                {
-                    return Err(unreadable(self));
-                }
                 if loc.count > 1 {
                     let page = pages[span].to_vec();
                     self.read_cache.last_node = Some((node_key, pages, repaired));
@@ -576,6 +565,11 @@ impl<N: Nand> Fs<N> {
             self.cache.insert(key, &page, crc);
         }
         Ok((page, crc))
+    }
+
+    /// Whether clean page `key` is in the cache (not checked, not counted as a use).
+    pub(crate) fn cached(&self, key: (u64, u64)) -> bool {
+        self.wb.dirty.contains_key(&key) || self.cache.contains(key)
     }
 
     /// A node's payload from its fragments: bytes still in the page being filled, in the
@@ -775,4 +769,21 @@ impl<N: Nand> Fs<N> {
         let t = self.index.totals;
         (t.pages * LOGICAL_PAGE as u64, t.stored)
     }
+}
+
+/// The logical pages of node `payload`, decoded, where the page `loc` names is the page the
+/// index meant: the node's recorded CRC for it is the index's (where the index has one: a
+/// node that is not the page the index meant is as bad as a wrong byte), and the decoded
+/// page matches it. Each page is checked alone: one that fails does not take the pages
+/// stored with it down too. None: unreadable.
+pub(crate) fn checked_node(payload: &[u8], loc: &Loc) -> Option<Vec<u8>> {
+    let slot = loc.slot as usize;
+    let span = slot * LOGICAL_PAGE..(slot + 1) * LOGICAL_PAGE;
+    let recorded = node::recorded_crc(payload, slot)?;
+    if loc.crc.is_some_and(|c| c != recorded) {
+        return None;
+    }
+    let pages = node::decode_pages(payload, loc.codec, loc.count as usize)?;
+    let page = pages.get(span)?;
+    (bitmend_code::crc::crc32c(page) == recorded).then_some(pages)
 }

@@ -3,7 +3,7 @@
 #![allow(dead_code)] // each test file uses its own part
 
 use bitmend_flashfs::{Compression, Fs, FsConfig, FsOptions};
-use bitmend_media::nand::{FaultyNand, Geometry, RamNand, Timing};
+use bitmend_media::nand::{FaultyNand, Geometry, Nand, RamNand, Timing};
 
 /// A chip of `blocks` erase blocks of 16 pages of 2 KiB (64-byte spares), without timing.
 pub fn chip(blocks: u32) -> RamNand {
@@ -28,7 +28,7 @@ pub fn cfg() -> FsConfig {
 
 /// Flash pages holding a fragment of kind `kind` with `key` (and `key2`, if given), in log
 /// order.
-pub fn pages_with(fs: &mut Fs<FaultyNand<RamNand>>, kind: u8, key: u64, key2: Option<u64>) -> Vec<u32> {
+pub fn pages_with<N: Nand>(fs: &mut Fs<N>, kind: u8, key: u64, key2: Option<u64>) -> Vec<u32> {
     let mut out = Vec::new();
     let mut buf = vec![0u8; 2048];
     for p in fs.store_mut().log_pages(0, None).unwrap() {

@@ -12,6 +12,10 @@ pub(crate) trait Cells: Send {
     /// Records the state of one block (durably, for a file).
     fn store_state(&mut self, block: u32, state: &BlockState) -> Result<(), NandError>;
     fn sync(&mut self) -> Result<(), NandError>;
+    /// A reader of the pages' data for other threads (image files only).
+    fn data_reader(&self, _g: Geometry) -> Option<super::DataReader> {
+        None
+    }
 }
 
 /// A chip: geometry, timing, cells and per-block state, with the rules enforced.
@@ -251,6 +255,9 @@ macro_rules! chip_backend {
             }
             fn sync(&mut self) -> Result<(), $crate::nand::NandError> {
                 self.chip.cells.sync()
+            }
+            fn data_reader(&self) -> Option<$crate::nand::DataReader> {
+                $crate::nand::chip::Cells::data_reader(&self.chip.cells, self.chip.geometry)
             }
         }
 

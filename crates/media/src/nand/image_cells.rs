@@ -369,6 +369,20 @@ impl Cells for ImageCells {
         let path = self.path.clone();
         self.map.flush().map_err(io_at(&path, "sync".into()))
     }
+
+    fn data_reader(&self, g: super::Geometry) -> Option<super::DataReader> {
+        // A new open of the file, not a `dup`: a duplicate would share the image's lock, and
+        // a reader kept past the unmount would hold the image locked.
+        let file = File::open(format!("/proc/self/fd/{}", self.file.as_raw_fd())).ok()?;
+        let layout = super::data_reader::ReaderLayout {
+            base: self.layout.base,
+            page_size: g.page_size as usize,
+            raw_page_size: g.raw_page_size(),
+            pages: g.pages(),
+            complemented: self.layout.complemented,
+        };
+        Some(super::DataReader::new(file, &self.path, layout))
+    }
 }
 
 #[cfg(test)]

@@ -15,12 +15,14 @@
 //! trait asks nothing an `ioctl(MEMERASE)` / `pread` / `pwrite` device cannot do).
 
 mod chip;
+pub(crate) mod data_reader;
 mod faulty;
 mod file;
 mod geometry;
 mod image_cells;
 mod ram;
 
+pub use data_reader::DataReader;
 pub use faulty::{Area, Endurance, FaultyNand, NandFault, Torn, WearOut};
 pub use file::{FileNand, IMAGE_VERSION};
 pub use geometry::Geometry;
@@ -169,6 +171,13 @@ pub trait Nand: Send {
     /// Makes everything done so far durable (a no-op for chips that are durable per operation).
     fn sync(&mut self) -> Result<(), NandError>;
 
+    /// A reader of page data that needs neither `&mut self` nor the caller's lock, for reads
+    /// checked end to end by the caller ([`DataReader`]); None where the chip cannot offer
+    /// one, or where a read must go through the chip (fault injection, timing).
+    fn data_reader(&self) -> Option<DataReader> {
+        None
+    }
+
     /// Reads data and spare together.
     fn read_page(&mut self, page: u32, data: &mut [u8], spare: &mut [u8]) -> Result<(), NandError> {
         self.read(page, Some(data), Some(spare))
@@ -239,6 +248,9 @@ macro_rules! forward_nand {
             }
             fn sync(&mut self) -> Result<(), NandError> {
                 (**self).sync()
+            }
+            fn data_reader(&self) -> Option<DataReader> {
+                (**self).data_reader()
             }
         }
     )*};
