@@ -567,7 +567,8 @@ impl<N: Nand> Fs<N> {
         Ok((page, crc))
     }
 
-    /// Whether clean page `key` is in the cache (not checked, not counted as a use).
+    /// Whether page `key` is held in RAM: dirty, or clean in the cache (not checked, not
+    /// counted as a use).
     pub(crate) fn cached(&self, key: (u64, u64)) -> bool {
         self.wb.dirty.contains_key(&key) || self.cache.contains(key)
     }

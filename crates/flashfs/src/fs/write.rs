@@ -4,7 +4,16 @@
 use bitmend_media::nand::Nand;
 
 use super::Ino;
-use super::{Fs, Loc, LOGICAL_PAGE, PENDING, SKIP_AFTER_INCOMPRESSIBLE};
+use super::{Fs, Loc, LOGICAL_PAGE, PENDING, SKIP_AFTER_INCOMPRESSIBLE, SKIP_AFTER_INCOMPRESSIBLE_MAX};
+
+/// A file's compression attempts held off after poor ones.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Skip {
+    /// Pages still to store plain untried.
+    pub left: u32,
+    /// Pages the last hold-off lasted.
+    pub last: u32,
+}
 use crate::fs::cache::DirtyPage;
 use crate::fs::node::{self, Frag, NodeKind, FLAG_LAST, FRAG_HEADER, MAX_NODE_PAGES};
 use crate::store::PageAddr;
@@ -26,8 +35,9 @@ pub(crate) struct WriteBack {
     pub dirty: std::collections::BTreeMap<(u64, u64), DirtyPage>,
     /// Inodes whose node must be written again (size, times).
     pub dirty_inodes: std::collections::BTreeSet<u64>,
-    /// Per file: logical pages still to store plain without trying to compress them.
-    pub skip_compression: std::collections::HashMap<u64, u32>,
+    /// Per file: logical pages still to store plain without trying to compress them, and
+    /// how many pages the last skip was (the next after a poor attempt is twice as long).
+    pub skip_compression: std::collections::HashMap<u64, Skip>,
     /// When the oldest change not yet made durable was made (none: everything is synced).
     /// The mount's commit interval is measured from it.
     pub unsynced_since: Option<std::time::Instant>,
@@ -182,7 +192,7 @@ impl<N: Nand> Fs<N> {
         let cold = pages.iter().all(|p| p.moved);
         let wanted = self.opts.compression.flag();
         let level = if cold { self.opts.lz4_level } else { self.opts.lz4_write_level };
-        if count > 1 && wanted != 0 && self.wb.skip_compression.get(&ino).is_none_or(|&left| left == 0) {
+        if count > 1 && wanted != 0 && self.wb.skip_compression.get(&ino).is_none_or(|s| s.left == 0) {
             let crcs: Vec<u32> = pages.iter().map(|p| p.crc).collect();
             let mut joined = Vec::with_capacity(count * LOGICAL_PAGE);
             pages.iter().for_each(|p| joined.extend_from_slice(&p.bytes));
@@ -212,11 +222,17 @@ impl<N: Nand> Fs<N> {
         Ok(())
     }
 
+    /// Holds compression attempts for `ino` off after a poor one: for
+    /// [`SKIP_AFTER_INCOMPRESSIBLE`] pages, twice as long (plus one) as the last hold-off if
+    /// the attempt that ended it was poor too, up to [`SKIP_AFTER_INCOMPRESSIBLE_MAX`].
     fn skip_after_incompressible(&mut self, ino: u64) {
-        if self.wb.skip_compression.len() >= 4096 {
+        if self.wb.skip_compression.len() >= 4096 && !self.wb.skip_compression.contains_key(&ino) {
             self.wb.skip_compression.clear();
         }
-        self.wb.skip_compression.insert(ino, SKIP_AFTER_INCOMPRESSIBLE);
+        let s = self.wb.skip_compression.entry(ino).or_default();
+        let next = if s.last == 0 { SKIP_AFTER_INCOMPRESSIBLE } else { s.last * 2 + 1 };
+        s.last = next.min(SKIP_AFTER_INCOMPRESSIBLE_MAX);
+        s.left = s.last;
     }
 
     /// Writes one logical page of file data, whose CRC is `crc`, as a data node of its own.
@@ -239,8 +255,8 @@ impl<N: Nand> Fs<N> {
         // attempt per page, which costs more CPU than the whole rest of the write path.
         let wanted = self.opts.compression.flag();
         let attempt = match self.wb.skip_compression.get_mut(&ino) {
-            Some(left) if *left > 0 => {
-                *left -= 1;
+            Some(skip) if skip.left > 0 => {
+                skip.left -= 1;
                 self.stats.compression_skipped += 1;
                 0
             }
