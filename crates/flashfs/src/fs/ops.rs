@@ -621,29 +621,25 @@ impl<N: Nand> Fs<N> {
 
     /// Reads up to `len` bytes at `off` (fewer at the end of the file).
     pub fn read(&mut self, ino: Ino, off: u64, len: usize) -> Result<Vec<u8>, FsError> {
-        let ino = ino.0;
+        let span = self.read_span(ino.0, off, len)?;
+        let mut out = Vec::with_capacity((span.end - span.start) as usize);
+        for (index, within, n) in page_pieces(span) {
+            let page = self.page(ino.0, index)?;
+            out.extend_from_slice(&page[within..within + n]);
+        }
+        Ok(out)
+    }
+
+    /// The bytes of file `ino` a read of `len` at `off` covers: clipped at its end (empty past
+    /// it); an error if it is not a regular file.
+    pub(crate) fn read_span(&self, ino: u64, off: u64, len: usize) -> Result<std::ops::Range<u64>, FsError> {
         let i = self.inode(ino)?;
         match i.attr.kind {
             FileType::File => {}
             FileType::Dir => return Err(FsError::IsDir),
             _ => return Err(FsError::Invalid { why: "not a regular file".into() }),
         }
-        let size = i.attr.size;
-        if off >= size {
-            return Ok(Vec::new());
-        }
-        let end = size.min(off.saturating_add(len as u64));
-        let mut out = Vec::with_capacity((end - off) as usize);
-        let mut pos = off;
-        while pos < end {
-            let index = pos / LOGICAL_PAGE as u64;
-            let within = (pos % LOGICAL_PAGE as u64) as usize;
-            let n = (LOGICAL_PAGE - within).min((end - pos) as usize);
-            let page = self.page(ino, index)?;
-            out.extend_from_slice(&page[within..within + n]);
-            pos += n as u64;
-        }
-        Ok(out)
+        Ok(off..i.attr.size.min(off.saturating_add(len as u64)).max(off))
     }
 
     /// Writes `data` at `off`, extending the file (with a hole if `off` is past its end).
@@ -787,4 +783,20 @@ pub(crate) fn checked_node(payload: &[u8], loc: &Loc) -> Option<Vec<u8>> {
     let pages = node::decode_pages(payload, loc.codec, loc.count as usize)?;
     let page = pages.get(span)?;
     (bitmend_code::crc::crc32c(page) == recorded).then_some(pages)
+}
+
+/// The pieces of logical pages the bytes `span` of a file cover, in order: (page, offset in
+/// the page, length).
+pub(crate) fn page_pieces(span: std::ops::Range<u64>) -> impl Iterator<Item = (u64, usize, usize)> {
+    let page = LOGICAL_PAGE as u64;
+    let mut pos = span.start;
+    std::iter::from_fn(move || {
+        (pos < span.end).then(|| {
+            let within = (pos % page) as usize;
+            let n = (LOGICAL_PAGE - within).min((span.end - pos) as usize);
+            let piece = (pos / page, within, n);
+            pos += n as u64;
+            piece
+        })
+    })
 }

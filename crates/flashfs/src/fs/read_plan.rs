@@ -13,9 +13,8 @@
 
 use bitmend_media::nand::{DataReader, Nand};
 
-use super::ops::checked_node;
+use super::ops::{checked_node, page_pieces};
 use super::{Fs, Ino, Loc, LOGICAL_PAGE, PENDING};
-use crate::fs::node::FileType;
 use crate::FsError;
 
 /// Flash pages one read of the image covers at most (a 1 MiB read on 2 KiB pages is about
@@ -170,26 +169,15 @@ impl<N: Nand> Fs<N> {
     /// the others are left for [`ReadPlan::read_unlocked`].
     pub fn plan_read(&mut self, ino: Ino, off: u64, len: usize) -> Result<ReadPlan, FsError> {
         let ino = ino.0;
-        let i = self.inode(ino)?;
-        match i.attr.kind {
-            FileType::File => {}
-            FileType::Dir => return Err(FsError::IsDir),
-            _ => return Err(FsError::Invalid { why: "not a regular file".into() }),
-        }
-        let size = i.attr.size;
-        let end = size.min(off.saturating_add(len as u64)).max(off);
+        let span = self.read_span(ino, off, len)?;
         let mut plan = ReadPlan {
             ino,
-            out: Vec::with_capacity((end - off) as usize),
+            out: Vec::with_capacity((span.end - span.start) as usize),
             flash: Vec::new(),
             checked: Vec::new(),
             keep_checked: false,
         };
-        let mut pos = off;
-        while pos < end {
-            let index = pos / LOGICAL_PAGE as u64;
-            let within = (pos % LOGICAL_PAGE as u64) as usize;
-            let n = (LOGICAL_PAGE - within).min((end - pos) as usize);
+        for (index, within, n) in page_pieces(span) {
             let on_flash = if self.cached((ino, index)) {
                 None
             } else {
@@ -206,7 +194,6 @@ impl<N: Nand> Fs<N> {
                     plan.out.extend_from_slice(&page[within..within + n]);
                 }
             }
-            pos += n as u64;
         }
         Ok(plan)
     }
