@@ -249,8 +249,8 @@ pub struct MountArgs {
     pub write_back_in_request: bool,
     /// Read every page under the file system's lock, as before reads went without it (for
     /// comparison). By default a read takes the lock only to find its pages; the flash pages
-    /// are read and checked against their CRCs without it, so a read waits for no write-back
-    /// step and no other read (docs/DESIGN.md, "Reads without the lock").
+    /// are read and checked against their CRCs without it, so reads do not wait for each
+    /// other's flash reads, nor write-back for them (docs/DESIGN.md, "Reads without the lock").
     #[arg(long)]
     pub read_under_lock: bool,
     /// The kernel's readahead for this mount, in KiB (0: leave the kernel's 128 KiB). The

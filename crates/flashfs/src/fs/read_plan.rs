@@ -8,8 +8,9 @@
 //! and erased its block, or the log may have programmed the block anew: the check fails,
 //! and that page is read again under the lock ([`Fs::finish_read`]), verified and repaired
 //! as every read was before. So a read never returns bytes the index did not name for it,
-//! and a read no longer waits for another file's write-back step, nor for another read,
-//! beyond its plan.
+//! and holds the lock only for its plan: reads do not wait for each other's flash reads and
+//! checks, nor does write-back wait for them. The plan itself still waits for whatever holds
+//! the lock (a write-back step, at most about half a millisecond).
 
 use bitmend_media::nand::{DataReader, Nand};
 
