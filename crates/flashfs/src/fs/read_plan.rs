@@ -96,14 +96,17 @@ impl ReadPlan {
                 continue;
             };
             let node = (first, p.loc.version);
-            if last.as_ref().is_none_or(|l| l.0 != node) {
+            // Decoded for this page, the node was checked against this page's CRC already; a
+            // node decoded for an earlier page is checked against this one's here.
+            let fresh = last.as_ref().is_none_or(|l| l.0 != node);
+            if fresh {
                 last = payload_of(&p.loc, &flash_page, &mut payload)
                     .and_then(|()| checked_node(&payload, &p.loc))
                     .map(|pages| (node, pages));
             }
             let slot = p.loc.slot as usize * LOGICAL_PAGE;
             let page = last.as_ref().and_then(|l| l.1.get(slot..slot + LOGICAL_PAGE));
-            match page.filter(|pg| Some(bitmend_code::crc::crc32c(pg)) == p.loc.crc) {
+            match page.filter(|pg| fresh || Some(bitmend_code::crc::crc32c(pg)) == p.loc.crc) {
                 Some(page) => {
                     self.out[p.at..p.at + p.len].copy_from_slice(&page[p.within..p.within + p.len]);
                     if self.keep_checked {
