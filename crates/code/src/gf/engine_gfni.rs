@@ -5,7 +5,7 @@
 use std::arch::x86_64::*;
 
 use super::tables::{mul, AFFINE};
-use super::{check_dot_prod, check_sig, check_update, Engine, Lanes, WordMul};
+use super::{check_dot_prod, check_sig, check_update, Engine, Lanes, Line, WordMul};
 
 /// GFNI + AVX-512 engine; construct with [`Gfni::new`], which checks the CPU.
 #[derive(Clone, Copy, Debug)]
@@ -71,6 +71,106 @@ impl Engine for Gfni {
             *out = unsafe { fold(lanes, halves) };
         }
     }
+
+    /// The step matrices of every component, built once: building them per signature (20
+    /// table lookups and broadcasts per component for the fold, 4 for the steps) cost as
+    /// much as signing a 2 KiB page.
+    fn sig_prepare(&self, steps: &[WordMul], halves: &[[WordMul; 5]]) -> Vec<Line> {
+        assert_eq!(steps.len(), halves.len(), "one fold per component");
+        let mut v = Vec::with_capacity(PREPARED * steps.len());
+        for (step, halves) in steps.iter().zip(halves) {
+            v.extend(matrix_lines(step));
+            v.extend(matrix_lines(&square(step)));
+            halves.iter().for_each(|h| v.extend(matrix_lines(h)));
+        }
+        v
+    }
+
+    fn sig_sign(
+        &self,
+        prepared: &[Line],
+        data: &[u8],
+        steps: &[WordMul],
+        halves: &[[WordMul; 5]],
+        accs: &mut [Lanes],
+        out: &mut [u16],
+    ) {
+        check_sig(data, steps, accs);
+        assert!(accs.len() == halves.len() && accs.len() == out.len(), "one fold per component");
+        if prepared.len() != PREPARED * steps.len() {
+            self.sig_horner(data, steps, accs);
+            self.sig_fold(accs, halves, out);
+            return;
+        }
+        for ((prep, accs), out) in
+            prepared.chunks(4 * PREPARED).zip(accs.chunks_mut(4)).zip(out.chunks_mut(4))
+        {
+            // SAFETY: `new` checked the features; `data` is whole 64-byte groups (checked);
+            // `prep` holds PREPARED lines per component (checked).
+            unsafe {
+                match accs.len() {
+                    1 => sign_prepared::<1>(prep, data, accs, out),
+                    2 => sign_prepared::<2>(prep, data, accs, out),
+                    3 => sign_prepared::<3>(prep, data, accs, out),
+                    _ => sign_prepared::<4>(prep, data, accs, out),
+                }
+            }
+        }
+    }
+}
+
+/// One signature of N components from their prepared lines: Horner over `data`, then the
+/// N folds level by level together, so that one component's latency hides behind the
+/// others' (one at a time, a fold is a chain of five dependent steps).
+#[target_feature(enable = "gfni,avx512f,avx512bw")]
+unsafe fn sign_prepared<const N: usize>(prep: &[Line], data: &[u8], accs: &mut [Lanes], out: &mut [u16]) {
+    // SAFETY: a Line is 64 bytes, aligned to 64.
+    let load = |l: &Line| unsafe { _mm512_load_si512(l.0.as_ptr().cast()) };
+    let pair = |c: usize, at: usize| (load(&prep[c * PREPARED + at]), load(&prep[c * PREPARED + at + 1]));
+    let one: [_; N] = std::array::from_fn(|c| pair(c, 0));
+    let two: [_; N] = std::array::from_fn(|c| pair(c, 2));
+    // SAFETY: the features are enabled in this function; the caller's contract on `data`.
+    unsafe { horner_with::<N>(data, &one, &two, accs) };
+    let level = |c: usize, l: usize| pair(c, 4 + 2 * l);
+    // SAFETY: a Lanes is 64 bytes.
+    let mut w: [__m512i; N] = std::array::from_fn(|c| unsafe { _mm512_loadu_si512(accs[c].as_ptr().cast()) });
+    // The levels of `fold_with`, each for every component.
+    for (c, w) in w.iter_mut().enumerate() {
+        *w = step(_mm512_shuffle_i64x2::<0b00_11_00_01>(*w, *w), level(c, 0), *w);
+    }
+    for (c, w) in w.iter_mut().enumerate() {
+        *w = step(_mm512_bsrli_epi128::<8>(*w), level(c, 1), *w);
+    }
+    for (c, w) in w.iter_mut().enumerate() {
+        *w = step(_mm512_bsrli_epi128::<4>(*w), level(c, 2), *w);
+    }
+    for (c, w) in w.iter_mut().enumerate() {
+        *w = step(_mm512_bsrli_epi128::<2>(*w), level(c, 3), *w);
+    }
+    for (c, w) in w.iter_mut().enumerate() {
+        *w = step(_mm512_bsrli_epi128::<1>(*w), level(c, 4), *w);
+    }
+    for (w, out) in w.iter().zip(out.iter_mut()) {
+        *out = word0(*w);
+    }
+}
+
+/// Lines per component of [`Gfni::sig_prepare`]: the step's two matrices, its square's
+/// two, then two for each of the five fold levels.
+const PREPARED: usize = 14;
+
+/// [`step_matrices`] as two lines: the diagonal's matrices (m00 in the low four words, m11
+/// in the high), then the cross's (m01 low, m10 high).
+fn matrix_lines(m: &WordMul) -> [Line; 2] {
+    let [m00, m01, m10, m11] = m.map(matrix);
+    let line = |lo: i64, hi: i64| {
+        let mut l = Line([0; 64]);
+        for (i, word) in l.0.chunks_exact_mut(8).enumerate() {
+            word.copy_from_slice(&if i < 4 { lo } else { hi }.to_le_bytes());
+        }
+        l
+    };
+    [line(m00, m11), line(m01, m10)]
 }
 
 #[inline(always)]
@@ -262,14 +362,25 @@ unsafe fn step(acc: __m512i, (diag, cross): (__m512i, __m512i), g: __m512i) -> _
 /// hides behind the other; they merge as even ^ odd * step.
 #[target_feature(enable = "gfni,avx512f,avx512bw")]
 unsafe fn horner<const N: usize>(data: &[u8], steps: &[WordMul], accs: &mut [Lanes]) {
+    let one: [_; N] = std::array::from_fn(|c| step_matrices(&steps[c]));
+    let two: [_; N] = std::array::from_fn(|c| step_matrices(&square(&steps[c])));
+    // SAFETY: the features are enabled in this function, as `horner_with` needs.
+    unsafe { horner_with::<N>(data, &one, &two, accs) }
+}
+
+/// [`horner`] with each component's step matrices (`one`) and its square's (`two`) given.
+#[target_feature(enable = "gfni,avx512f,avx512bw")]
+#[inline]
+unsafe fn horner_with<const N: usize>(
+    data: &[u8],
+    one: &[(__m512i, __m512i); N],
+    two: &[(__m512i, __m512i); N],
+    accs: &mut [Lanes],
+) {
     let zero = _mm512_setzero_si512();
-    let mut one = [(zero, zero); N];
-    let mut two = [(zero, zero); N];
     let mut even = [zero; N];
     let mut odd = [zero; N];
     for c in 0..N {
-        one[c] = step_matrices(&steps[c]);
-        two[c] = step_matrices(&square(&steps[c]));
         // SAFETY: a Lanes is 64 bytes.
         even[c] = unsafe { _mm512_loadu_si512(accs[c].as_ptr().cast()) };
     }
@@ -309,20 +420,34 @@ unsafe fn horner<const N: usize>(data: &[u8], steps: &[WordMul], accs: &mut [Lan
 /// word 0. Three instructions a level, where the table-driven fold needs a dozen.
 #[target_feature(enable = "gfni,avx512f,avx512bw")]
 unsafe fn fold(lanes: &Lanes, halves: &[WordMul; 5]) -> u16 {
+    let levels = [0, 1, 2, 3, 4].map(|l| step_matrices(&halves[l]));
+    // SAFETY: the features are enabled in this function, as `fold_with` needs.
+    unsafe { fold_with(lanes, &levels) }
+}
+
+/// [`fold`] with each level's step matrices given.
+#[target_feature(enable = "gfni,avx512f,avx512bw")]
+unsafe fn fold_with(lanes: &Lanes, levels: &[(__m512i, __m512i); 5]) -> u16 {
     // SAFETY: a Lanes is 64 bytes.
     let mut w = unsafe { _mm512_loadu_si512(lanes.as_ptr().cast()) };
     // One level per shift: 16 words (a lane shuffle), then 8, 4, 2, 1 (byte shifts).
     // SAFETY: registers only; GFNI and AVX-512 are enabled in this function.
-    w = unsafe { step(_mm512_shuffle_i64x2::<0b00_11_00_01>(w, w), step_matrices(&halves[0]), w) };
+    w = unsafe { step(_mm512_shuffle_i64x2::<0b00_11_00_01>(w, w), levels[0], w) };
     // SAFETY: as above.
-    w = unsafe { step(_mm512_bsrli_epi128::<8>(w), step_matrices(&halves[1]), w) };
+    w = unsafe { step(_mm512_bsrli_epi128::<8>(w), levels[1], w) };
     // SAFETY: as above.
-    w = unsafe { step(_mm512_bsrli_epi128::<4>(w), step_matrices(&halves[2]), w) };
+    w = unsafe { step(_mm512_bsrli_epi128::<4>(w), levels[2], w) };
     // SAFETY: as above.
-    w = unsafe { step(_mm512_bsrli_epi128::<2>(w), step_matrices(&halves[3]), w) };
+    w = unsafe { step(_mm512_bsrli_epi128::<2>(w), levels[3], w) };
     // SAFETY: as above.
-    w = unsafe { step(_mm512_bsrli_epi128::<1>(w), step_matrices(&halves[4]), w) };
-    // Word 0: its low half is byte 0, its high half byte 32.
+    w = unsafe { step(_mm512_bsrli_epi128::<1>(w), levels[4], w) };
+    word0(w)
+}
+
+/// Word 0 of a folded component: its low half is byte 0, its high half byte 32.
+#[target_feature(enable = "gfni,avx512f,avx512bw")]
+#[inline]
+fn word0(w: __m512i) -> u16 {
     let lo = _mm_cvtsi128_si32(_mm512_castsi512_si128(w)) as u8;
     let hi = _mm_cvtsi128_si32(_mm512_extracti32x4_epi32::<2>(w)) as u8;
     lo as u16 | (hi as u16) << 8
