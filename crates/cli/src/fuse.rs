@@ -522,13 +522,20 @@ impl Filesystem for FuseFs {
         if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
             try_reply!(reply, self.fs().drop_privileges(Ino(ino.0)));
         }
-        // Whole pages are copied and checksummed before the lock, not under it.
+        // Whole pages are copied and checksummed before the lock, and put in the NVRAM tier
+        // after it (the tier's own lock, taken under the file system's, keeps the order).
         let prepared = PreparedWrite::new(offset, data);
-        let (n, due) = {
+        let (n, due, tier) = {
             let mut fs = self.fs();
-            let n = try_reply!(reply, fs.write_prepared(Ino(ino.0), prepared));
-            (n, fs.write_back_due())
+            let (n, tier) = try_reply!(reply, fs.write_staged(Ino(ino.0), prepared));
+            (n, fs.write_back_due(), tier)
         };
+        if let Some(tier) = tier {
+            if let Err(e) = tier.finish(data) {
+                // Full: synced to flash instead; failed: an error. Either under the lock.
+                try_reply!(reply, self.fs().tier_outcome(Err(e)));
+            }
+        }
         reply.written(n as u32);
         if due {
             self.write_back.wake();

@@ -17,6 +17,9 @@
 
 use std::collections::BTreeSet;
 use std::ops::Range;
+use std::sync::Arc;
+
+use parking_lot::{ArcMutexGuard, Mutex, RawMutex};
 
 use bitmend_media::nand::Nand;
 
@@ -51,6 +54,69 @@ pub struct PagePut<'a> {
     pub page: &'a [u8],
     pub crc: u32,
     pub changed: Range<usize>,
+}
+
+/// The tier behind a lock of its own. The file system's lock is always taken first: a write
+/// takes this one under it and keeps it after letting that go ([`TierWrite`]), so that the
+/// tier sees operations in the order the file system made them.
+pub(crate) type SharedTier = Arc<Mutex<Box<dyn DirtyState>>>;
+
+/// A write staged in the file system whose tier records are still to be made
+/// ([`Fs::write_staged`]): its pages, then its inode's new size. It holds the tier's lock,
+/// taken while the file system's lock was held, so every later tier operation waits for it;
+/// the file system's lock is free meanwhile (write-back, reads and other requests go on).
+#[must_use = "the write is not durable until `finish` puts it in the tier"]
+pub struct TierWrite {
+    tier: ArcMutexGuard<RawMutex, Box<dyn DirtyState>>,
+    ino: u64,
+    pages: Vec<StagedPage>,
+    inode: Vec<u8>,
+}
+
+/// A page of a staged write: its bytes, where it changed and its CRC.
+pub(crate) struct StagedPage {
+    index: u64,
+    bytes: StagedBytes,
+    crc: u32,
+    changed: Range<usize>,
+}
+
+pub(crate) enum StagedBytes {
+    /// A whole page of the write's data, from this byte of it on: not copied again.
+    Data(usize),
+    /// A page the write changed in part, merged with what the file held (copied under the
+    /// lock: at most the first and the last of a write).
+    Merged(Vec<u8>),
+}
+
+impl TierWrite {
+    /// Makes the write durable in the tier: its pages, then its inode. `data` is the data
+    /// the write was staged with. [`DirtyStateError::Full`] asks for [`Fs::sync`] (under the
+    /// file system's lock, taken again), which makes the write durable on flash instead.
+    pub fn finish(mut self, data: &[u8]) -> Result<(), DirtyStateError> {
+        let puts: Vec<PagePut<'_>> = self
+            .pages
+            .iter()
+            .map(|p| PagePut {
+                key: (self.ino, p.index),
+                page: match &p.bytes {
+                    StagedBytes::Data(from) => &data[*from..*from + LOGICAL_PAGE],
+                    StagedBytes::Merged(bytes) => bytes,
+                },
+                crc: p.crc,
+                changed: p.changed.clone(),
+            })
+            .collect();
+        // Read side of `write_staged`'s pairing: whole pages carry the CRC of these bytes.
+        debug_assert!(puts.iter().all(|p| bitmend_code::crc::crc32c(p.page) == p.crc));
+        self.tier.put_pages(&puts)?;
+        // The pages before the size: a crash between recovers the old size, the pages past
+        // it dropped.
+        if !self.inode.is_empty() {
+            self.tier.put_nodes(&self.inode)?;
+        }
+        Ok(())
+    }
 }
 
 /// Why a tier did not take something.
@@ -109,13 +175,15 @@ impl<N: Nand> Fs<N> {
     /// Puts the mount's dirty state into `tier` from now on (fsync then returns once the tier
     /// holds the state). The next sync or checkpoint checks the tier out.
     pub fn attach_dirty_state(&mut self, tier: Box<dyn DirtyState>) {
-        self.tier = Some(tier);
+        self.tier = Some(Arc::new(Mutex::new(tier)));
         self.tier_used = true;
     }
 
     /// The chip and the tier, without writing anything (what a crash of the daemon leaves).
+    /// A [`TierWrite`] not finished by now holds the tier: it is not returned.
     pub fn into_parts(self) -> (N, Option<Box<dyn DirtyState>>) {
-        (self.store.into_nand(), self.tier)
+        let tier = self.tier.and_then(Arc::into_inner).map(Mutex::into_inner);
+        (self.store.into_nand(), tier)
     }
 
     /// Whether an NVRAM tier holds the dirty state.
@@ -131,36 +199,60 @@ impl<N: Nand> Fs<N> {
         page: &DirtyPage,
         changed: Range<usize>,
     ) -> Result<(), FsError> {
-        let Some(t) = self.tier.as_mut() else { return Ok(()) };
+        let Some(t) = self.tier.as_ref() else { return Ok(()) };
         self.tier_used = true;
         let put = PagePut { key, page: &page.bytes, crc: page.crc, changed };
-        let r = t.put_pages(&[put]);
+        let r = t.lock().put_pages(&[put]);
         if matches!(r, Err(DirtyStateError::Full)) {
             self.set_dirty(key, page.clone());
         }
         self.tier_outcome(r)
     }
 
-    /// Makes the dirty pages of `ino` in `changed` (index, byte range changed; each dirty
-    /// already) durable in the tier, if there is one, in one batch: a write's pages. A full
-    /// tier is written back to flash with the pages, and checked out.
-    pub(crate) fn tier_pages(&mut self, ino: u64, changed: &[(u64, Range<usize>)]) -> Result<(), FsError> {
-        let Some(t) = self.tier.as_mut() else { return Ok(()) };
+    /// The pages of a write at `off` to `ino` that its tier records are to hold (none without
+    /// a tier): `changed` are the indexes and bytes it changed, all dirty now; `whole` the
+    /// CRCs of the pages it wrote whole, in order, whose bytes are the write's data. Taken
+    /// before anything writes them back (a page merged in part is copied here).
+    pub(crate) fn staged_pages(
+        &mut self,
+        (ino, off): (u64, u64),
+        changed: &[(u64, Range<usize>)],
+        whole: &[u32],
+    ) -> Option<Vec<StagedPage>> {
+        self.tier.as_ref()?;
         self.tier_used = true;
+        let mut whole = whole.iter();
         let dirty = &self.wb.dirty;
-        let puts: Vec<PagePut<'_>> = changed
+        let pages = changed
             .iter()
             .map(|(index, range)| {
-                let p = &dirty[&(ino, *index)];
-                PagePut { key: (ino, *index), page: &p.bytes, crc: p.crc, changed: range.clone() }
+                let (bytes, crc) = if range.len() == LOGICAL_PAGE {
+                    let from = (index * LOGICAL_PAGE as u64 - off) as usize;
+                    (StagedBytes::Data(from), *whole.next().expect("a CRC for each whole page"))
+                } else {
+                    let p = &dirty[&(ino, *index)];
+                    (StagedBytes::Merged(p.bytes.clone()), p.crc)
+                };
+                StagedPage { index: *index, bytes, crc, changed: range.clone() }
             })
             .collect();
-        let r = t.put_pages(&puts);
-        self.tier_outcome(r)
+        Some(pages)
+    }
+
+    /// The tier records of a write to `ino` (its `pages`, then the inode as it is now: its
+    /// new size and times), to be made by [`TierWrite::finish`] once the file system's lock
+    /// is let go. Takes the tier's lock: so it must come last, after anything that may check
+    /// the tier out.
+    pub(crate) fn tier_write(&mut self, ino: u64, pages: Option<Vec<StagedPage>>) -> Option<TierWrite> {
+        let pages = pages?;
+        let inode = self.inode_record(ino);
+        let t = self.tier.as_ref()?;
+        Some(TierWrite { tier: Mutex::lock_arc(t), ino, pages, inode })
     }
 
     /// A full tier is no error: everything goes to flash, which makes it just as durable.
-    fn tier_outcome(&mut self, r: Result<(), DirtyStateError>) -> Result<(), FsError> {
+    /// (After [`TierWrite::finish`], with the file system's lock taken again.)
+    pub fn tier_outcome(&mut self, r: Result<(), DirtyStateError>) -> Result<(), FsError> {
         match r {
             Ok(()) => Ok(()),
             Err(DirtyStateError::Full) => self.sync(),
@@ -170,29 +262,38 @@ impl<N: Nand> Fs<N> {
 
     /// Drops the tier's dirty pages of `ino` in `pages` (after they left `wb.dirty`).
     pub(crate) fn tier_drop(&mut self, ino: u64, pages: Range<u64>) -> Result<(), FsError> {
-        let Some(t) = self.tier.as_mut() else { return Ok(()) };
-        let r = t.drop_pages(ino, pages);
+        let Some(t) = self.tier.as_ref() else { return Ok(()) };
+        let r = t.lock().drop_pages(ino, pages);
         self.tier_outcome(r)
     }
 
     /// Records an operation's nodes (already in the page being filled) in the tier. A full
     /// tier is written back to flash, and these nodes with it.
     pub(crate) fn tier_nodes(&mut self, bytes: &[u8]) -> Result<(), FsError> {
-        let Some(t) = self.tier.as_mut() else { return Ok(()) };
+        let Some(t) = self.tier.as_ref() else { return Ok(()) };
         self.tier_used = true;
-        let r = t.put_nodes(bytes);
+        let r = t.lock().put_nodes(bytes);
         self.tier_outcome(r)
     }
 
     /// Records inode `ino` as it is now (a write's new size and times, which reach the flash
     /// only at write-back) in the tier.
     pub(crate) fn tier_inode(&mut self, ino: u64) -> Result<(), FsError> {
-        if self.tier.is_none() || !self.ns.inodes.contains_key(&ino) {
+        let bytes = self.inode_record(ino);
+        if bytes.is_empty() {
             return Ok(());
         }
-        self.version += 1;
-        let bytes = node_bytes(&[(self.inode_node(ino), self.version)]);
         self.tier_nodes(&bytes)
+    }
+
+    /// The tier record of inode `ino` as it is now, with a version of its own (empty without
+    /// a tier, or if the inode is gone).
+    fn inode_record(&mut self, ino: u64) -> Vec<u8> {
+        if self.tier.is_none() || !self.ns.inodes.contains_key(&ino) {
+            return Vec::new();
+        }
+        self.version += 1;
+        node_bytes(&[(self.inode_node(ino), self.version)])
     }
 
     /// Makes the tier just attached hold what recovery kept of it: the pages it dropped
@@ -214,8 +315,9 @@ impl<N: Nand> Fs<N> {
 
     /// Everything is on flash: the tier forgets what it held.
     pub(crate) fn tier_checkout(&mut self) -> Result<(), FsError> {
-        let Some(t) = self.tier.as_mut().filter(|_| self.tier_used) else { return Ok(()) };
-        t.checkout().map_err(|e| FsError::Tier { why: e.to_string() })?;
+        let Some(t) = self.tier.as_ref().filter(|_| self.tier_used) else { return Ok(()) };
+        // Waits for a write putting its pages: they were staged before this checkout's flush.
+        t.lock().checkout().map_err(|e| FsError::Tier { why: e.to_string() })?;
         self.tier_used = false;
         Ok(())
     }

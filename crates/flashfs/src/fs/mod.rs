@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 use bitmend_media::nand::Nand;
 
 pub use check::CheckReport;
-pub use dirty_state::{DirtyRecovery, DirtyRecoveryReport, DirtyState, DirtyStateError, PagePut};
+pub use dirty_state::{DirtyRecovery, DirtyRecoveryReport, DirtyState, DirtyStateError, PagePut, TierWrite};
 pub use falloc::Falloc;
 pub use namespace::Ino;
 pub(crate) use namespace::Inode;
@@ -349,8 +349,9 @@ pub struct Fs<N: Nand> {
     /// Scrub passes completed by this mount, and their pages (`scrub.rs`).
     pub(crate) scrubbed: (u64, u64),
     /// The NVRAM tier holding the dirty state, if the mount has one (`dirty_state.rs`), and
-    /// whether it holds anything since its last checkout.
-    pub(crate) tier: Option<Box<dyn DirtyState>>,
+    /// whether it holds anything since its last checkout. Behind a lock of its own: a write
+    /// puts its pages after this file system's lock is let go (`TierWrite`).
+    pub(crate) tier: Option<dirty_state::SharedTier>,
     pub(crate) tier_used: bool,
 }
 

@@ -6,8 +6,8 @@ use bitmend_media::nand::Nand;
 
 use super::Ino;
 use super::{
-    now, DirEntry, Fs, Inode, Loc, SetAttr, INLINE_TARGET_MAX, LOGICAL_PAGE, NAME_MAX, PENDING, ROOT,
-    SYMLINK_MAX,
+    now, DirEntry, Fs, Inode, Loc, SetAttr, TierWrite, INLINE_TARGET_MAX, LOGICAL_PAGE, NAME_MAX, PENDING,
+    ROOT, SYMLINK_MAX,
 };
 use crate::fs::cache::DirtyPage;
 use crate::fs::node::{self, Attr, FileType};
@@ -651,6 +651,25 @@ impl<N: Nand> Fs<N> {
     /// ([`PreparedWrite::new`], which needs no file system: a mount does it before taking
     /// the lock).
     pub fn write_prepared(&mut self, ino: Ino, prepared: PreparedWrite<'_>) -> Result<usize, FsError> {
+        let data = prepared.data;
+        let (n, tier) = self.write_staged(ino, prepared)?;
+        if let Some(t) = tier {
+            let r = t.finish(data);
+            self.tier_outcome(r)?;
+        }
+        Ok(n)
+    }
+
+    /// As [`write_prepared`](Self::write_prepared), but the tier's records are left to the
+    /// [`TierWrite`] returned (there is one if the mount has a tier), to be made once the
+    /// caller has let this file system's lock go: the write is durable, and may be
+    /// acknowledged, only after [`TierWrite::finish`] (and, if it says the tier is full,
+    /// [`tier_outcome`](Self::tier_outcome) under the lock again).
+    pub fn write_staged(
+        &mut self,
+        ino: Ino,
+        prepared: PreparedWrite<'_>,
+    ) -> Result<(usize, Option<TierWrite>), FsError> {
         let PreparedWrite { off, data, mut whole } = prepared;
         let ino = ino.0;
         match self.inode(ino)?.attr.kind {
@@ -677,6 +696,7 @@ impl<N: Nand> Fs<N> {
         self.reserved.take(ino, pages);
         self.note_unsynced();
         let mut changed = Vec::with_capacity(data.len() / LOGICAL_PAGE + 2);
+        let mut whole_crcs = Vec::with_capacity(data.len() / LOGICAL_PAGE);
         while pos < end {
             let index = pos / LOGICAL_PAGE as u64;
             let within = (pos % LOGICAL_PAGE as u64) as usize;
@@ -685,6 +705,7 @@ impl<N: Nand> Fs<N> {
             let page = if n == LOGICAL_PAGE {
                 let page = whole.next().expect("a prepared page for each whole one");
                 debug_assert_eq!(page.bytes, data[from..from + n]);
+                whole_crcs.push(page.crc);
                 page
             } else {
                 let mut page = self.page_to_change(ino, index)?;
@@ -695,20 +716,20 @@ impl<N: Nand> Fs<N> {
             changed.push((index, within..within + n));
             pos += n as u64;
         }
-        self.tier_pages(ino, &changed)?;
         let i = self.ns.inodes.get_mut(&ino).expect("checked");
         i.attr.size = i.attr.size.max(end);
         let t = now();
         i.attr.mtime = t;
         i.attr.ctime = t;
         self.wb.dirty_inodes.insert(ino);
-        // The pages before the size: a crash between recovers the old size, the pages past
-        // it dropped.
-        self.tier_inode(ino)?;
+        // The pages for the tier before write-back may take them; the tier's lock after it,
+        // since a checkout (the flush's checkpoint) needs that lock. Put after the flush, the
+        // pages are a harmless copy of what flash holds until the next checkout.
+        let pages = self.staged_pages((ino, off), &changed, &whole_crcs);
         if self.dirty_bytes() > self.write_back_limit() {
             self.flush_data()?;
         }
-        Ok(data.len())
+        Ok((data.len(), self.tier_write(ino, pages)))
     }
 
     /// Space in bytes: (total, free), as the budget counts it (see `budget`): total is what
