@@ -12,6 +12,9 @@ fn kernel_matches_portable_at_every_length() {
     for len in (0..600).chain([
         767, 768, 831, 832, 1023, 1024, 1025, 1087, 1088, 2111, 2112, 1279, 1280, 1535, 1536, 1359, 1360,
         4080, 4095, 4096, 4097, 24_575, 24_576, 24_577, 70_000,
+        // Around the folding kernel's side streams: from 16 KiB on, where a round more of them
+        // starts (every 608 bytes), and past the lengths whose shifts are kept (32 rounds).
+        16_383, 16_384, 16_385, 16_927, 16_928, 16_929, 19_967, 20_000, 20_577, 65_536,
     ]) {
         for skew in [0, 1, 7] {
             let d = &data[skew..skew + len.min(data.len() - skew)];
@@ -29,7 +32,9 @@ fn every_path_matches_portable() {
     let paths = crc::paths();
     assert!(paths.contains(&crc::Path::Portable));
     for &path in &paths {
-        for len in (0..700).chain([1359, 1360, 4079, 4080, 4096, 24_575, 24_576, 24_577, 30_000, 99_999]) {
+        for len in (0..700).chain([
+            1359, 1360, 4079, 4080, 4096, 16_383, 16_384, 16_928, 24_575, 24_576, 24_577, 30_000, 99_999,
+        ]) {
             let d = &data[3..3 + len];
             assert_eq!(
                 crc::raw_on(path, 0xDEAD_BEEF, d),

@@ -1,8 +1,9 @@
 //! CRC-32C (Castagnoli), as in iSCSI, ext4 and the Loris page cache.
 //!
 //! - [`crc32c`] / [`crc32c_append`]: on x86_64 with SSE4.2 and PCLMULQDQ, three interleaved
-//!   `crc32` streams merged by carry-less multiplication ([`kernel`]); elsewhere the `crc32c`
-//!   crate.
+//!   `crc32` streams merged by carry-less multiplication (`kernel`); with VPCLMULQDQ and
+//!   AVX-512, folding (`fold`), from 16 KiB on with three `crc32` streams run inside the
+//!   folding loop; elsewhere the `crc32c` crate.
 //! - [`Shift`]: the operator "append `len` zero bytes" (multiplication by x^(8 len) mod P),
 //!   built in O(1) table steps and applied in a few nanoseconds; [`combine`] uses it.
 //! - [`update`]: the CRC of a page after a sub-range changed, from the old CRC and the old and
@@ -33,6 +34,11 @@ pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
 /// inversions: linear in the data, which `update` relies on.
 #[inline]
 pub fn raw(state: u32, data: &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if data.len() >= fold::HYBRID_MIN && fold::available() {
+        // SAFETY: `available` checked VPCLMULQDQ, AVX-512F and SSE4.2.
+        return unsafe { fold::raw_hybrid(state, data) };
+    }
     #[cfg(target_arch = "x86_64")]
     if data.len() >= FOLD_MIN && fold::available() {
         // SAFETY: `available` checked VPCLMULQDQ, AVX-512F and SSE4.2.
@@ -86,6 +92,9 @@ pub fn raw_on(path: Path, state: u32, data: &[u8]) -> Option<u32> {
     Some(match path {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `paths` checked the features of each kernel.
+        Path::Fold if data.len() >= fold::HYBRID_MIN => unsafe { fold::raw_hybrid(state, data) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
         Path::Fold if data.len() >= 256 => unsafe {
             let (state, done) = fold::raw(state, data);
             kernel::raw(state, &data[done..])
