@@ -245,6 +245,9 @@ impl<N: Nand> Fs<N> {
     /// the tier out.
     pub(crate) fn tier_write(&mut self, ino: u64, pages: Option<Vec<StagedPage>>) -> Option<TierWrite> {
         let pages = pages?;
+        // Again: a checkout in between (the flush's checkpoint) cleared it, and the tier is
+        // about to hold these pages.
+        self.tier_used = true;
         let inode = self.inode_record(ino);
         let t = self.tier.as_ref()?;
         Some(TierWrite { tier: Mutex::lock_arc(t), ino, pages, inode })
