@@ -9,7 +9,7 @@ const POLY: u32 = 0x82F6_3B78;
 const ONE: u32 = 1 << 31;
 
 /// a * b mod P, bit by bit: the portable multiplication, and the reference for the fast one.
-pub(crate) fn mul_mod(a: u32, mut b: u32) -> u32 {
+pub(crate) const fn mul_mod(a: u32, mut b: u32) -> u32 {
     let mut p = 0u32;
     let mut m = ONE;
     while m != 0 {
@@ -22,8 +22,8 @@ pub(crate) fn mul_mod(a: u32, mut b: u32) -> u32 {
     p
 }
 
-/// x^n mod P.
-pub(crate) fn x_pow(mut n: u64) -> u32 {
+/// x^n mod P (a `const fn`: the folding kernel's keys are computed at compile time).
+pub(crate) const fn x_pow(mut n: u64) -> u32 {
     let (mut r, mut sq) = (ONE, ONE >> 1);
     while n > 0 {
         if n & 1 != 0 {
