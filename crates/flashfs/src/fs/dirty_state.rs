@@ -220,7 +220,6 @@ impl<N: Nand> Fs<N> {
         whole: &[u32],
     ) -> Option<Vec<StagedPage>> {
         self.tier.as_ref()?;
-        self.tier_used = true;
         let mut whole = whole.iter();
         let dirty = &self.wb.dirty;
         let pages = changed
@@ -245,8 +244,8 @@ impl<N: Nand> Fs<N> {
     /// the tier out.
     pub(crate) fn tier_write(&mut self, ino: u64, pages: Option<Vec<StagedPage>>) -> Option<TierWrite> {
         let pages = pages?;
-        // Again: a checkout in between (the flush's checkpoint) cleared it, and the tier is
-        // about to hold these pages.
+        // Here, not at staging: a checkout in between (the flush's checkpoint) clears it, and
+        // the tier is about to hold these pages.
         self.tier_used = true;
         let inode = self.inode_record(ino);
         let t = self.tier.as_ref()?;
