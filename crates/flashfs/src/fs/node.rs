@@ -320,17 +320,29 @@ pub(crate) fn encode_data(pages: &[u8], crcs: &[u32], codec: u8, lz4_level: u8) 
     // twice.
     let mut v: Vec<u8> = Vec::with_capacity(4 * crcs.len() + pages.len());
     v.extend(crcs.iter().flat_map(|c| c.to_le_bytes()));
+    // Stored plain, the pages leave out their trailing zeros (the end of a file's last page).
+    let plain = &pages[..pages.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1)];
     let packed = match codec {
-        FLAG_LZ4 if lz4_level == 0 => Some(lz4_flex::block::compress(pages)),
+        // lz4 compresses straight after the CRCs, into at most a byte less than the plain
+        // pages: output that would not be smaller stops it early (data that does not compress
+        // costs part of an attempt, not all of it), and nothing is copied after.
         FLAG_LZ4 => {
-            let mode = lz4::block::CompressionMode::HIGHCOMPRESSION(lz4_level.min(MAX_LZ4_LEVEL) as i32);
-            lz4::block::compress(pages, Some(mode), false).ok()
+            let mode = match lz4_level {
+                0 => lz4::block::CompressionMode::DEFAULT,
+                l => lz4::block::CompressionMode::HIGHCOMPRESSION(l.min(MAX_LZ4_LEVEL) as i32),
+            };
+            let at = v.len();
+            v.resize(at + plain.len().saturating_sub(1), 0);
+            if let Ok(n) = lz4::block::compress_to_buffer(pages, Some(mode), false, &mut v[at..]) {
+                v.truncate(at + n);
+                return (v, codec);
+            }
+            v.truncate(at);
+            None
         }
         FLAG_ZSTD => zstd_compress(pages, 3).ok(),
         _ => None,
     };
-    // Stored plain, the pages leave out their trailing zeros (the end of a file's last page).
-    let plain = &pages[..pages.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1)];
     if let Some(c) = packed.filter(|c| c.len() < plain.len()) {
         v.extend_from_slice(&c);
         return (v, codec);
@@ -377,8 +389,8 @@ pub(crate) fn decode_pages(b: &[u8], codec: u8, count: usize) -> Option<Vec<u8>>
             p.resize(len, 0);
             p
         }
-        // liblz4's bounds-checked decoder: about twice lz4_flex's safe one, which matters
-        // now that a 4 KiB read may decompress a node of 16.
+        // liblz4's bounds-checked decoder (about twice lz4_flex's safe one, measured when
+        // both were in use): a 4 KiB read may decompress a node of 16.
         FLAG_LZ4 => lz4::block::decompress(body, Some(len as i32)).ok()?,
         FLAG_ZSTD => zstd::bulk::decompress(body, len).ok()?,
         _ => return None,
@@ -416,6 +428,36 @@ mod tests {
         let crcs: Vec<u32> = pages.chunks(LOGICAL_PAGE).map(crc32c).collect();
         let (v, used) = encode_data(pages, &crcs, codec, level);
         (v, used, crcs)
+    }
+
+    #[test]
+    fn lz4_output_bounded_by_the_plain_pages_is_what_lz4_makes_unbounded() {
+        // Pages from barely compressible to not at all (a run of one byte in random bytes,
+        // shorter and shorter): around where lz4's output reaches the plain size, the bounded
+        // attempt must choose as an unbounded one would, and store the same bytes.
+        let mut rng = bitmend_media::rng::Rng::new(11);
+        let (mut packed, mut plain) = (0, 0);
+        for run in (0..60).chain((60..400).step_by(20)) {
+            let mut page: Vec<u8> = (0..LOGICAL_PAGE).map(|_| rng.next_u64() as u8).collect();
+            page[1000..1000 + run].fill(b'x');
+            for level in [0, 9] {
+                let mode = match level {
+                    0 => lz4::block::CompressionMode::DEFAULT,
+                    l => lz4::block::CompressionMode::HIGHCOMPRESSION(l),
+                };
+                let unbounded = lz4::block::compress(&page, Some(mode), false).expect("compresses");
+                let (enc, used) = encode_data(&page, &[7], FLAG_LZ4, level as u8);
+                if unbounded.len() < page.len() {
+                    assert_eq!((used, &enc[4..]), (FLAG_LZ4, &unbounded[..]), "run {run} level {level}");
+                    packed += 1;
+                } else {
+                    assert_eq!((used, &enc[4..]), (0, &page[..]), "run {run} level {level}");
+                    plain += 1;
+                }
+                assert_eq!(decode_pages(&enc, used, 1).as_deref(), Some(&page[..]));
+            }
+        }
+        assert!(packed > 10 && plain > 10, "both sides of the line: {packed} packed, {plain} plain");
     }
 
     #[test]
