@@ -1,45 +1,55 @@
 #!/usr/bin/env bash
-# fio, dbench and PostMark on a bitmend mount, beside the same runs on tmpfs through a
-# passthrough FUSE file system (bitmend-passthrough: same FUSE library, session and mount
-# options), the floor any FUSE file system pays on this machine. Not part of CI: a full run
-# takes about 20 minutes.
+# fio, dbench and PostMark on a bitmend mount, beside the same runs on tmpfs through two
+# passthrough FUSE file systems, the floor any FUSE file system pays on this machine:
+# libfuse's own example passthrough_ll (the anchor: built here from libfuse3-dev's examples,
+# run with its defaults, multi-threaded, splicing its reads), and bitmend-passthrough (the
+# same FUSE library, session and mount options as bitmend's, so it isolates file system
+# work from plumbing). Not part of CI: a full run takes about 30 minutes.
 #
 #   ./scripts/fuse-perf.sh [--runs N] [--seconds S] [--only REGEX] [--no-tier-too] [--threads T]
 #
-# Medians of N runs (default 3), S s per fio job; --only runs the cases whose name matches
-# REGEX (PostMark is "PostMark", dbench "dbench"); --no-tier-too adds a third system, bitmend without its
-# NVRAM tier (--nvram none: every fsync writes to flash), to show what the tier buys;
-# --threads serves both mounts' requests from T threads (default: each one's own default, 2).
+# Medians of N runs (default 3), S s per fio job at most (each job is one pass over a 64 MiB
+# file); --only runs the cases whose name matches REGEX (PostMark is "PostMark", dbench
+# "dbench"); --no-tier-too adds bitmend without its NVRAM tier (--nvram none: every fsync
+# writes to flash), to show what the tier buys; --threads serves bitmend's and
+# bitmend-passthrough's requests from T threads (default: their own default, 2;
+# passthrough_ll starts threads as it needs them, up to 10).
 #
-# Both run on RAM: the bitmend image (a NAND image file) and the passthrough's directory live
+# All run on RAM: the bitmend image (a NAND image file) and the passthroughs' directories live
 # in /dev/shm, so the figures compare file system work (signatures, parity, compression, the
 # log), not disks. Output: one table row per case, median MB/s (fio, dbench) or
-# transactions/s (PostMark) of each, and their ratio (above 1: bitmend is faster). Needs
-# fuse3, fio, dbench and postmark (apt).
+# transactions/s (PostMark) of each system, and bitmend's ratio to each passthrough (above 1:
+# bitmend is faster). Needs fuse3, libfuse3-dev, a C compiler, fio, dbench and postmark (apt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=3
 seconds=10
 only=.
-systems=(bitmend floor)
+systems=(bitmend passthrough_ll bitmend-passthrough)
 threads=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs="$2"; shift 2 ;;
     --seconds) seconds="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
-    --no-tier-too) systems=(bitmend no-tier floor); shift ;;
+    --no-tier-too) systems=(bitmend no-tier passthrough_ll bitmend-passthrough); shift ;;
     --threads) threads=(--threads "$2"); shift 2 ;;
-    *) sed -n '2,19p' "$0"; exit 2 ;;
+    *) sed -n '2,24p' "$0"; exit 2 ;;
   esac
 done
-for tool in fio postmark dbench fusermount3; do
-  command -v $tool >/dev/null || { echo "fuse-perf: $tool not found (apt-get install fio postmark dbench fuse3)"; exit 1; }
+for tool in fio postmark dbench fusermount3 cc pkg-config; do
+  command -v $tool >/dev/null || { echo "fuse-perf: $tool not found (apt-get install fio postmark dbench fuse3 libfuse3-dev gcc pkg-config)"; exit 1; }
 done
+examples=/usr/share/doc/libfuse3-dev/examples
+[ -f "$examples/passthrough_ll.c" ] || { echo "fuse-perf: $examples/passthrough_ll.c not found (apt-get install libfuse3-dev)"; exit 1; }
 cargo build --quiet --release -p bitmend -p bitmend-bench
 bin="$PWD/target/release/bitmend"
 pass="$PWD/target/release/bitmend-passthrough"
 work=$(mktemp -d /dev/shm/bitmend-perf.XXXXXX)
+# libfuse's example, as its Makefile builds it (-O2), against the installed libfuse.
+ll="$work/passthrough_ll"
+cc -O2 -Wall -o "$ll" "$examples/passthrough_ll.c" $(pkg-config fuse3 --cflags --libs) \
+  || { echo "fuse-perf: passthrough_ll did not build"; exit 1; }
 results="$work/results.tsv"
 cleanup() {
   for m in "$work"/mnt-*; do
@@ -49,11 +59,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Mounts system $1 (bitmend | no-tier | floor) at $work/mnt-$1, fresh.
+# Mounts system $1 (bitmend | no-tier | passthrough_ll | bitmend-passthrough) at $work/mnt-$1, fresh.
 mount_fresh() {
   local m="$work/mnt-$1"
   mkdir -p "$m"
-  if [ "$1" != floor ]; then
+  if [ "$1" = passthrough_ll ]; then
+    rm -rf "$work/src" && mkdir "$work/src"
+    "$ll" -f -o source="$work/src" "$m" 2> "$work/ll.log" &
+    for _ in $(seq 50); do mountpoint -q "$m" && break; sleep 0.1; done
+  elif [ "$1" != bitmend-passthrough ]; then
     rm -f "$work/fs.img"
     "$bin" mkfs "$work/fs.img" --size 256MiB --force > /dev/null
     local tier=()
@@ -70,7 +84,7 @@ mount_fresh() {
 unmount() {
   fusermount3 -u "$work/mnt-$1"
   # bitmend's daemon writes everything out before it lets go of the image.
-  if [ "$1" != floor ]; then
+  if [ "$1" = bitmend ] || [ "$1" = no-tier ]; then
     for _ in $(seq 100); do "$bin" stat "$work/fs.img" > /dev/null 2>&1 && break; sleep 0.2; done
   fi
 }
@@ -171,15 +185,18 @@ for line in open(sys.argv[1]):
         order.append(case)
         rows[case] = {"unit": unit, **{s: [] for s in systems}}
     rows[case][sys_].append(float(v) if v else float("nan"))
-print(f"medians of {sys.argv[2]} runs; floor = tmpfs through bitmend-passthrough (FUSE);"
-      " ratios to the floor (above 1: faster than it)")
-ours = [s for s in systems if s != "floor"]
-head = "".join(f"{s:>10}" for s in systems) + f" {'unit':>6}" + "".join(f"{s + '/floor':>16}" for s in ours)
+print(f"medians of {sys.argv[2]} runs; passthrough_ll = tmpfs through libfuse's example (the anchor),"
+      " bitmend-passthrough = tmpfs through ours; ratios: above 1, bitmend is faster")
+floors = ["passthrough_ll", "bitmend-passthrough"]
+short = {"passthrough_ll": "ll", "bitmend-passthrough": "ours-pt"}
+ours = [s for s in systems if s not in floors]
+pairs = [(s, f) for s in ours for f in floors]
+head = "".join(f"{s:>20}" for s in systems) + f" {'unit':>6}" + "".join(f"{s + '/' + short[f]:>22}" for s, f in pairs)
 print(f"{'case':34}{head}")
 for case in order:
     r = rows[case]
     m = {s: statistics.median(r[s]) for s in systems}
-    ratio = lambda s: m["floor"] / m[s] if r["unit"] == "s" else m[s] / m["floor"]
-    line = "".join(f"{m[s]:10.1f}" for s in systems) + f" {r['unit']:>6}" + "".join(f"{ratio(s):16.2f}" for s in ours)
+    ratio = lambda s, f: m[f] / m[s] if r["unit"] == "s" else m[s] / m[f]
+    line = "".join(f"{m[s]:20.1f}" for s in systems) + f" {r['unit']:>6}" + "".join(f"{ratio(s, f):22.2f}" for s, f in pairs)
     print(f"{case:34}{line}")
 PY
