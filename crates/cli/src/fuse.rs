@@ -4,8 +4,8 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use parking_lot::MutexGuard;
 use std::ops::{Deref, DerefMut};
-use std::sync::MutexGuard;
 
 use bitmend_flashfs::{Attr, Falloc, FileType, Fs, FsError, Ino, PreparedWrite, SetAttr, XattrMode, ROOT};
 use bitmend_media::nand::{DataReader, FileNand};

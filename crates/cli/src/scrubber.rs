@@ -5,9 +5,11 @@
 //! read it for one line of JSON. `bitmend scrub MOUNTPOINT` does both. Writing `sync` to it
 //! commits everything (`bitmend sync MOUNTPOINT`).
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, MutexGuard};
 
 use bitmend_flashfs::{Fs, QuickScrubReport, ScrubPass, ScrubReport};
 
@@ -67,9 +69,10 @@ pub fn share(fs: Fs<FileNand>, schedule: Schedule) -> Shared {
     }))
 }
 
-/// Locks the shared state; a panic elsewhere while holding it does not stop the rest.
+/// Locks the shared state (a panic elsewhere while holding it does not stop the rest: the
+/// lock is not poisoned).
 pub fn lock(shared: &Shared) -> MutexGuard<'_, Mounted> {
-    shared.lock().unwrap_or_else(|e| e.into_inner())
+    shared.lock()
 }
 
 impl Mounted {

@@ -9,6 +9,8 @@ use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use parking_lot::MutexGuard;
+
 use crate::scrubber::{lock, Shared};
 
 /// Dirty pages written per hold of the lock: 256 KiB, about half a millisecond of
@@ -63,6 +65,10 @@ fn run(shared: &Shared, woken: &Receiver<()>) {
                 break;
             }
             failed_at = None;
+            // Handed to a request waiting for it, if there is one: let go plainly, the lock
+            // went back to this thread as it took the next step at once, and a request
+            // waited for the whole burst of steps rather than for one.
+            MutexGuard::unlock_fair(m);
         }
     }
 }
