@@ -58,7 +58,9 @@ impl FsError {
     /// become numbers.
     pub fn errno(&self) -> i32 {
         match self {
-            FsError::Nand(NandError::HostFull { .. }) | FsError::NoSpace => libc::ENOSPC,
+            FsError::Nand(NandError::HostFull { .. } | NandError::HostSpace { .. }) | FsError::NoSpace => {
+                libc::ENOSPC
+            }
             FsError::Nand(_)
             | FsError::Unrecoverable { .. }
             | FsError::NotWritten { .. }

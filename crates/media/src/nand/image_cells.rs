@@ -270,9 +270,13 @@ impl ImageCells {
         let (start, len) = self.block_range(block);
         // SAFETY: fallocate on a descriptor we own; no memory is passed.
         if !self.host_reserved && unsafe { libc::fallocate(self.file.as_raw_fd(), 0, start, len) } != 0 {
-            return Err(io_at(&self.path, format!("reserve space for block {block}"))(
-                std::io::Error::last_os_error(),
-            ));
+            let e = std::io::Error::last_os_error();
+            // A full disk (or quota) under a thin image is a state, not a failing chip: named
+            // as such, so that the file system answers ENOSPC and tries again later.
+            if matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) {
+                return Err(NandError::HostSpace { path: self.path.clone(), block: block as u32 });
+            }
+            return Err(io_at(&self.path, format!("reserve space for block {block}"))(e));
         }
         self.space[block] = Space::Reserved;
         if !self.hinted[block] {

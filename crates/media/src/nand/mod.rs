@@ -65,6 +65,10 @@ pub enum NandError {
     /// The host file system has too little room for the image (checked before it is made).
     #[error("{path}: the image needs {:.1} GiB, the host file system has {:.1} GiB free", gib(*need), gib(*free))]
     HostFull { path: String, need: u64, free: u64 },
+    /// The host file system under a thin image (`create_thin`) refused a block its space:
+    /// the chip has room, the disk does not. The program that needed it did not happen.
+    #[error("{path}: the host file system is full (no room for block {block} of the image)")]
+    HostSpace { path: String, block: u32 },
     #[error("{path}: image is in use by another process")]
     Locked { path: String },
     #[error("{context}: {source}")]
