@@ -1,11 +1,11 @@
 //! The FUSE adapter: kernel requests to the flash file system's operations, nothing more.
 
 use std::ffi::OsStr;
+use std::ops::{Deref, DerefMut};
 use std::os::unix::ffi::OsStrExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::MutexGuard;
-use std::ops::{Deref, DerefMut};
 
 use bitmend_flashfs::{Attr, Falloc, FileType, Fs, FsError, Ino, PreparedWrite, SetAttr, XattrMode, ROOT};
 use bitmend_media::nand::{DataReader, FileNand};
