@@ -7,47 +7,12 @@
 //! The host is a tmpfs of 3 MiB under a 16 MiB image, mounted by the test (root only; it
 //! says so and skips elsewhere, unless BITMEND_REQUIRE_FUSE asks for every mount test).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use bitmend_flashfs::{Compression, Fs, FsConfig, FsError, FsOptions, Ino, ROOT};
 use bitmend_media::nand::{FileNand, Geometry, NandError};
 use bitmend_media::rng::Rng;
-
-/// A tmpfs of `mib` MiB at a fresh directory, unmounted on drop.
-struct SmallHost(PathBuf);
-
-impl SmallHost {
-    fn mount(mib: u32) -> Option<SmallHost> {
-        let dir = std::env::temp_dir().join(format!("bitmend-host-full-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).ok()?;
-        let size = format!("size={mib}m");
-        let ok = Command::new("mount").args(["-t", "tmpfs", "-o", &size, "tmpfs"]).arg(&dir).status();
-        if !ok.is_ok_and(|s| s.success()) {
-            let _ = std::fs::remove_dir(&dir);
-            return None;
-        }
-        Some(SmallHost(dir))
-    }
-
-    /// Gives the host room again (what an operator freeing the disk does).
-    fn grow(&self, mib: u32) {
-        let opts = format!("remount,size={mib}m");
-        let s = Command::new("mount").args(["-o", &opts]).arg(&self.0).status().unwrap();
-        assert!(s.success(), "remount {} with {opts}", self.0.display());
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for SmallHost {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
+use bitmend_media::small_host::SmallHost;
 
 fn opts() -> FsOptions {
     // Written back every 64 KiB, as most tests do: the host fills during a write, not a sync.
@@ -70,14 +35,7 @@ fn read_all(fs: &mut Fs<FileNand>, acked: &[(Ino, u64, Vec<u8>)], when: &str) {
 
 #[test]
 fn a_full_host_refuses_the_write_it_cannot_store_and_loses_nothing_acknowledged() {
-    let Some(host) = SmallHost::mount(3) else {
-        assert!(
-            std::env::var_os("BITMEND_REQUIRE_FUSE").is_none(),
-            "mount tests required, but a tmpfs could not be mounted (needs root)"
-        );
-        eprintln!("skipped: mounting a small tmpfs needs root");
-        return;
-    };
+    let Some(host) = SmallHost::or_skip("host-full", 3) else { return };
     let image: &Path = &host.path("chip.img");
     // 16 MiB of chip on 3 MiB of host.
     let g = Geometry::new(2048, 64, 64, 128).unwrap();

@@ -13,10 +13,12 @@
 //!   [`pmem::RegionFaults`] (wild writes and bit flips).
 //!
 //! Every fault is drawn from a seed ([`rng::Rng`]) and recorded, so a test states exactly
-//! what it injected and replays it.
+//! what it injected and replays it. For tests of a full disk under a thin image,
+//! [`small_host::SmallHost`] mounts a tmpfs of a few MiB (root only).
 
 pub mod campaign;
 mod host_space;
 pub mod nand;
 pub mod pmem;
 pub mod rng;
+pub mod small_host;

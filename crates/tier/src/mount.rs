@@ -7,7 +7,7 @@ use bitmend_flashfs::{
     DirtyRecovery, DirtyRecoveryReport, DirtyState, DirtyStateError, Fs, FsError, FsOptions, MountReport,
     PagePut,
 };
-use bitmend_media::nand::Nand;
+use bitmend_media::nand::{Nand, NandError};
 use bitmend_media::pmem::Region;
 
 use crate::{DirtyTier, Recovered, TierError};
@@ -130,11 +130,12 @@ where
     fs.attach_dirty_state(Box::new(tier));
     if report.recovered_anything() {
         // The recovered state on flash, and the tier checked out (the checkpoint does both).
-        // A chip too full for it mounts as it is: the tier keeps holding the state (it is
-        // not checked out), so nothing recovered is lost, and writes answer ENOSPC.
+        // A chip too full for it, or a thin image's host too full, mounts as it is: the tier
+        // keeps holding the state (it is not checked out), so nothing recovered is lost, and
+        // writes answer ENOSPC until there is room.
         match fs.checkpoint() {
             Ok(()) => {}
-            Err(FsError::NoSpace) => {
+            Err(FsError::NoSpace | FsError::Nand(NandError::HostSpace { .. })) => {
                 // The tier goes on holding the state: it must hold it as recovery kept it.
                 report.still_in_tier = true;
                 fs.reconcile_dirty_state(&report.applied)?;
