@@ -54,6 +54,15 @@ pub enum FsError {
 }
 
 impl FsError {
+    /// Out of space, on the chip or on the disk under a thin image: a state the caller may
+    /// wait out (what it could not store is still held), not a failure.
+    pub fn is_no_space(&self) -> bool {
+        matches!(
+            self,
+            FsError::NoSpace | FsError::Nand(NandError::HostFull { .. } | NandError::HostSpace { .. })
+        )
+    }
+
     /// The errno a POSIX front end (the FUSE mount) answers with: the one place errors
     /// become numbers.
     pub fn errno(&self) -> i32 {

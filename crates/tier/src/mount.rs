@@ -7,7 +7,7 @@ use bitmend_flashfs::{
     DirtyRecovery, DirtyRecoveryReport, DirtyState, DirtyStateError, Fs, FsError, FsOptions, MountReport,
     PagePut,
 };
-use bitmend_media::nand::{Nand, NandError};
+use bitmend_media::nand::Nand;
 use bitmend_media::pmem::Region;
 
 use crate::{DirtyTier, Recovered, TierError};
@@ -135,7 +135,7 @@ where
         // writes answer ENOSPC until there is room.
         match fs.checkpoint() {
             Ok(()) => {}
-            Err(FsError::NoSpace | FsError::Nand(NandError::HostSpace { .. })) => {
+            Err(e) if e.is_no_space() => {
                 // The tier goes on holding the state: it must hold it as recovery kept it.
                 report.still_in_tier = true;
                 fs.reconcile_dirty_state(&report.applied)?;
