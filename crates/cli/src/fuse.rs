@@ -527,8 +527,9 @@ impl Filesystem for FuseFs {
         let prepared = PreparedWrite::new(offset, data);
         let (n, due, tier) = {
             let mut fs = self.fs();
+            self.write_back.wait_for_room(&mut fs.0);
             let (n, tier) = try_reply!(reply, fs.write_staged(Ino(ino.0), prepared));
-            (n, fs.write_back_due(), tier)
+            (n, fs.write_back_due() || fs.clean_due(), tier)
         };
         if let Some(tier) = tier {
             if let Err(e) = tier.finish(data) {

@@ -8,6 +8,7 @@ mod demo_heap;
 mod error;
 mod fscmd;
 mod fuse;
+mod holds;
 mod inject;
 mod inject_pool;
 mod json;

@@ -13,6 +13,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use bitmend_flashfs::{Fs, QuickScrubReport, ScrubPass, ScrubReport};
 
+use crate::holds::Holds;
 use crate::report::{
     health_json, quick_json, quick_text, report_json, report_text, space_json, Quick, Space,
 };
@@ -40,6 +41,9 @@ pub struct Mounted {
     quick_passes: u64,
     /// When the background checker last ran.
     cache_checked: Instant,
+    /// How long the write-back thread's steps held the lock: write-back, and cleaning.
+    pub write_back_holds: Holds,
+    pub clean_holds: Holds,
 }
 
 pub type Shared = Arc<Mutex<Mounted>>;
@@ -66,6 +70,8 @@ pub fn share(fs: Fs<FileNand>, schedule: Schedule) -> Shared {
         quick: Quick::default(),
         quick_passes: 0,
         cache_checked: Instant::now(),
+        write_back_holds: Holds::default(),
+        clean_holds: Holds::default(),
     }))
 }
 
@@ -126,8 +132,20 @@ impl Mounted {
                 s.hits, s.checks, s.clean_caught, s.dirty_caught, f.reads_unlocked, f.reads_relocked
             )
         });
+        let cleaner = self.fs.as_ref().map_or(String::new(), |fs| {
+            let f = fs.stats();
+            format!(
+                ", \"segments_cleaned\": {}, \"segments_cleaned_in_steps\": {}, \"cleaner_runs\": {}, \"pages_moved\": {}",
+                f.segments_cleaned, f.segments_cleaned_in_steps, f.cleaner_runs, f.pages_moved
+            )
+        });
+        let holds = format!(
+            "{cleaner}, {}, {}",
+            self.write_back_holds.json("write_back"),
+            self.clean_holds.json("clean")
+        );
         format!(
-            "{{\"state\": \"{state}\", \"pass\": {}, \"error\": {error}, {}, \"quick_passes\": {}, {}, {}{space}{cache}}}\n",
+            "{{\"state\": \"{state}\", \"pass\": {}, \"error\": {error}, {}, \"quick_passes\": {}, {}, {}{space}{cache}{holds}}}\n",
             self.passes_started,
             report_json(&self.report),
             self.quick_passes,

@@ -25,9 +25,9 @@ pub use fs::{
     CacheCheck, CacheStats, Cached, CheckReport, Compression, DirEntry, DirtyRecovery, DirtyRecoveryReport,
     DirtyState, DirtyStateError, Falloc, Fs, FsOptions, FsStats, Health, Ino, MountReport, PagePut,
     PreparedWrite, QuickScrubReport, ReadPlan, ScrubPass, ScrubReport, SetAttr, TierWrite, Verify, XattrMode,
-    BACKGROUND_HARD_LIMIT, CHUNK_PAGES, DEFAULT_CACHE_PAGES, DEFAULT_INDEX_CHUNKS, DEFAULT_LZ4_LEVEL,
-    DEFAULT_NODE_PAGES, INLINE_TARGET_MAX, LOGICAL_PAGE, MAX_LZ4_LEVEL, MAX_NODE_PAGES, NAME_MAX, ROOT,
-    SYMLINK_MAX, TICK, XATTR_NAME_MAX,
+    BACKGROUND_HARD_LIMIT, BACKGROUND_WAIT_LIMIT, CHUNK_PAGES, DEFAULT_CACHE_PAGES, DEFAULT_INDEX_CHUNKS,
+    DEFAULT_LZ4_LEVEL, DEFAULT_NODE_PAGES, INLINE_TARGET_MAX, LOGICAL_PAGE, MAX_LZ4_LEVEL, MAX_NODE_PAGES,
+    NAME_MAX, ROOT, SYMLINK_MAX, TICK, XATTR_NAME_MAX,
 };
 
 pub use error::FsError;

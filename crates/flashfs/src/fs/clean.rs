@@ -34,6 +34,8 @@ pub(crate) struct CleanerState {
     /// Segments the cleaner must not erase: they hold a live page beyond repair (cleared at
     /// each checkpoint, when they are tried again).
     pub pinned: HashSet<u32>,
+    /// The mount's background cleaner, a step at a time (`clean_step.rs`).
+    pub background: super::clean_step::BackgroundCleaner,
 }
 
 impl<N: Nand> Fs<N> {
@@ -64,6 +66,7 @@ impl<N: Nand> Fs<N> {
             return Ok(());
         }
         self.cleaner.running = true;
+        self.stats.cleaner_runs += 1;
         let r = self.clean_until(reserve);
         self.cleaner.running = false;
         let free = self.store.free_segments();
@@ -82,7 +85,7 @@ impl<N: Nand> Fs<N> {
     }
 
     /// Segments the cleaner may empty: older than the mount checkpoint's segment, not live.
-    fn candidates(&self) -> Vec<Segment> {
+    pub(super) fn candidates(&self) -> Vec<Segment> {
         let Some(m) = self.cp.mount_from else { return vec![] };
         let live = self.store.live_segment().map(|l| l.physical);
         self.store
@@ -94,6 +97,32 @@ impl<N: Nand> Fs<N> {
                     && !self.cleaner.pinned.contains(&u.physical)
             })
             .collect()
+    }
+
+    /// Candidates worth emptying, best first: (cost-benefit, physical segment, fraction live).
+    /// None when every candidate is full of live data (moving one would free nothing).
+    pub(super) fn ranked_victims(&self, cands: &[Segment]) -> Vec<(f64, u32, f64)> {
+        let live = &self.index.usage;
+        let capacity = self.segment_capacity() as f64;
+        let newest = self.store.used_segments().iter().map(|u| u.logical).max().unwrap_or(0);
+        let mut ranked: Vec<(f64, u32, f64)> = cands
+            .iter()
+            .map(|c| {
+                let u = (*live.get(&c.physical).unwrap_or(&0) as f64 / capacity).min(1.0);
+                let age = (newest - c.logical + 1) as f64;
+                ((1.0 - u) * age / (1.0 + u), c.physical, u)
+            })
+            .filter(|r| r.0 > 0.0)
+            .collect();
+        // Cost-benefit among the emptiest only: left to itself it prefers an old segment
+        // nine-tenths live to a young one two-thirds live, and near full, where each
+        // victim must free more than moving it and the checkpoint after cost, that
+        // frees nothing (the cleaner ran the chip out of segments under small-file
+        // churn at 95% full). Within a tenth of the emptiest, age still decides.
+        let emptiest = ranked.iter().map(|r| r.2).fold(1.0, f64::min);
+        ranked.retain(|r| r.2 <= emptiest + NEAR_EMPTIEST);
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
+        ranked
     }
 
     /// Cleans until `want` segments are free or nothing more can be cleaned.
@@ -119,30 +148,11 @@ impl<N: Nand> Fs<N> {
                     return Ok(());
                 }
             }
-            let live = &self.index.usage;
-            let capacity = self.segment_capacity() as f64;
-            let newest = self.store.used_segments().iter().map(|u| u.logical).max().unwrap_or(0);
-            let mut ranked: Vec<(f64, u32, f64)> = cands
-                .iter()
-                .map(|c| {
-                    let u = (*live.get(&c.physical).unwrap_or(&0) as f64 / capacity).min(1.0);
-                    let age = (newest - c.logical + 1) as f64;
-                    ((1.0 - u) * age / (1.0 + u), c.physical, u)
-                })
-                .filter(|r| r.0 > 0.0)
-                .collect();
+            let ranked = self.ranked_victims(&cands);
             if ranked.is_empty() {
                 // Every candidate is full of live data: moving one would free nothing.
                 return Ok(());
             }
-            // Cost-benefit among the emptiest only: left to itself it prefers an old segment
-            // nine-tenths live to a young one two-thirds live, and near full, where each
-            // victim must free more than moving it and the checkpoint after cost, that
-            // frees nothing (the cleaner ran the chip out of segments under small-file
-            // churn at 95% full). Within a tenth of the emptiest, age still decides.
-            let emptiest = ranked.iter().map(|r| r.2).fold(1.0, f64::min);
-            ranked.retain(|r| r.2 <= emptiest + NEAR_EMPTIEST);
-            ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
             // The best victims whose live data fits in the free segments but one (at least
             // one victim), moved together under one sync.
             // Room for the checkpoint the pass may write, and the segment being written.
@@ -254,7 +264,7 @@ impl<N: Nand> Fs<N> {
     /// Static wear leveling: a candidate whose blocks were erased [`WEAR_GAP`] times fewer
     /// than the most worn segment's holds cold data; moving it lets its blocks take their
     /// share of erases (cost-benefit alone never picks a segment full of live data).
-    fn wear_victim(&self, cands: &[Segment]) -> Result<Option<u32>, FsError> {
+    pub(super) fn wear_victim(&self, cands: &[Segment]) -> Result<Option<u32>, FsError> {
         let mut most = 0;
         for phys in 0..self.store.segments() {
             most = most.max(self.store.segment_wear(phys)?);
@@ -272,7 +282,7 @@ impl<N: Nand> Fs<N> {
     /// Writes a checkpoint and makes it the one mount starts from. Anchored, it is at once;
     /// otherwise (the chain is broken, mount scans and starts where the newest segment says)
     /// a new segment must name it, at the cost of the rest of the live one.
-    fn checkpoint_for_mount(&mut self) -> Result<(), FsError> {
+    pub(super) fn checkpoint_for_mount(&mut self) -> Result<(), FsError> {
         self.checkpoint()?;
         if self.store.anchored() {
             self.set_mount_ckpt();
@@ -322,12 +332,28 @@ impl<N: Nand> Fs<N> {
                 stuck.push(phys);
             }
         }
+        if !maps_inside {
+            self.flush_data()?;
+        }
+        self.release_moved(movable, stuck, maps_inside)
+    }
+
+    /// Releases the victims in `movable`, whose live data was moved (and written, unless
+    /// `maps_inside`): made durable by a sync, or, when a victim holds a map node that
+    /// matters, by a checkpoint mount starts from (a victim such a checkpoint still refers
+    /// to is kept). Victims in `stuck` hold a page beyond repair: pinned until the next
+    /// checkpoint. Returns how many were released.
+    pub(super) fn release_moved(
+        &mut self,
+        mut movable: Vec<u32>,
+        stuck: Vec<u32>,
+        maps_inside: bool,
+    ) -> Result<usize, FsError> {
         if maps_inside {
             self.checkpoint_for_mount()?;
             let held = self.map_holding_segments();
             movable.retain(|p| !held.contains(p));
         } else {
-            self.flush_data()?;
             if self.page.fill > 0 {
                 self.seal_page()?;
             }
@@ -349,7 +375,7 @@ impl<N: Nand> Fs<N> {
     }
 
     /// Segments holding map nodes a checkpoint that mount may start from refers to.
-    fn map_holding_segments(&self) -> HashSet<u32> {
+    pub(super) fn map_holding_segments(&self) -> HashSet<u32> {
         let mut held = self.index.map_segments(|p| self.store.segment_of(PageAddr(p)));
         held.extend(self.cp.newest_maps.iter().chain(self.cp.mount_maps.iter()));
         held
@@ -358,7 +384,7 @@ impl<N: Nand> Fs<N> {
     /// Marks the live data of `phys` dirty, so that the next flush writes it elsewhere, and
     /// the index chunks whose map node is there, so that the next checkpoint does. Returns
     /// whether every live page could be read, and whether a map node that matters is there.
-    fn move_out(&mut self, phys: u32) -> Result<(bool, bool), FsError> {
+    pub(super) fn move_out(&mut self, phys: u32) -> Result<(bool, bool), FsError> {
         if !self.store.used_segments().iter().any(|u| u.physical == phys) {
             return Ok((true, false));
         }
@@ -388,6 +414,15 @@ impl<N: Nand> Fs<N> {
                 Err(e) => return Err(e),
             }
         }
+        let (maps_readable, held) = self.mark_maps_in(phys)?;
+        Ok((readable && maps_readable, held))
+    }
+
+    /// Marks the index chunks whose map node is in `phys` dirty, so that the next checkpoint
+    /// writes them elsewhere. Returns whether every one could be read, and whether `phys`
+    /// holds a map node a checkpoint that mount may start from refers to.
+    pub(super) fn mark_maps_in(&mut self, phys: u32) -> Result<(bool, bool), FsError> {
+        let mut readable = true;
         let in_victim: Vec<super::index::ChunkKey> = self
             .index
             .maps

@@ -13,6 +13,7 @@ pub(crate) mod cache;
 mod check;
 mod checkpoint;
 mod clean;
+mod clean_step;
 mod dirty_state;
 mod falloc;
 pub(crate) mod index;
@@ -135,6 +136,11 @@ pub struct FsOptions {
 /// request of up to three limits while the thread is busy; RAM stays bounded).
 pub const BACKGROUND_HARD_LIMIT: usize = 4;
 
+/// With [`FsOptions::background_write_back`], how many times `dirty_limit` of dirty data a
+/// writer that can wait for the thread lets build up before it does
+/// ([`Fs::writer_should_wait`]): a request of one limit more stays under the hard limit.
+pub const BACKGROUND_WAIT_LIMIT: usize = 2;
+
 /// The default of [`FsOptions::cache_pages`]: 16 MiB of clean pages.
 pub const DEFAULT_CACHE_PAGES: usize = 4096;
 
@@ -205,6 +211,12 @@ pub struct FsStats {
     pub segments_cleaned: u64,
     /// Logical pages the cleaner moved out of them.
     pub pages_moved: u64,
+    /// Runs of the cleaner proper (free segments below its reserve: whole victims moved
+    /// in one call), and steps the background cleaner took (`Fs::clean_step`), with the
+    /// segments those steps released.
+    pub cleaner_runs: u64,
+    pub clean_steps: u64,
+    pub segments_cleaned_in_steps: u64,
     /// Logical pages stored plain without a compression attempt, after a page of the same
     /// file that compressed by less than an eighth.
     pub compression_skipped: u64,

@@ -391,6 +391,26 @@ impl<N: Nand> Fs<N> {
         self.opts.background_write_back && self.dirty_bytes() >= self.opts.dirty_limit
     }
 
+    /// With [`FsOptions::background_write_back`](super::FsOptions): whether a writer should
+    /// wait (without the lock) for the thread before it adds more: dirty data past
+    /// [`BACKGROUND_WAIT_LIMIT`](super::BACKGROUND_WAIT_LIMIT) times the limit. The thread
+    /// then writes back (and cleans) in short steps while the writer waits, rather than the
+    /// writer writing back everything itself at the hard limit in one long hold.
+    /// While the background cleaner is behind (free segments one above its reserve), a
+    /// writer waits at half the limit instead: the cleaner's checkpoints write every dirty
+    /// page back first, in one hold of the lock, and the writer's data would be in them.
+    pub fn writer_should_wait(&self) -> bool {
+        if !self.opts.background_write_back {
+            return false;
+        }
+        let limit = if self.cleaner_behind() {
+            self.opts.dirty_limit / 2
+        } else {
+            self.opts.dirty_limit.saturating_mul(super::BACKGROUND_WAIT_LIMIT)
+        };
+        self.dirty_bytes() > limit
+    }
+
     /// With [`FsOptions::background_write_back`](super::FsOptions): whether the write-back
     /// thread, once started, may stop (dirty data down to half the limit).
     pub fn write_back_done(&self) -> bool {
@@ -443,7 +463,7 @@ impl<N: Nand> Fs<N> {
 
     /// Writes the dirty pages `dirty` (taken out of `wb.dirty`) in runs. On an error, what
     /// was not written is dirty again.
-    fn write_runs(
+    pub(super) fn write_runs(
         &mut self,
         dirty: std::collections::BTreeMap<(u64, u64), DirtyPage>,
     ) -> Result<(), FsError> {
