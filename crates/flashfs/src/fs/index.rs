@@ -290,6 +290,16 @@ fn decode_map(b: &[u8], key: ChunkKey) -> Option<BTreeMap<u64, Loc>> {
 }
 
 impl<N: Nand> Fs<N> {
+    /// Bytes of the index's map nodes in physical segment `phys`, as the usage table counts
+    /// them (what of its usage is not file data).
+    pub(crate) fn map_bytes_in(&self, phys: u32) -> u64 {
+        let frags = self.index.maps.values().flat_map(|m| m.frags.iter());
+        frags
+            .filter(|f| f.0 != PENDING && self.store.segment_of(PageAddr(f.0)) == Some(phys))
+            .map(frag_bytes)
+            .sum()
+    }
+
     /// Adds (or takes away) a node's fragments on the flash to the usage of their segments.
     pub(crate) fn account(&mut self, frags: &[(u32, u16, u16)], add: bool) {
         for f in frags.iter().filter(|f| f.0 != PENDING) {
