@@ -388,10 +388,12 @@ impl<N: Nand> Fs<N> {
         if !self.store.used_segments().iter().any(|u| u.physical == phys) {
             return Ok((true, false));
         }
-        // The usage table says whether anything in it is live: a segment with nothing
-        // counted is not read at all (most victims, under overwrites). Debug builds check
-        // that against the whole index, so every test run checks the table as it goes.
-        let keys = if self.index.usage.get(&phys).copied().unwrap_or(0) == 0 {
+        // The usage table says whether any file data in it is live (what it counts beyond
+        // the map nodes there): a segment with none is not read at all (most victims, under
+        // overwrites). Debug builds check that against the whole index, so every test run
+        // checks the table as it goes.
+        let usage = self.index.usage.get(&phys).copied().unwrap_or(0);
+        let keys = if usage <= self.map_bytes_in(phys) {
             debug_assert_eq!(self.index_points_into(phys), Vec::<(u64, u64)>::new(), "segment {phys}");
             Vec::new()
         } else {
