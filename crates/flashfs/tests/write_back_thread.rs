@@ -5,7 +5,9 @@
 
 mod common;
 
-use bitmend_flashfs::{Compression, Fs, FsOptions, BACKGROUND_HARD_LIMIT, LOGICAL_PAGE, ROOT};
+use bitmend_flashfs::{
+    Compression, Fs, FsOptions, BACKGROUND_HARD_LIMIT, CHECKPOINT_FLUSH_MOST, LOGICAL_PAGE, ROOT,
+};
 use bitmend_media::rng::Rng;
 use common::{cfg, chip};
 
@@ -126,4 +128,75 @@ fn a_checkpoint_due_waits_for_the_step_that_ends_a_burst() {
     let back = fs.read(f, 0, 8 * pages * LOGICAL_PAGE).unwrap();
     let want: Vec<u8> = (0..8).flat_map(|b| random(10 + b, pages)).collect();
     assert!(back == want, "the file reads back as written");
+}
+
+/// The mount's dirty limit (1 MiB), where a step's worth is less than half of it.
+fn mount_opts() -> FsOptions {
+    FsOptions { dirty_limit: 1 << 20, ..opts() }
+}
+
+#[test]
+fn a_due_checkpoint_is_left_at_most_one_step_to_flush() {
+    // A checkpoint writes back every dirty page first, in its one hold of the lock: with one
+    // due, the thread's steps bring dirty data down to CHECKPOINT_FLUSH_MOST pages before the
+    // step that writes it. Bursts of one limit, written back 16 pages a step.
+    let mut fs = Fs::format(chip(1024), cfg(), mount_opts()).unwrap();
+    let f = fs.create(ROOT, b"f", 0o644, 0, 0).unwrap().ino;
+    fs.sync().unwrap();
+    let pages = (1 << 20) / LOGICAL_PAGE;
+    let page = LOGICAL_PAGE as u64;
+    let mut flushes = Vec::new();
+    for burst in 0..12u64 {
+        fs.write(f, burst * pages as u64 * page, &random(30 + burst, pages)).unwrap();
+        while !fs.write_back_done() {
+            let (before, checkpoints) = (fs.stats().data_bytes, fs.stats().checkpoints);
+            let own = fs.write_back_step(16).unwrap() as u64;
+            if fs.stats().checkpoints > checkpoints {
+                flushes.push((fs.stats().data_bytes - before) / page - own);
+            }
+        }
+    }
+    assert!(flushes.len() >= 3, "checkpoints in steps: {flushes:?}");
+    assert!(
+        flushes.iter().all(|&n| n <= CHECKPOINT_FLUSH_MOST as u64),
+        "a checkpoint flushed more than a step's worth: {flushes:?}"
+    );
+    fs.sync().unwrap();
+    let back = fs.read(f, 0, 12 * pages * LOGICAL_PAGE).unwrap();
+    let want: Vec<u8> = (0..12).flat_map(|b| random(30 + b, pages)).collect();
+    assert!(back == want, "the file reads back as written");
+}
+
+#[test]
+fn a_writer_that_keeps_dirty_data_level_still_gets_checkpoints() {
+    // 16 pages appended for every 16 written back, 200 dirty throughout (refilled after
+    // each checkpoint, which writes everything back): no step ends a burst. An overdue checkpoint (four intervals of log) is written anyway, so the log a
+    // replay reads after a power cut stays bounded.
+    let mut fs = Fs::format(chip(2048), cfg(), mount_opts()).unwrap();
+    let f = fs.create(ROOT, b"f", 0o644, 0, 0).unwrap().ino;
+    let mut model = random(40, 200);
+    fs.write(f, 0, &model).unwrap();
+    let mut mid_burst = 0;
+    for i in 0..300u64 {
+        let data = random(41 + i, 16);
+        fs.write(f, model.len() as u64, &data).unwrap();
+        model.extend_from_slice(&data);
+        let checkpoints = fs.stats().checkpoints;
+        fs.write_back_step(16).unwrap();
+        if fs.stats().checkpoints == checkpoints {
+            assert!(!fs.write_back_done(), "step {i}: dirty data fell below half the limit");
+            continue;
+        }
+        // The checkpoint wrote everything back: the writer fills up again.
+        mid_burst += 1;
+        let data = random(1000 + i, 200);
+        fs.write(f, model.len() as u64, &data).unwrap();
+        model.extend_from_slice(&data);
+    }
+    // Over 4,800 pages written back, about 9,600 log pages: a checkpoint per 1,024.
+    assert!(mid_burst >= 5, "only {mid_burst} checkpoints");
+    let (mut after, _) = Fs::open(fs.store().nand().clone(), mount_opts()).unwrap();
+    assert!(after.check(true).clean(), "{:?}", after.check(true).problems);
+    fs.sync().unwrap();
+    assert!(fs.read(f, 0, model.len()).unwrap() == model, "the file reads back as written");
 }

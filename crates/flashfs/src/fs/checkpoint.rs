@@ -340,16 +340,36 @@ impl<N: Nand> Fs<N> {
     /// then reads at most that much, for at most an eighth more pages written. (A state so
     /// large that this exceeds the mount budget is what the on-flash index is for.)
     pub(crate) fn maybe_checkpoint(&mut self) -> Result<(), FsError> {
-        if self.cleaner.running || self.cp.writing {
-            return Ok(());
+        if self.checkpoint_due() {
+            self.checkpoint()?;
         }
-        let since = self.log_pages_written().saturating_sub(self.cp.mark.0);
+        Ok(())
+    }
+
+    /// Whether [`maybe_checkpoint`](Self::maybe_checkpoint) would write one now.
+    pub(crate) fn checkpoint_due(&self) -> bool {
+        if self.cleaner.running || self.cp.writing {
+            return false;
+        }
         // Chunks changed since the last checkpoint stay in RAM until one writes their maps.
         let dirty_bound = self.index.dirty_chunks() > (self.opts.index_chunks / 2).max(32);
-        if since < CHECKPOINT_MIN_PAGES.max(8 * self.cp.mark.1) && !dirty_bound {
-            return Ok(());
-        }
-        self.checkpoint()
+        self.log_since_checkpoint() >= self.checkpoint_interval() || dirty_bound
+    }
+
+    /// Whether a due checkpoint has waited three intervals more: the write-back thread then
+    /// writes it whatever is dirty, so the replay after a power cut reads at most four
+    /// intervals of log. (Waiting, the thread writes back the dirty data a writer left, up
+    /// to the hard limit: a log page per 2 KiB of it.)
+    pub(crate) fn checkpoint_overdue(&self) -> bool {
+        self.log_since_checkpoint() >= 4 * self.checkpoint_interval()
+    }
+
+    fn log_since_checkpoint(&self) -> u64 {
+        self.log_pages_written().saturating_sub(self.cp.mark.0)
+    }
+
+    fn checkpoint_interval(&self) -> u64 {
+        CHECKPOINT_MIN_PAGES.max(8 * self.cp.mark.1)
     }
 
     /// Pages written into data blocks since the store was opened: what a replay reads (the

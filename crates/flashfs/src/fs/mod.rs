@@ -141,6 +141,11 @@ pub const BACKGROUND_HARD_LIMIT: usize = 4;
 /// ([`Fs::writer_should_wait`]): a request of one limit more stays under the hard limit.
 pub const BACKGROUND_WAIT_LIMIT: usize = 2;
 
+/// With [`FsOptions::background_write_back`], the dirty logical pages the write-back thread
+/// leaves for a due checkpoint to flush in its one hold of the lock (`Fs::write_back_done`):
+/// about one of the mount's steps.
+pub const CHECKPOINT_FLUSH_MOST: usize = 64;
+
 /// The default of [`FsOptions::cache_pages`]: 16 MiB of clean pages.
 pub const DEFAULT_CACHE_PAGES: usize = 4096;
 

@@ -396,14 +396,14 @@ impl<N: Nand> Fs<N> {
     /// [`BACKGROUND_WAIT_LIMIT`](super::BACKGROUND_WAIT_LIMIT) times the limit. The thread
     /// then writes back (and cleans) in short steps while the writer waits, rather than the
     /// writer writing back everything itself at the hard limit in one long hold.
-    /// While the background cleaner is behind (free segments one above its reserve), a
-    /// writer waits at half the limit instead: the cleaner's checkpoints write every dirty
-    /// page back first, in one hold of the lock, and the writer's data would be in them.
+    /// While the background cleaner is behind (free segments one above its reserve), or a
+    /// checkpoint is due, a writer waits at half the limit instead: a checkpoint writes every
+    /// dirty page back first, in one hold of the lock, and the writer's data would be in it.
     pub fn writer_should_wait(&self) -> bool {
         if !self.opts.background_write_back {
             return false;
         }
-        let limit = if self.cleaner_behind() {
+        let limit = if self.cleaner_behind() || self.checkpoint_due() {
             self.opts.dirty_limit / 2
         } else {
             self.opts.dirty_limit.saturating_mul(super::BACKGROUND_WAIT_LIMIT)
@@ -413,8 +413,22 @@ impl<N: Nand> Fs<N> {
 
     /// With [`FsOptions::background_write_back`](super::FsOptions): whether the write-back
     /// thread, once started, may stop (dirty data down to half the limit).
+    ///
+    /// With a checkpoint due, down to [`CHECKPOINT_FLUSH_MOST`](super::CHECKPOINT_FLUSH_MOST) pages (if that is less): a checkpoint
+    /// writes every dirty page back first, in its one hold of the lock, so the thread brings
+    /// dirty data down in its short steps and the step that ends there writes the checkpoint
+    /// with little left to flush (unless it is overdue: then at half the limit, as without).
     pub fn write_back_done(&self) -> bool {
-        !self.opts.background_write_back || self.dirty_bytes() <= self.opts.dirty_limit / 2
+        if !self.opts.background_write_back {
+            return true;
+        }
+        let dirty = self.dirty_bytes();
+        let half = self.opts.dirty_limit / 2;
+        if self.checkpoint_due() && !self.checkpoint_overdue() {
+            dirty <= half.min(super::CHECKPOINT_FLUSH_MOST * LOGICAL_PAGE)
+        } else {
+            dirty <= half
+        }
     }
 
     /// One step of the write-back thread: writes about `pages` dirty logical pages (the
@@ -433,7 +447,10 @@ impl<N: Nand> Fs<N> {
         // would write back all a streaming writer has added meanwhile while its requests
         // wait for the lock. (A writer that outruns the thread reaches the hard limit, whose
         // flush checkpoints as before.)
-        if self.write_back_done() {
+        // An overdue one is written now whatever is dirty: a writer that keeps dirty data
+        // level would otherwise keep every step from ending a burst, and the log (what a
+        // replay reads after a power cut) would grow without bound.
+        if self.write_back_done() || self.checkpoint_overdue() {
             self.maybe_checkpoint()?;
         }
         Ok(written)
