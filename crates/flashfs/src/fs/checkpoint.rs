@@ -364,6 +364,12 @@ impl<N: Nand> Fs<N> {
         self.log_since_checkpoint() >= 4 * self.checkpoint_interval()
     }
 
+    /// Whether a due checkpoint has waited an interval more: writers then wait for the
+    /// write-back thread at half the dirty limit, so that it can get dirty data down for it.
+    pub(crate) fn checkpoint_late(&self) -> bool {
+        self.log_since_checkpoint() >= 2 * self.checkpoint_interval()
+    }
+
     fn log_since_checkpoint(&self) -> u64 {
         self.log_pages_written().saturating_sub(self.cp.mark.0)
     }
