@@ -239,24 +239,32 @@ impl<N: Nand> Fs<N> {
             return Ok(());
         }
         let now = self.cp.mount_from;
-        if self.cleaner.background.awaiting_maps.iter().all(|a| a.mount_from == now) {
+        let forced = self.cleaner.background.awaiting_maps.iter().all(|a| a.mount_from == now);
+        if forced {
             self.checkpoint_for_mount()?;
         }
         let now = self.cp.mount_from;
         let cands = self.candidates();
         let held = self.map_holding_segments();
         let mut free = Vec::new();
+        let mut given_up = false;
         self.cleaner.background.awaiting_maps.retain_mut(|a| {
             if !cands.contains(&a.victim) {
                 return false; // released or pinned meanwhile by the cleaner proper
             }
             if held.contains(&a.victim.physical) {
+                // Still held after a checkpoint written for it: given up (the cleaner
+                // proper may take it), rather than a checkpoint per step for nothing.
                 a.mount_from = now;
-                return true;
+                given_up |= forced;
+                return !forced;
             }
             free.push(a.victim.physical);
             false
         });
+        if given_up {
+            self.cleaner.background.idle_at = Some((self.store.free_segments(), self.stats.checkpoints));
+        }
         if !free.is_empty() {
             self.stats.segments_cleaned_in_steps += self.release_moved(free, Vec::new(), false)? as u64;
         }
