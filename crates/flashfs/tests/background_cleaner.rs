@@ -5,8 +5,8 @@
 
 mod common;
 
-use bitmend_flashfs::{Compression, Fs, FsOptions, Ino, LOGICAL_PAGE, ROOT};
-use bitmend_media::nand::RamNand;
+use bitmend_flashfs::{Compression, Fs, FsError, FsOptions, Ino, LOGICAL_PAGE, ROOT};
+use bitmend_media::nand::{Nand, RamNand};
 use bitmend_media::rng::Rng;
 use common::{cfg, chip};
 
@@ -22,7 +22,7 @@ fn opts() -> FsOptions {
 /// What the write-back thread does between requests: cleaning first while it is due,
 /// write-back until dirty data is down to half the limit. Returns the most logical pages
 /// one cleaning step moved.
-fn thread(fs: &mut Fs<RamNand>) -> usize {
+fn thread<N: Nand>(fs: &mut Fs<N>) -> usize {
     let mut most = 0;
     for _ in 0..100_000 {
         if fs.clean_due() {
@@ -38,7 +38,7 @@ fn thread(fs: &mut Fs<RamNand>) -> usize {
 
 /// One step of the thread, as when a writer's requests come between its steps: dirty
 /// data builds up, and cleaning passes pages that are dirty.
-fn one_step(fs: &mut Fs<RamNand>) -> usize {
+fn one_step<N: Nand>(fs: &mut Fs<N>) -> usize {
     if fs.clean_due() {
         fs.clean_step(STEP).unwrap()
     } else {
@@ -50,7 +50,7 @@ fn one_step(fs: &mut Fs<RamNand>) -> usize {
 }
 
 /// A file of `pages` random pages, synced, and its bytes.
-fn filled(fs: &mut Fs<RamNand>, pages: usize, rng: &mut Rng) -> (Ino, Vec<u8>) {
+fn filled<N: Nand>(fs: &mut Fs<N>, pages: usize, rng: &mut Rng) -> (Ino, Vec<u8>) {
     let f = fs.create(ROOT, b"f", 0o644, 0, 0).unwrap().ino;
     let bytes: Vec<u8> = (0..pages * LOGICAL_PAGE).map(|_| rng.next_u64() as u8).collect();
     for (i, chunk) in bytes.chunks(64 << 10).enumerate() {
@@ -62,13 +62,14 @@ fn filled(fs: &mut Fs<RamNand>, pages: usize, rng: &mut Rng) -> (Ino, Vec<u8>) {
 }
 
 /// Overwrites `count` runs of 1 to 8 pages at random places (the model too).
-fn overwrite(fs: &mut Fs<RamNand>, f: Ino, model: &mut [u8], rng: &mut Rng) {
+fn overwrite<N: Nand>(fs: &mut Fs<N>, f: Ino, model: &mut [u8], rng: &mut Rng) -> std::ops::Range<usize> {
     let pages = model.len() / LOGICAL_PAGE;
     let run = 1 + rng.below(8) as usize;
     let at = rng.below((pages - run) as u64) as usize * LOGICAL_PAGE;
     let data: Vec<u8> = (0..run * LOGICAL_PAGE).map(|_| rng.next_u64() as u8).collect();
     fs.write(f, at as u64, &data).unwrap();
     model[at..at + data.len()].copy_from_slice(&data);
+    at / LOGICAL_PAGE..at / LOGICAL_PAGE + run
 }
 
 fn assert_reads_back(fs: &mut Fs<RamNand>, f: Ino, model: &[u8], when: &str) {
@@ -142,4 +143,44 @@ fn a_power_cut_at_any_cleaning_step_loses_nothing_synced() {
     assert!(released_between_cuts > 10, "only {released_between_cuts} cuts right after a release");
     let (mut after, _) = Fs::open(fs.store().nand().clone(), opts()).unwrap();
     assert!(after.check(true).clean(), "{:?}", after.check(true).problems);
+}
+
+#[test]
+fn a_page_beyond_repair_stays_an_error_while_the_steps_clean_around_it() {
+    let mut rng = Rng::new(22);
+    let mut fs = Fs::format(common::faulty_chip(BLOCKS, 5), cfg(), opts()).unwrap();
+    let capacity_pages = (fs.statfs().0 / LOGICAL_PAGE as u64) as usize;
+    let (f, mut model) = filled(&mut fs, capacity_pages * 2 / 3, &mut rng);
+    // A data page of the file in its oldest segment, lost with enough of its group and
+    // stripe that parity cannot rebuild it (3 flash pages lost).
+    let page = common::pages_with(&mut fs, 3, f.0, None)[0];
+    common::lose_beyond_repair(&mut fs, page);
+    let pages = model.len() / LOGICAL_PAGE;
+    let unreadable = |fs: &mut Fs<_>, i: usize| {
+        matches!(fs.read(f, (i * LOGICAL_PAGE) as u64, LOGICAL_PAGE), Err(FsError::Unrecoverable { .. }))
+    };
+    let mut lost: Vec<usize> = (0..pages).filter(|&i| unreadable(&mut fs, i)).collect();
+    assert!(!lost.is_empty(), "the lost flash page held no live logical page");
+    for i in 0..2000 {
+        let written = overwrite(&mut fs, f, &mut model, &mut rng);
+        lost.retain(|p| !written.contains(p));
+        if i % 8 == 7 {
+            thread(&mut fs);
+        } else {
+            one_step(&mut fs);
+        }
+    }
+    let s = fs.stats();
+    eprintln!("{} logical pages still on the lost flash page; {s:?}", lost.len());
+    assert!(s.segments_cleaned_in_steps > 50, "{s:?}");
+    // Every page reads back as written, but for those still on the lost flash page, which
+    // fail as they did (their victim was kept, not erased under them).
+    for i in 0..pages {
+        let got = fs.read(f, (i * LOGICAL_PAGE) as u64, LOGICAL_PAGE);
+        if lost.contains(&i) {
+            assert!(matches!(got, Err(FsError::Unrecoverable { .. })), "page {i}: {got:?}");
+        } else {
+            assert_eq!(got.unwrap(), model[i * LOGICAL_PAGE..(i + 1) * LOGICAL_PAGE], "page {i}");
+        }
+    }
 }
