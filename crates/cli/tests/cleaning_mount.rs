@@ -7,21 +7,9 @@ mod common;
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 
-use common::{bitmend, fsck_clean, fuse_available, mount, scratch, umount};
+use common::{bitmend, fsck_clean, fuse_available, mount, noise, scratch, umount};
 
 const MIB: usize = 1 << 20;
-
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 /// The number after `"key": ` in the control file's JSON.
 fn number(json: &str, key: &str) -> u64 {

@@ -32,18 +32,6 @@ fn unmount_and_check(mnt: &Path, img: &str, when: &str) {
     }
 }
 
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 /// Writes `body` into a new file in 128 KiB writes, then fsyncs; returns the bytes
 /// acknowledged (all of them unless a write was refused, which must be ENOSPC).
 fn write_until_full(path: &Path, body: &[u8]) -> Option<usize> {
@@ -75,7 +63,7 @@ fn write_until_full(path: &Path, body: &[u8]) -> Option<usize> {
 fn fill(mnt: &Path, prefix: &str, seed: u64, len: usize) -> Vec<(String, Vec<u8>)> {
     let mut stored = Vec::new();
     for i in 0.. {
-        let body = noise(seed + i, len);
+        let body = common::noise(seed + i, len);
         let name = format!("{prefix}{i}");
         let Some(kept) = write_until_full(&mnt.join(&name), &body) else { break };
         stored.push((name, body[..kept].to_vec()));

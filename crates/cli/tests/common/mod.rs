@@ -82,3 +82,16 @@ pub fn fsck_clean(img: &str, when: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `len` pseudo-random bytes (xorshift64 from `seed`): file contents that do not compress.
+pub fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
