@@ -83,15 +83,8 @@ pub fn fsck_clean(img: &str, when: &str) {
     );
 }
 
-/// `len` pseudo-random bytes (xorshift64 from `seed`): file contents that do not compress.
+/// `len` pseudo-random bytes from `seed`: file contents that do not compress (the code
+/// crate's xorshift64 pattern, its seed spread first so that nearby seeds differ at once).
 pub fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    bitmend_code::testdata::pattern(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15), len)
 }
