@@ -28,7 +28,7 @@ pub fn available() -> bool {
 }
 
 /// The two 32-bit constants that move a 128-bit lane `bytes` forward, as (H's, L's).
-const fn pair(bytes: u64) -> [u64; 2] {
+pub(super) const fn pair(bytes: u64) -> [u64; 2] {
     let d = 8 * bytes;
     [x_pow(d + 31) as u64, x_pow(d - 33) as u64]
 }

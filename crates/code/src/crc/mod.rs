@@ -11,6 +11,7 @@
 
 mod fold;
 mod kernel;
+mod page;
 mod shift;
 
 pub use shift::Shift;
@@ -34,6 +35,11 @@ pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
 /// inversions: linear in the data, which `update` relies on.
 #[inline]
 pub fn raw(state: u32, data: &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if data.len() == page::PAGE && fold::available() {
+        // SAFETY: `available` checked VPCLMULQDQ, AVX-512F, SSE4.2 (and so PCLMULQDQ).
+        return unsafe { page::raw(state, data) };
+    }
     #[cfg(target_arch = "x86_64")]
     if data.len() >= fold::HYBRID_MIN && fold::available() {
         // SAFETY: `available` checked VPCLMULQDQ, AVX-512F and SSE4.2.
@@ -92,6 +98,9 @@ pub fn raw_on(path: Path, state: u32, data: &[u8]) -> Option<u32> {
     Some(match path {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `paths` checked the features of each kernel.
+        Path::Fold if data.len() == page::PAGE => unsafe { page::raw(state, data) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
         Path::Fold if data.len() >= fold::HYBRID_MIN => unsafe { fold::raw_hybrid(state, data) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
