@@ -3,7 +3,8 @@
 //! - [`crc32c`] / [`crc32c_append`]: on x86_64 with SSE4.2 and PCLMULQDQ, three interleaved
 //!   `crc32` streams merged by carry-less multiplication (`kernel`); with VPCLMULQDQ and
 //!   AVX-512, folding (`fold`), from 16 KiB on with three `crc32` streams run inside the
-//!   folding loop; elsewhere the `crc32c` crate.
+//!   folding loop, and for a 4 KiB page a kernel of its own that does the same (`page`);
+//!   elsewhere the `crc32c` crate.
 //! - [`Shift`]: the operator "append `len` zero bytes" (multiplication by x^(8 len) mod P),
 //!   built in O(1) table steps and applied in a few nanoseconds; [`combine`] uses it.
 //! - [`update`]: the CRC of a page after a sub-range changed, from the old CRC and the old and
