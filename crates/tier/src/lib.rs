@@ -5,11 +5,13 @@
 //! section V; PRIMS's argument for an NVRAM tier in front of slow storage).
 //!
 //! Two regions, which may be two windows of one file:
-//! - the **slots**, a `bitmend-heap` pool. Each dirty logical page has a slot allocated by
-//!   NVMalloc, holding the page and a trailer with its CRC-32C and whose page it is. A slot is
-//!   changed only by MinL2R transactions. A small change is data-logged in place, so the page
-//!   and its CRC change together or not at all. A large one goes to a new slot, so that a
-//!   crash leaves the old page or the new one, never a mix.
+//! - the **slots**, a `bitmend-heap` pool. Each dirty logical page has a slot, holding the
+//!   page and a trailer with its CRC-32C and whose page it is. The new pages of one write
+//!   share run objects allocated by NVMalloc (up to 63 slots each: one allocation, one
+//!   transaction and one record per object, not per page). A slot is changed only by MinL2R
+//!   transactions. A small change is data-logged in place, so the page and its CRC change
+//!   together or not at all. A large one goes to a new slot, so that a crash leaves the old
+//!   page or the new one, never a mix; an object is freed with its last named page.
 //! - the **dirty state store**, a PRIMS log (`bitmend-nvlog`: erasure-coded, signed). Its
 //!   records say which slot holds which page and which pages were dropped. A checkout, once
 //!   the file system has written the pages to flash, trims the log and frees the slots.

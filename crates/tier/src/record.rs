@@ -12,6 +12,10 @@
 //!   (any length up to the log's largest record). The tier does not read them.
 //! - `6` owner: fs id u64 (9 bytes). The file system whose dirty state follows; appended
 //!   when the tier is made and after every checkout's trim, so it precedes any state.
+//! - `7` run: ino u64, first u64, count u32, block u64 (29 bytes; version 3). Pages `first`
+//!   to `first + count - 1` of `ino` are in one heap object at offset `block`: the pages back
+//!   to back, then their trailers ([`crate::store`]'s run layout). `count` is 1 to
+//!   [`MAX_RUN`]; any other count is refused.
 //!
 //! All integers little-endian. The log's own CRCs, signatures and parity cover the bytes.
 
@@ -26,6 +30,10 @@ const CHECKOUT: u8 = 3;
 const DROP_RANGE: u8 = 4;
 const NODES: u8 = 5;
 const OWNER: u8 = 6;
+const RUN: u8 = 7;
+
+/// The most pages one run record names: as many slots as fit a 256 KiB heap run.
+pub const MAX_RUN: u32 = 63;
 
 /// One record of the dirty state store.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,6 +44,7 @@ pub enum Entry {
     DropRange { ino: u64, from: u64, end: u64 },
     Nodes(Vec<u8>),
     Owner { fs_id: u64 },
+    Run { ino: u64, first: u64, count: u32, block: u64 },
 }
 
 impl Entry {
@@ -69,6 +78,13 @@ impl Entry {
                 v.put_u64(from);
             }
             Entry::Checkout => v.push(CHECKOUT),
+            Entry::Run { ino, first, count, block } => {
+                v.push(RUN);
+                v.put_u64(ino);
+                v.put_u64(first);
+                v.put_u32(count);
+                v.put_u64(block);
+            }
         }
         debug_assert_eq!(Entry::decode(&v).as_ref(), Some(self), "a record reads back");
         v
@@ -93,6 +109,11 @@ impl Entry {
             }),
             (&NODES, _) => Some(Entry::Nodes(b[1..].to_vec())),
             (&OWNER, 9) => Some(Entry::Owner { fs_id: le::get_u64(b, 1) }),
+            (&RUN, 29) => {
+                let (first, count) = (le::get_u64(b, 9), le::get_u32(b, 17));
+                let valid = (1..=MAX_RUN).contains(&count) && first.checked_add(u64::from(count)).is_some();
+                valid.then(|| Entry::Run { ino: le::get_u64(b, 1), first, count, block: le::get_u64(b, 21) })
+            }
             _ => None,
         }
     }
@@ -110,6 +131,7 @@ mod tests {
             Entry::Checkout,
             Entry::DropRange { ino: 3, from: 2, end: 9 },
             Entry::Owner { fs_id: 0x1234_5678_9ABC },
+            Entry::Run { ino: 5, first: 1 << 33, count: MAX_RUN, block: 1 << 30 },
         ] {
             let b = e.encode();
             assert_eq!(Entry::decode(&b), Some(e.clone()));
@@ -125,5 +147,14 @@ mod tests {
         }
         assert_eq!(Entry::decode(&[]), None);
         assert_eq!(Entry::decode(&[9; 29]), None);
+        // A run of no pages, of more than a heap run holds, or past the last page: refused.
+        for (first, count) in [(0, 0), (0, MAX_RUN + 1), (u64::MAX - 3, 4)] {
+            let mut b = vec![RUN];
+            b.put_u64(1);
+            b.put_u64(first);
+            b.put_u32(count);
+            b.put_u64(4096);
+            assert_eq!(Entry::decode(&b), None, "run of {count} from {first}");
+        }
     }
 }

@@ -11,7 +11,7 @@ use bitmend_nvlog::{LogConfig, NvLog};
 
 pub use bitmend_flashfs::PagePut;
 
-use crate::record::{Entry, TAG};
+use crate::record::{Entry, MAX_RUN, TAG};
 use crate::TierError;
 
 /// Bytes of a logical page.
@@ -24,9 +24,37 @@ const TRAILER: usize = 24;
 /// (MinL2R: undo the bytes a change overwrites, or log a pointer when it changes most).
 const IN_PLACE_MAX: usize = PAGE / 2;
 
-/// New slots allocated and filled in one heap transaction (a write of up to 128 KiB in
-/// one): the journal records each allocation, not the bytes written into it.
-const NEW_SLOTS_PER_TX: usize = 32;
+/// The pages of one run object, largest first: 63 slots fill a 256 KiB heap run, 15, 7 and 3
+/// fill blocks of the 64, 32 and 16 KiB classes (94%, 88% and 75%), and one a page-class
+/// block. A write's new pages take as few objects as these sizes allow: one allocation, one
+/// transaction and one record per object, where each page took one of each (a 1 MiB write:
+/// 6 where it was 256; `put_pages` 290 -> see DESIGN.md).
+const RUN_SIZES: [usize; 5] = [MAX_RUN as usize, 15, 7, 3, 1];
+
+/// Where a dirty page is: slot `sub` of the run object at `block`, of `count` slots. In a
+/// run object the pages come first, back to back, then their trailers; a one-page object is
+/// the slot of version 1 (the page, then its trailer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SlotRef {
+    block: Ptr,
+    count: u32,
+    sub: u32,
+}
+
+impl SlotRef {
+    fn page_at(self) -> u64 {
+        u64::from(self.sub) * PAGE as u64
+    }
+
+    fn trailer_at(self) -> u64 {
+        u64::from(self.count) * PAGE as u64 + u64::from(self.sub) * TRAILER as u64
+    }
+
+    /// Bytes of a run object of `count` slots.
+    fn object_len(count: u32) -> u64 {
+        u64::from(count) * SLOT as u64
+    }
+}
 
 /// A page recovered from the region: verified against its CRC.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,6 +95,8 @@ pub struct TierStats {
     /// Pages put: changed in place (data-logged), or into a new slot (a record each).
     pub in_place: u64,
     pub new_slots: u64,
+    /// Run objects those new slots took (one allocation and one record each).
+    pub runs: u64,
     pub checkouts: u64,
 }
 
@@ -75,7 +105,10 @@ pub struct DirtyTier<L: Region, H: Region> {
     log: NvLog<L>,
     heap: Pool<H>,
     /// Where each dirty page's slot is.
-    slots: BTreeMap<(u64, u64), Ptr>,
+    slots: BTreeMap<(u64, u64), SlotRef>,
+    /// Run objects and how many of their slots still hold a dirty page: an object is freed
+    /// when none does.
+    live: BTreeMap<Ptr, u32>,
     stats: TierStats,
     /// The file system this tier holds the state of (0: not bound to one).
     owner: u64,
@@ -92,9 +125,20 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
     pub fn create_for(log: L, heap: H, owner: u64) -> Result<DirtyTier<L, H>, TierError> {
         let log = NvLog::format(log, LogConfig::default())?;
         let heap = Pool::create(heap, PoolOptions::default())?;
-        let mut tier = DirtyTier { log, heap, slots: BTreeMap::new(), stats: TierStats::default(), owner };
+        let mut tier = DirtyTier::with(log, heap, owner);
         tier.record_owner()?;
         Ok(tier)
+    }
+
+    fn with(log: NvLog<L>, heap: Pool<H>, owner: u64) -> DirtyTier<L, H> {
+        DirtyTier {
+            log,
+            heap,
+            slots: BTreeMap::new(),
+            live: BTreeMap::new(),
+            stats: TierStats::default(),
+            owner,
+        }
     }
 
     fn record_owner(&mut self) -> Result<(), TierError> {
@@ -129,7 +173,7 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
             |_, tag, data| events.borrow_mut().push(Ok((tag, data.to_vec()))),
             &mut |seg, chunk| events.borrow_mut().push(Err((seg, chunk))),
         )?;
-        let mut named: BTreeMap<(u64, u64), (u64, u32)> = BTreeMap::new();
+        let mut named: BTreeMap<(u64, u64), SlotRef> = BTreeMap::new();
         // Pages named before a lost chunk: that chunk may have dropped them, checked them out
         // or moved them to another slot, so they are never applied.
         let mut uncertain: BTreeSet<(u64, u64)> = BTreeSet::new();
@@ -147,9 +191,16 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
             };
             found.records += 1;
             match (tag == TAG).then(|| Entry::decode(&data)).flatten() {
-                Some(Entry::Page { ino, index, slot, crc }) => {
+                Some(Entry::Page { ino, index, slot, .. }) => {
                     uncertain.remove(&(ino, index));
-                    named.insert((ino, index), (slot, crc));
+                    named.insert((ino, index), SlotRef { block: Ptr(slot), count: 1, sub: 0 });
+                }
+                Some(Entry::Run { ino, first, count, block }) => {
+                    for sub in 0..count {
+                        let index = first + u64::from(sub);
+                        uncertain.remove(&(ino, index));
+                        named.insert((ino, index), SlotRef { block: Ptr(block), count, sub });
+                    }
                 }
                 Some(Entry::Drop { ino, from }) => {
                     named.retain(|&(i, p), _| i != ino || p < from);
@@ -181,12 +232,13 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
             Pool::open(heap, PoolOptions::default())?.0
         };
         let owner = found.owner.unwrap_or(0);
-        let mut tier = DirtyTier { log, heap, slots: BTreeMap::new(), stats: TierStats::default(), owner };
-        for (&(ino, index), &(slot, _)) in &named {
-            match tier.verified(ino, index, Ptr(slot)) {
+        let mut tier = DirtyTier::with(log, heap, owner);
+        for (&(ino, index), &slot) in &named {
+            match tier.verified(ino, index, slot) {
                 Some((bytes, crc)) => {
                     found.pages.push(RecoveredPage { ino, index, bytes, crc });
-                    tier.slots.insert((ino, index), Ptr(slot));
+                    tier.slots.insert((ino, index), slot);
+                    *tier.live.entry(slot.block).or_insert(0) += 1;
                 }
                 None => found.unverified.push((ino, index)),
             }
@@ -197,24 +249,23 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
     /// The page in `slot` and its CRC, if the slot is a slot of page `index` of `ino` and
     /// its bytes match the CRC it carries. The record's CRC is not used: a page changed in
     /// place since carries its new CRC in the trailer, changed in the same transaction.
-    fn verified(&self, ino: u64, index: u64, slot: Ptr) -> Option<(Vec<u8>, u32)> {
-        let b = self.heap.object(slot).ok()?;
-        if b.len() < SLOT {
+    fn verified(&self, ino: u64, index: u64, slot: SlotRef) -> Option<(Vec<u8>, u32)> {
+        let b = self.heap.object(slot.block).ok()?;
+        if (b.len() as u64) < SlotRef::object_len(slot.count) {
             return None;
         }
-        let (page, t) = (&b[..PAGE], &b[PAGE..SLOT]);
+        let (at, t_at) = (slot.page_at() as usize, slot.trailer_at() as usize);
+        let (page, t) = (&b[at..at + PAGE], &b[t_at..t_at + TRAILER]);
         let crc = le::get_u32(t, 0);
         let ours = le::get_u32(t, 4) == 0 && le::get_u64(t, 8) == ino && le::get_u64(t, 16) == index;
         (ours && crc32c(page) == crc).then(|| (page.to_vec(), crc))
     }
 
-    fn trailer(ino: u64, index: u64, crc: u32) -> Vec<u8> {
-        let mut t = Vec::with_capacity(TRAILER);
+    fn put_trailer(t: &mut Vec<u8>, ino: u64, index: u64, crc: u32) {
         t.put_u32(crc);
         t.put_u32(0);
         t.put_u64(ino);
         t.put_u64(index);
-        t
     }
 
     /// Makes page `index` of `ino` (`page`, whose CRC is `crc`) durable in the region.
@@ -231,9 +282,9 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
     }
 
     /// Makes the pages of one write durable in the region, each as [`put_page`] would, but
-    /// with one transaction, one fence for their records and one transaction freeing the
-    /// slots they replace per group of new slots, rather than one of each per page. A crash
-    /// part way leaves each page old or new (the file system records the new size after).
+    /// with the new pages in run objects: per object one transaction, one record and one fence,
+    /// rather than one of each per page. A crash part way leaves each page old or new (the
+    /// file system records the new size after).
     ///
     /// [`put_page`]: Self::put_page
     pub fn put_pages(&mut self, pages: &[PagePut<'_>]) -> Result<(), TierError> {
@@ -250,8 +301,8 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
         for p in small {
             self.put_in_place(p)?;
         }
-        for group in fresh.chunks(NEW_SLOTS_PER_TX) {
-            self.put_new_slots(group)?;
+        for run in runs(&fresh) {
+            self.put_run(run)?;
         }
         Ok(())
     }
@@ -260,64 +311,81 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
     /// record if a crash cuts it short.
     fn put_in_place(&mut self, p: &PagePut<'_>) -> Result<(), TierError> {
         let slot = self.slots[&p.key];
-        let trailer = Self::trailer(p.key.0, p.key.1, p.crc);
+        let mut trailer = Vec::with_capacity(TRAILER);
+        Self::put_trailer(&mut trailer, p.key.0, p.key.1, p.crc);
         self.heap.tx(|tx| {
-            tx.write(slot, p.changed.start as u64, &p.page[p.changed.clone()])?;
-            tx.write(slot, PAGE as u64, &trailer)
+            tx.write(slot.block, slot.page_at() + p.changed.start as u64, &p.page[p.changed.clone()])?;
+            tx.write(slot.block, slot.trailer_at(), &trailer)
         })?;
         self.stats.in_place += 1;
         Ok(())
     }
 
-    /// New slots, filled and committed in one transaction; then the records that name them,
-    /// made durable by one fence (the pointer log); then the slots they replace freed. A
-    /// crash before a record is durable leaves its old page named.
-    fn put_new_slots(&mut self, group: &[&PagePut<'_>]) -> Result<(), TierError> {
-        let slots = self.heap.tx(|tx| {
-            let mut slots = Vec::with_capacity(group.len());
-            for p in group {
-                let slot = tx.alloc(SLOT as u64)?;
-                tx.write(slot, 0, p.page)?;
-                tx.write(slot, PAGE as u64, &Self::trailer(p.key.0, p.key.1, p.crc))?;
-                slots.push(slot);
+    /// Pages of one file with consecutive indexes, in a new run object filled and committed
+    /// in one transaction; then the record that names them, durable on return (the pointer
+    /// log); then the objects no page is left in freed. A crash before the record is durable
+    /// leaves the old pages named.
+    fn put_run(&mut self, run: &[&PagePut<'_>]) -> Result<(), TierError> {
+        let count = run.len() as u32;
+        debug_assert!((1..=MAX_RUN).contains(&count), "a run of {count} pages");
+        let (ino, first) = run[0].key;
+        debug_assert!(run.iter().enumerate().all(|(i, p)| p.key == (ino, first + i as u64)), "consecutive");
+        let mut trailers = Vec::with_capacity(run.len() * TRAILER);
+        for p in run {
+            Self::put_trailer(&mut trailers, p.key.0, p.key.1, p.crc);
+        }
+        let block = self.heap.tx(|tx| {
+            let block = tx.alloc(SlotRef::object_len(count))?;
+            let mut writes: Vec<(Ptr, u64, &[u8])> = Vec::with_capacity(run.len() + 1);
+            for (i, p) in run.iter().enumerate() {
+                writes.push((block, (i * PAGE) as u64, p.page));
             }
-            Ok(slots)
+            writes.push((block, u64::from(count) * PAGE as u64, &trailers));
+            tx.write_several(&writes)?;
+            Ok(block)
         })?;
-        let mut named = 0;
-        let mut failed = None;
-        for (p, slot) in group.iter().zip(&slots) {
-            let (ino, index) = p.key;
-            match self
-                .log
-                .append_unfenced(TAG, &Entry::Page { ino, index, slot: slot.0, crc: p.crc }.encode())
-            {
-                Ok(_) => named += 1,
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
+        match self.log.append(TAG, &Entry::Run { ino, first, count, block: block.0 }.encode()) {
+            Ok(_) => {}
+            // A full log did not take it: the object goes back.
+            Err(e @ bitmend_nvlog::LogError::Full { .. }) => {
+                self.heap.tx(|tx| tx.free(block))?;
+                return Err(e.into());
+            }
+            // Any other failure (the power going) may have left the record durable, naming
+            // the object: it is kept (if nothing names it, the next open of a tier with
+            // nothing named reclaims it).
+            Err(e) => return Err(e.into()),
+        }
+        let mut empty = Vec::new();
+        for (sub, p) in run.iter().enumerate() {
+            let slot = SlotRef { block, count, sub: sub as u32 };
+            if let Some(old) = self.slots.insert(p.key, slot) {
+                empty.extend(self.release(old));
             }
         }
-        let full = matches!(failed, Some(bitmend_nvlog::LogError::Full { .. }));
-        if failed.is_none() || full {
-            self.log.region_mut().fence().map_err(bitmend_nvlog::LogError::from)?;
+        self.live.insert(block, count);
+        self.free_objects(&empty)?;
+        self.stats.new_slots += u64::from(count);
+        self.stats.runs += 1;
+        Ok(())
+    }
+
+    /// One page less in `slot`'s object: the object, if that was its last.
+    fn release(&mut self, slot: SlotRef) -> Option<Ptr> {
+        let left = self.live.get_mut(&slot.block).expect("a named object is live");
+        *left -= 1;
+        (*left == 0).then(|| {
+            self.live.remove(&slot.block);
+            slot.block
+        })
+    }
+
+    /// Frees run objects, up to 32 per transaction.
+    fn free_objects(&mut self, objects: &[Ptr]) -> Result<(), TierError> {
+        for batch in objects.chunks(32) {
+            self.heap.tx(|tx| batch.iter().try_for_each(|&b| tx.free(b)))?;
         }
-        let mut old = Vec::new();
-        for (p, &slot) in group.iter().zip(&slots).take(named) {
-            old.extend(self.slots.insert(p.key, slot));
-        }
-        // A full log did not take the rest: their slots go back. Any other failure (the
-        // power going) may have left records durable, naming them: they are kept (if nothing
-        // names them, the next open of a tier with nothing named reclaims them).
-        let unnamed: Vec<Ptr> = if full { slots[named..].to_vec() } else { Vec::new() };
-        if !old.is_empty() || !unnamed.is_empty() {
-            self.heap.tx(|tx| old.iter().chain(&unnamed).try_for_each(|&s| tx.free(s)))?;
-        }
-        self.stats.new_slots += named as u64;
-        match failed {
-            Some(e) => Err(e.into()),
-            None => Ok(()),
-        }
+        Ok(())
     }
 
     /// Drops the pages of `ino` from page `from` on (a truncate; 0: an unlink).
@@ -338,11 +406,12 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
             Entry::DropRange { ino, from: pages.start, end: pages.end }
         };
         self.log.append(TAG, &entry.encode())?;
+        let mut empty = Vec::new();
         for k in gone {
             let slot = self.slots.remove(&k).expect("listed");
-            self.heap.tx(|tx| tx.free(slot))?;
+            empty.extend(self.release(slot));
         }
-        Ok(())
+        self.free_objects(&empty)
     }
 
     /// Everything put so far is on flash: the log is trimmed and the slots freed. A crash
@@ -356,10 +425,9 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
         }
         let tail = self.log.tail();
         self.log.trim(tail)?;
-        let slots: Vec<Ptr> = std::mem::take(&mut self.slots).into_values().collect();
-        for batch in slots.chunks(32) {
-            self.heap.tx(|tx| batch.iter().try_for_each(|&s| tx.free(s)))?;
-        }
+        self.slots.clear();
+        let objects: Vec<Ptr> = std::mem::take(&mut self.live).into_keys().collect();
+        self.free_objects(&objects)?;
         self.stats.checkouts += 1;
         // A crash before this leaves a tier holding nothing, bound to no one: harmless.
         self.record_owner()
@@ -386,6 +454,11 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
         self.slots.len()
     }
 
+    /// Heap objects holding them (run objects with a dirty page left in them).
+    pub fn objects(&self) -> usize {
+        self.live.len()
+    }
+
     pub fn stats(&self) -> TierStats {
         self.stats
     }
@@ -393,5 +466,52 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
     /// The two regions back (what a crash leaves, if nothing more is done).
     pub fn into_regions(self) -> (L, H) {
         (self.log.into_region(), self.heap.into_region())
+    }
+}
+
+/// `fresh` (in write order) cut into runs: pages of one file with consecutive indexes, each
+/// run at most as long as the largest of [`RUN_SIZES`] it fits, largest first.
+fn runs<'a, 'p>(fresh: &'a [&'a PagePut<'p>]) -> impl Iterator<Item = &'a [&'a PagePut<'p>]> {
+    let mut rest = fresh;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let (ino, first) = rest[0].key;
+        let consecutive = rest
+            .iter()
+            .enumerate()
+            .take_while(|(i, p)| p.key == (ino, first.wrapping_add(*i as u64)))
+            .count();
+        let n = RUN_SIZES.into_iter().find(|&n| n <= consecutive).expect("1 is a size");
+        let (run, after) = rest.split_at(n);
+        rest = after;
+        Some(run)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn puts(keys: &[(u64, u64)], page: &[u8]) -> Vec<PagePut<'static>> {
+        let page: &'static [u8] = Box::leak(page.to_vec().into_boxed_slice());
+        keys.iter().map(|&key| PagePut { key, page, crc: 0, changed: 0..PAGE }).collect()
+    }
+
+    #[test]
+    fn fresh_pages_are_cut_into_runs_of_the_sizes_that_fill_heap_blocks() {
+        let page = vec![0u8; PAGE];
+        let sizes = |keys: &[(u64, u64)]| {
+            let p = puts(keys, &page);
+            let refs: Vec<&PagePut<'_>> = p.iter().collect();
+            runs(&refs).map(|r| r.len()).collect::<Vec<_>>()
+        };
+        let mib: Vec<(u64, u64)> = (0..256).map(|i| (3, i)).collect();
+        assert_eq!(sizes(&mib), vec![63, 63, 63, 63, 3, 1]);
+        assert_eq!(sizes(&mib[..14]), vec![7, 7]);
+        // A gap in the indexes, or another file, ends a run.
+        assert_eq!(sizes(&[(1, 0), (1, 1), (1, 3), (2, 4), (2, 5), (2, 6)]), vec![1, 1, 1, 3]);
+        assert_eq!(sizes(&[]), Vec::<usize>::new());
     }
 }

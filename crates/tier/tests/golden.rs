@@ -6,7 +6,7 @@
 
 use bitmend_code::crc::crc32c;
 use bitmend_media::pmem::{RamRegion, Region};
-use bitmend_tier::{DirtyTier, PAGE};
+use bitmend_tier::{DirtyTier, PagePut, PAGE};
 
 const LOG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/tier-v1-log.bin");
 const HEAP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/tier-v1-heap.bin");
@@ -104,4 +104,73 @@ fn the_golden_tier_v2_reads_back_with_its_owner_nodes_and_hole() {
     assert_eq!((found.unverified.len(), found.lost_chunks.len(), found.foreign_records), (0, 0, 0));
     // The owner, four page records, two nodes records and the drop range.
     assert_eq!(found.records, 8);
+}
+
+const LOG3: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/tier-v3-log.bin");
+const HEAP3: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/tier-v3-heap.bin");
+
+/// The pages of the version 3 golden tier (a 128 KiB log, a 2 MiB heap: each size of run
+/// object takes a heap run of 256 KiB of its own): 20 pages of inode 6 written at once (run objects
+/// of 15, 3, 1 and 1 pages), page 2 then changed in place, pages 5 to 8 punched out, and page
+/// 16 written again alone (a run of its own, leaving its first run for pages 15 and 17).
+fn expected_v3() -> Vec<((u64, u64), Vec<u8>)> {
+    (0..20u64)
+        .filter(|i| !(5..9).contains(i))
+        .map(|i| {
+            let mut p = page(0x30 + i as u8);
+            if i == 2 {
+                p[4000..4010].copy_from_slice(b"run change");
+            }
+            if i == 16 {
+                p = page(0x66);
+            }
+            ((6, i), p)
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "writes the golden tier; run once per format version"]
+fn write_golden_tier_v3() {
+    let mut tier = DirtyTier::create_for(RamRegion::new(128 << 10), RamRegion::new(2 << 20), OWNER).unwrap();
+    let first: Vec<Vec<u8>> = (0..20u64).map(|i| page(0x30 + i as u8)).collect();
+    let puts: Vec<PagePut<'_>> = first
+        .iter()
+        .enumerate()
+        .map(|(i, p)| PagePut { key: (6, i as u64), page: p, crc: crc32c(p), changed: 0..PAGE })
+        .collect();
+    tier.put_pages(&puts).unwrap();
+    let want = expected_v3();
+    tier.put_page((6, 2), &want[2].1, crc32c(&want[2].1), 4000..4010).unwrap();
+    tier.drop_range(6, 5..9).unwrap();
+    tier.put_page((6, 16), &page(0x66), crc32c(&page(0x66)), 0..PAGE).unwrap();
+    assert_eq!(tier.stats().runs, 5);
+    let (log, heap) = tier.into_regions();
+    std::fs::write(LOG3, log.bytes()).unwrap();
+    std::fs::write(HEAP3, heap.bytes()).unwrap();
+}
+
+#[test]
+fn the_golden_tier_v3_reads_back_its_runs() {
+    let (log, heap) = (std::fs::read(LOG3).unwrap(), std::fs::read(HEAP3).unwrap());
+    let (tier, found) =
+        DirtyTier::open(RamRegion::from_bytes(log.clone()), RamRegion::from_bytes(heap.clone())).unwrap();
+    assert_eq!(found.owner, Some(OWNER));
+    let got: Vec<((u64, u64), Vec<u8>)> =
+        found.pages.iter().map(|p| ((p.ino, p.index), p.bytes.clone())).collect();
+    assert_eq!(got, expected_v3());
+    assert_eq!((found.unverified.len(), found.lost_chunks.len(), found.foreign_records), (0, 0, 0));
+    // The owner, four run records, the drop range and page 16's run; the change in place
+    // appends none.
+    assert_eq!(found.records, 7);
+    // The 15-page run (pages 0 to 4 and 9 to 14 left), the 3-page run (15 and 17 left), the
+    // runs of pages 18 and 19, and page 16's own.
+    assert_eq!(tier.objects(), 5);
+    // A bit flipped in page 11 (inside the 15-page run): that page alone is named.
+    let mut heap = heap;
+    let at = heap.windows(64).position(|w| w == &page(0x30 + 11)[..64]).expect("page 11's slot");
+    heap[at + 100] ^= 0x02;
+    let (_, found) = DirtyTier::open(RamRegion::from_bytes(log), RamRegion::from_bytes(heap)).unwrap();
+    assert_eq!(found.unverified, vec![(6, 11)]);
+    assert_eq!(found.pages.len(), expected_v3().len() - 1);
 }
