@@ -376,3 +376,57 @@ fn a_heap_holds_a_page_per_4160_bytes() {
     let (_, found) = DirtyTier::open(log, heap).unwrap();
     assert_eq!(found.pages.len() as u64, held, "every page held is named and verifies");
 }
+
+/// Writes of 40 pages (runs of 15, 15, 7 and 3) until the heap is full: the write that finds
+/// no room fails as full (the file system then writes to flash instead), and every page of
+/// every write that returned comes back after a reopen, byte for byte.
+#[test]
+fn a_full_heap_refuses_a_write_of_many_pages_and_keeps_every_one_that_returned() {
+    let mut tier = DirtyTier::create(RamRegion::new(LOG), RamRegion::new(HEAP)).unwrap();
+    let mut rng = Rng::new(12);
+    let mut model = Model::new();
+    let mut writes = 0u64;
+    let mut refused = Model::new();
+    let full = loop {
+        let pages: Vec<Vec<u8>> = (0..40)
+            .map(|_| {
+                let mut p = vec![0u8; PAGE];
+                rng.fill(&mut p);
+                p
+            })
+            .collect();
+        let first = writes * 40;
+        let puts: Vec<PagePut<'_>> = pages
+            .iter()
+            .enumerate()
+            .map(|(i, p)| PagePut { key: (2, first + i as u64), page: p, crc: crc32c(p), changed: 0..PAGE })
+            .collect();
+        match tier.put_pages(&puts) {
+            Ok(()) => {
+                for (i, p) in pages.into_iter().enumerate() {
+                    model.insert((2, first + i as u64), p);
+                }
+                writes += 1;
+            }
+            Err(e) => {
+                refused = pages.into_iter().enumerate().map(|(i, p)| ((2, first + i as u64), p)).collect();
+                break e;
+            }
+        }
+        assert!(writes < 1000, "a 4 MiB heap never filled");
+    };
+    assert!(full.is_full(), "the write that found no room: {full}");
+    assert!(writes >= 15, "{writes} writes of 40 pages before the 4 MiB heap was full");
+    let (log, heap) = tier.into_regions();
+    let (_, found) = DirtyTier::open(log, heap).unwrap();
+    assert!(found.unverified.is_empty(), "{:?}", found.unverified);
+    let got = recovered_map(&found);
+    for (k, p) in &model {
+        assert_eq!(got.get(k), Some(p), "page {k:?} of a write that returned");
+    }
+    // Pages of the refused write may be there too (its first runs were named before the
+    // heap ran out), each the page it was given; nothing else.
+    for (k, p) in &got {
+        assert!(model.get(k) == Some(p) || refused.get(k) == Some(p), "page {k:?}");
+    }
+}
