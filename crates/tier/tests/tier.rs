@@ -386,8 +386,7 @@ fn a_full_heap_refuses_a_write_of_many_pages_and_keeps_every_one_that_returned()
     let mut rng = Rng::new(12);
     let mut model = Model::new();
     let mut writes = 0u64;
-    let mut refused = Model::new();
-    let full = loop {
+    let (full, refused) = loop {
         let pages: Vec<Vec<u8>> = (0..40)
             .map(|_| {
                 let mut p = vec![0u8; PAGE];
@@ -409,8 +408,9 @@ fn a_full_heap_refuses_a_write_of_many_pages_and_keeps_every_one_that_returned()
                 writes += 1;
             }
             Err(e) => {
-                refused = pages.into_iter().enumerate().map(|(i, p)| ((2, first + i as u64), p)).collect();
-                break e;
+                let refused: Model =
+                    pages.into_iter().enumerate().map(|(i, p)| ((2, first + i as u64), p)).collect();
+                break (e, refused);
             }
         }
         assert!(writes < 1000, "a 4 MiB heap never filled");
