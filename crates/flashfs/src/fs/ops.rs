@@ -690,6 +690,13 @@ impl<N: Nand> Fs<N> {
         }
         self.load_chunk(super::index::chunk_key(ino, pages.end.saturating_sub(1)))?;
         let new = pages.clone().filter(|&i| !self.wb.dirty.contains_key(&(ino, i))).count() as u64;
+        // Write-back at the limit comes before this write is staged: a write refused there
+        // (the chip or the host under the image full) changes nothing. Staged first, its new
+        // size went to flash with the flush's inode nodes and outlived the refusal (a test of
+        // a full host found it: after a crash the file was one refused write longer).
+        if self.dirty_bytes() + new as usize * LOGICAL_PAGE > self.write_back_limit() {
+            self.flush_data()?;
+        }
         // Pages fallocate reserved are paid for: the write takes their reservation over.
         let held = self.reserved.count(ino, pages.clone());
         self.reserve(new.saturating_sub(held), 0)?;
@@ -724,7 +731,8 @@ impl<N: Nand> Fs<N> {
         self.wb.dirty_inodes.insert(ino);
         // The pages for the tier before write-back may take them; the tier's lock after it,
         // since a checkout (the flush's checkpoint) needs that lock. Put after the flush, the
-        // pages are a harmless copy of what flash holds until the next checkout.
+        // pages are a harmless copy of what flash holds until the next checkout. This flush
+        // is only for a write larger than the limit on its own.
         let pages = self.staged_pages((ino, off), &changed, &whole_crcs);
         if self.dirty_bytes() > self.write_back_limit() {
             self.flush_data()?;
