@@ -19,7 +19,7 @@ use bitmend_media::pmem::{MmapRegion, Persistence, RamRegion, Region};
 use bitmend_media::rng::Rng;
 use bitmend_tier::{DirtyTier, PagePut};
 
-use crate::harness::{median, Better, Options, Row};
+use crate::harness::{median, shm_region, Better, LineCounts, Options, Row};
 
 /// What one run of synced overwrites measured.
 struct Synced {
@@ -81,24 +81,19 @@ fn fresh_fs() -> Fs<RamNand> {
 }
 
 /// The tier as the mount makes it: a 256 MiB file on /dev/shm, the log in its first 16 MiB,
-/// persisted by cache-line write-back; else (no /dev/shm) in RAM. Returns the file to remove.
-fn attach_tier(fs: &mut Fs<RamNand>) -> (Option<std::path::PathBuf>, &'static str) {
+/// persisted by cache-line write-back ([`shm_regions`]); else (no /dev/shm) in RAM. Returns
+/// where it is.
+fn attach_tier(fs: &mut Fs<RamNand>) -> &'static str {
     const SIZE: usize = 256 << 20;
     const LOG: usize = 16 << 20;
     let id = fs.store().fs_id();
-    let path = std::path::PathBuf::from(format!("/dev/shm/bitmend-bench-tier-{}", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    if let Ok((log, heap)) = MmapRegion::create_split(&path, SIZE, LOG) {
-        let p = Persistence::CacheLineFlush;
-        let (mut log, mut heap) = (log.with_persistence(p), heap.with_persistence(p));
-        log.prefault();
-        heap.prefault();
+    if let Some((log, heap)) = shm_regions(SIZE) {
         fs.attach_dirty_state(Box::new(DirtyTier::create_for(log, heap, id).expect("tier")));
-        return (Some(path), "a 256 MiB file on /dev/shm");
+        return "a 256 MiB file on /dev/shm";
     }
     let (log, heap) = (RamRegion::new(LOG), RamRegion::new(SIZE - LOG));
     fs.attach_dirty_state(Box::new(DirtyTier::create_for(log, heap, id).expect("tier")));
-    (None, "RAM (no /dev/shm)")
+    "RAM (no /dev/shm)"
 }
 
 fn tier_row(case: &str, ours: f64, anchor: f64, unit: &'static str, better: Better) -> Row {
@@ -113,11 +108,11 @@ fn tier_row(case: &str, ours: f64, anchor: f64, unit: &'static str, better: Bett
     }
 }
 
-/// Regions of a tier in a file on /dev/shm as the mount makes them (`SIZE` bytes, the log in
-/// the first 16 MiB), or `None` without /dev/shm. The file is removed at once: the mapping
-/// keeps it.
+/// Regions of a tier in a file on /dev/shm as the mount makes them (`size` bytes, the log in
+/// the first 16 MiB, every page touched), or `None` without /dev/shm. The file is removed at
+/// once: the mapping keeps it.
 fn shm_regions(size: usize) -> Option<(MmapRegion, MmapRegion)> {
-    let path = std::path::PathBuf::from(format!("/dev/shm/bitmend-bench-put-{}", std::process::id()));
+    let path = std::path::PathBuf::from(format!("/dev/shm/bitmend-bench-tier-{}", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let (log, heap) = MmapRegion::create_split(&path, size, 16 << 20).ok()?;
     let _ = std::fs::remove_file(&path);
@@ -155,7 +150,9 @@ fn put_row(opts: &Options) -> Option<Row> {
         }
     }
     drop(tier);
-    let (_, mut region) = shm_regions(64 << 20)?;
+    let path = std::path::PathBuf::from(format!("/dev/shm/bitmend-bench-floor-{}", std::process::id()));
+    let mut region = shm_region(&path, 64 << 20, LineCounts::Timed);
+    let _ = std::fs::remove_file(&path);
     let mut floor = Vec::with_capacity(writes);
     for w in 0..writes {
         let at = 4096 + (w % 32) * (1 << 20);
@@ -184,12 +181,9 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
     let (mb, n) = if opts.quick { (4, 300) } else { (16, 3_000) };
     let plain = overwrites(&mut fresh_fs(), mb, n, 21);
     let mut fs = fresh_fs();
-    let (file, place) = attach_tier(&mut fs);
+    let place = attach_tier(&mut fs);
     let tiered = overwrites(&mut fs, mb, n, 21);
     drop(fs);
-    if let Some(f) = file {
-        let _ = std::fs::remove_file(f);
-    }
     let (mut a, mut b) = (plain, tiered);
     let case =
         |what: &str| format!("{n} random 4 KiB overwrites + fsync ({mb} MiB file; tier in {place}): {what}");
