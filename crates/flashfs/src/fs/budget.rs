@@ -50,6 +50,11 @@ impl Budget {
     pub fn checkpoint_bytes(&self) -> u64 {
         self.ckpt_bytes
     }
+
+    /// Inodes the newest checkpoint held.
+    pub fn checkpoint_inodes(&self) -> u64 {
+        self.ckpt_inodes
+    }
 }
 
 impl<N: Nand> Fs<N> {

@@ -58,9 +58,10 @@ pub(crate) struct CkptState {
     pub mount_from: Option<CkptAt>,
     /// A checkpoint is being written (the flushes inside it must not start another).
     pub writing: bool,
-    /// The store's data-page counter when the last checkpoint ended, and the pages it took:
-    /// the next is written once the log since is some multiple of it (see `maybe_checkpoint`).
-    pub mark: (u64, u64),
+    /// The store's data-page counter when the last checkpoint ended, and its size in pages
+    /// on flash and before compression: the next is written once the log since is some
+    /// multiple of it (see `checkpoint_interval`).
+    pub mark: (u64, u64, u64),
     /// The segment table of the checkpoint the mount replayed (handed to the store).
     pub replayed_table: Option<Vec<Segment>>,
     /// Physical segments holding map nodes that the newest checkpoint, and the one a mount
@@ -336,12 +337,15 @@ impl<N: Nand> Fs<N> {
     }
 
     /// Writes a checkpoint when the log since the last one has grown to
-    /// max([`CHECKPOINT_MIN_PAGES`], 8 x the last checkpoint's pages): replay after a crash
-    /// then reads at most that much, for at most an eighth more pages written. (A state so
-    /// large that this exceeds the mount budget is what the on-flash index is for.)
+    /// [`checkpoint_interval`](Self::checkpoint_interval): replay after a crash then reads at
+    /// most that much. (A state so large that this exceeds the mount budget is what the
+    /// on-flash index is for.) Otherwise, with too many chunks dirty, writes maps alone
+    /// (`write_maps_early`).
     pub(crate) fn maybe_checkpoint(&mut self) -> Result<(), FsError> {
         if self.checkpoint_due() {
             self.checkpoint()?;
+        } else if self.maps_due() {
+            self.write_maps_early(self.maps_ahead(0))?;
         }
         Ok(())
     }
@@ -351,9 +355,13 @@ impl<N: Nand> Fs<N> {
         if self.cleaner.running || self.cp.writing {
             return false;
         }
-        // Chunks changed since the last checkpoint stay in RAM until one writes their maps.
-        let dirty_bound = self.index.dirty_chunks() > (self.opts.index_chunks / 2).max(32);
-        self.log_since_checkpoint() >= self.checkpoint_interval() || dirty_bound
+        // (Chunks changed since the last checkpoint are bounded by writing their maps
+        // early: `maps_due`.) A namespace down to half of what the last checkpoint held
+        // is due too: the space budget holds the last one's size twice (it and the one a
+        // mount may start from stay on flash), which after deleting most files would be
+        // free space withheld until the log grew the interval.
+        let shrunk = (self.ns.inodes.len() as u64) < self.budget.checkpoint_inodes() / 2;
+        self.log_since_checkpoint() >= self.checkpoint_interval() || shrunk
     }
 
     /// Whether a due checkpoint has waited three intervals more: the write-back thread then
@@ -374,8 +382,18 @@ impl<N: Nand> Fs<N> {
         self.log_pages_written().saturating_sub(self.cp.mark.0)
     }
 
+    /// Log pages between two checkpoints: eight times the last one's pages, so that it costs
+    /// at most an eighth more pages written. Counted before compression too, up to a
+    /// sixteenth of the chip, so that its CPU (encoding and compressing go by those bytes)
+    /// stays near an eighth of the log's: with PostMark's 3,000 files, counted by its
+    /// pages on flash alone, a checkpoint every MiB of log cost five times that MiB's
+    /// write-back. (The cap keeps a small chip's log since the checkpoint, which the cleaner
+    /// cannot take, small.)
     fn checkpoint_interval(&self) -> u64 {
-        CHECKPOINT_MIN_PAGES.max(8 * self.cp.mark.1)
+        let (_, flash, raw) = self.cp.mark;
+        let page = self.page.buf.len() as u64;
+        let chip_pages = self.segment_capacity() * u64::from(self.store.segments()) / page;
+        CHECKPOINT_MIN_PAGES.max(8 * flash).max((8 * raw).min(chip_pages / 16))
     }
 
     /// Pages written into data blocks since the store was opened: what a replay reads (the
@@ -415,7 +433,9 @@ impl<N: Nand> Fs<N> {
                 self.index.stale_counts = false;
             }
         }
-        let blob = compress_state(self.encode_state());
+        let state = self.encode_state();
+        let raw = state.len();
+        let blob = compress_state(state);
         let codec = if blob.1 { FLAG_ZSTD } else { 0 };
         let blob = blob.0;
         self.version += 1;
@@ -466,7 +486,8 @@ impl<N: Nand> Fs<N> {
         self.cp.newest_maps = self.index.map_segments(|p| self.store.segment_of(PageAddr(p)));
         self.stats.checkpoints += 1;
         let pages = blob.len().div_ceil(self.page.buf.len() - FRAG_HEADER) as u64;
-        self.cp.mark = (self.log_pages_written(), pages);
+        let raw_pages = raw.div_ceil(self.page.buf.len() - FRAG_HEADER) as u64;
+        self.cp.mark = (self.log_pages_written(), pages, raw_pages);
         self.stats.checkpoint_bytes = blob.len() as u64;
         let on_flash = blob.len() as u64 + pages * FRAG_HEADER as u64;
         self.budget.checkpoint(on_flash, self.ns.inodes.len());

@@ -149,7 +149,12 @@ impl Index {
     }
 
     pub fn dirty_chunks(&self) -> usize {
-        self.loaded.values().filter(|c| c.dirty).count() + self.overlay.len()
+        self.dirty_loaded() + self.overlay.len()
+    }
+
+    /// Chunks in RAM changed since their map was written.
+    pub fn dirty_loaded(&self) -> usize {
+        self.loaded.values().filter(|c| c.dirty).count()
     }
 
     /// Takes out of the chunks in RAM and the replayed overlays every page at or past
@@ -184,7 +189,13 @@ impl Index {
 
     /// Physical segments holding the map nodes the index refers to.
     pub fn map_segments(&self, segment_of: impl Fn(u32) -> Option<u32>) -> HashSet<u32> {
-        self.maps.values().flat_map(|m| m.frags.iter()).filter_map(|f| segment_of(f.0)).collect()
+        // Sorted and deduplicated first: thousands of maps lie in a few segments, and a
+        // hash per map was a fifth of a millisecond of every checkpoint with 3,000 files.
+        let mut segs: Vec<u32> =
+            self.maps.values().flat_map(|m| m.frags.iter()).filter_map(|f| segment_of(f.0)).collect();
+        segs.sort_unstable();
+        segs.dedup();
+        segs.into_iter().collect()
     }
 }
 
@@ -192,6 +203,9 @@ impl Index {
 /// its index in the chunk, flags (codec bits, [`CRC_KNOWN`]), version, CRC-32C of the logical
 /// page, and fragments; all of it followed by the CRC-32C of what precedes (FORMAT.md section
 /// 8); zstd-compressed behind its own magic when that is smaller.
+/// The smallest map payload offered to zstd (five entries of one fragment).
+const MAP_ZSTD_FROM: usize = 128;
+
 fn encode_map(key: ChunkKey, pages: &BTreeMap<u64, Loc>) -> Vec<u8> {
     let mut v = Vec::with_capacity(24 + pages.len() * 24);
     v.put_u32(MAP_MAGIC);
@@ -226,6 +240,12 @@ fn encode_map(key: ChunkKey, pages: &BTreeMap<u64, Loc>) -> Vec<u8> {
     // -1 (no Huffman stage for literals): a 1.5 KiB map in 3.6 us, not 8.7 at level 1, for
     // 13% more bytes; under random 4 KiB writes, which dirty most chunks between two
     // checkpoints, level 1 was 44% of the write-back thread (readers take any level).
+    // A map of four entries or fewer is not offered: the frame and our 8 bytes cost about
+    // what zstd saves there, and a call costs about a microsecond (small files, one chunk
+    // each, were half of a checkpoint's maps).
+    if v.len() < MAP_ZSTD_FROM {
+        return v;
+    }
     match crate::fs::node::zstd_compress(&v, -1) {
         Ok(z) if z.len() + 8 < v.len() => {
             let mut c = Vec::with_capacity(8 + z.len());
@@ -578,9 +598,60 @@ impl<N: Nand> Fs<N> {
                 Err(e) => return Err(e),
             }
         }
-        let dirty: Vec<ChunkKey> =
-            self.index.loaded.iter().filter(|(_, c)| c.dirty).map(|(k, _)| *k).collect();
-        for ck in dirty {
+        self.write_dirty_maps(usize::MAX)?;
+        self.evict(ChunkKey { ino: u64::MAX, chunk: u64::MAX });
+        Ok(())
+    }
+
+    /// Whether so many chunks in RAM are dirty that their maps are written before a
+    /// checkpoint is due: a dirty chunk stays in RAM until its map is on flash. (Chunks a
+    /// replay left in the overlay are merged and written by the next checkpoint.)
+    pub(crate) fn maps_due(&self) -> bool {
+        self.index.dirty_loaded() > self.dirty_chunks_bound()
+    }
+
+    fn dirty_chunks_bound(&self) -> usize {
+        (self.opts.index_chunks / 2).max(32)
+    }
+
+    /// Maps the write-back thread writes ahead of a checkpoint, a step at a time: past the
+    /// bound, down to half of it; with a checkpoint due, down to `left` (the checkpoint
+    /// writes the rest in its one hold of the lock).
+    pub(crate) fn maps_ahead(&self, left: usize) -> usize {
+        let dirty = self.index.dirty_loaded();
+        let keep = if self.checkpoint_due() {
+            left
+        } else if self.maps_due() {
+            self.dirty_chunks_bound() / 2
+        } else {
+            dirty
+        };
+        dirty.saturating_sub(keep)
+    }
+
+    /// Writes the maps of `count` dirty chunks (least recently used first) without a
+    /// checkpoint: the chunks can leave RAM, and the checkpoint that comes has fewer maps to
+    /// write in its one hold of the lock.
+    ///
+    /// Sound because nothing reads these maps but this mount until a checkpoint names them:
+    /// replay after a crash takes each map from the checkpoint it starts from (whose map
+    /// nodes the cleaner keeps until a newer checkpoint no longer names them) and replays the
+    /// data nodes written since on top, skipping map nodes.
+    pub(crate) fn write_maps_early(&mut self, count: usize) -> Result<(), FsError> {
+        self.write_dirty_maps(count)?;
+        self.evict(ChunkKey { ino: u64::MAX, chunk: u64::MAX });
+        Ok(())
+    }
+
+    /// Writes the maps of up to `most` dirty chunks in RAM, least recently used first.
+    fn write_dirty_maps(&mut self, most: usize) -> Result<(), FsError> {
+        let mut dirty: Vec<(u64, ChunkKey)> =
+            self.index.loaded.iter().filter(|(_, c)| c.dirty).map(|(k, c)| (c.used, *k)).collect();
+        if most < dirty.len() {
+            dirty.select_nth_unstable(most);
+            dirty.truncate(most);
+        }
+        for (_, ck) in dirty {
             let chunk = &self.index.loaded[&ck];
             if chunk.pages.is_empty() {
                 self.index.loaded.remove(&ck);
@@ -609,7 +680,6 @@ impl<N: Nand> Fs<N> {
                 c.dirty = false;
             }
         }
-        self.evict(ChunkKey { ino: u64::MAX, chunk: u64::MAX });
         Ok(())
     }
 

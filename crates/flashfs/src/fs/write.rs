@@ -19,6 +19,10 @@ use crate::fs::node::{self, Frag, NodeKind, FLAG_LAST, FRAG_HEADER, MAX_NODE_PAG
 use crate::store::PageAddr;
 use crate::FsError;
 
+/// Maps a write-back step writes at most when too many chunks are dirty: about a quarter
+/// of a step's hold (a small file's map, not offered to zstd, takes 1 to 2 us).
+const MAPS_PER_STEP: usize = 128;
+
 /// Where the fragments of a node being written are recorded.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Pending {
@@ -425,6 +429,11 @@ impl<N: Nand> Fs<N> {
         if !self.opts.background_write_back {
             return true;
         }
+        // Maps past the bound, or ahead of a checkpoint, are written a step at a time, not
+        // in the hold of the next flush or checkpoint.
+        if self.maps_ahead(MAPS_PER_STEP) > 0 {
+            return false;
+        }
         let dirty = self.dirty_bytes();
         let half = self.opts.dirty_limit / 2;
         if self.checkpoint_due() && !self.checkpoint_overdue() {
@@ -445,6 +454,10 @@ impl<N: Nand> Fs<N> {
         self.write_runs(batch)?;
         self.write_dirty_inodes(false)?;
         self.maybe_clean()?;
+        let ahead = self.maps_ahead(MAPS_PER_STEP);
+        if ahead > 0 {
+            self.write_maps_early(ahead.min(MAPS_PER_STEP))?;
+        }
         // A checkpoint writes every dirty page back first, in this one hold of the lock: it
         // is taken in the step that leaves little dirty (a burst's last), not in one that
         // would write back all a streaming writer has added meanwhile while its requests
