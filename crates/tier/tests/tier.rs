@@ -430,3 +430,77 @@ fn a_full_heap_refuses_a_write_of_many_pages_and_keeps_every_one_that_returned()
         assert!(model.get(k) == Some(p) || refused.get(k) == Some(p), "page {k:?}");
     }
 }
+
+/// A checkout leaves the objects its pages were in to the puts that follow, which free a few
+/// each (not a transaction per 32 objects in the file system's checkpoint); objects nothing
+/// names when a tier is opened are found and freed the same way; and a heap a put found
+/// full frees them all at the next checkout, as the file system's write-back expects.
+#[test]
+fn a_checkout_leaves_its_objects_to_later_puts_and_an_open_finds_those_nothing_names() {
+    let mut tier = DirtyTier::create(RamRegion::new(LOG), RamRegion::new(HEAP)).unwrap();
+    let mut rng = Rng::new(21);
+    let page = |rng: &mut Rng| {
+        let mut p = vec![0u8; PAGE];
+        rng.fill(&mut p);
+        p
+    };
+    let put =
+        |tier: &mut DirtyTier<RamRegion, RamRegion>, key, p: &[u8]| tier.put_page(key, p, crc32c(p), 0..PAGE);
+    for i in 0..30u64 {
+        put(&mut tier, (1 + i % 3, i), &page(&mut rng)).unwrap();
+    }
+    assert_eq!((tier.objects(), tier.garbage()), (30, 0));
+    tier.checkout().unwrap();
+    assert_eq!((tier.pages(), tier.objects(), tier.garbage()), (0, 0, 30), "a checkout frees nothing itself");
+    let mut model = Model::new();
+    for i in 0..5u64 {
+        let p = page(&mut rng);
+        put(&mut tier, (7, i), &p).unwrap();
+        model.insert((7, i), p);
+    }
+    assert_eq!((tier.objects(), tier.garbage()), (5, 10), "each put freed four");
+    // A crash now: the ten objects nothing names are found at the open.
+    let (log, heap) = tier.into_regions();
+    let (mut tier, found) = DirtyTier::open(log, heap).unwrap();
+    assert_eq!(recovered_map(&found), model);
+    assert_eq!((tier.objects(), tier.garbage()), (5, 10));
+    for i in 5..8u64 {
+        put(&mut tier, (7, i), &page(&mut rng)).unwrap();
+    }
+    assert_eq!((tier.objects(), tier.garbage()), (8, 0));
+
+    // Full (writes of 63 pages, so that the heap fills before the log): the refused put
+    // marks the heap starved, and the next checkout frees at once.
+    let mut held = 8u64;
+    let full = loop {
+        let pages: Vec<Vec<u8>> = (0..63).map(|_| page(&mut rng)).collect();
+        let puts: Vec<PagePut<'_>> = pages
+            .iter()
+            .enumerate()
+            .map(|(i, p)| PagePut { key: (9, held + i as u64), page: p, crc: crc32c(p), changed: 0..PAGE })
+            .collect();
+        match tier.put_pages(&puts) {
+            Ok(()) => held += 63,
+            Err(e) => break e,
+        }
+        assert!(held < 10_000, "a 4 MiB heap never filled");
+    };
+    assert!(matches!(full, bitmend_tier::TierError::Heap(_)), "the heap, not the log, is full: {full}");
+    tier.checkout().unwrap();
+    assert_eq!(tier.garbage(), 0, "the checkout after a full heap freed everything");
+    // Once NVMalloc's reuse delay (200 ms) has passed, the room is there again.
+    std::thread::sleep(std::time::Duration::from_millis(250));
+    let writes = (held - 8) / 63;
+    for w in 0..writes {
+        let pages: Vec<Vec<u8>> = (0..63).map(|_| page(&mut rng)).collect();
+        let puts: Vec<PagePut<'_>> = pages
+            .iter()
+            .enumerate()
+            .map(|(i, p)| PagePut { key: (10, w * 63 + i as u64), page: p, crc: crc32c(p), changed: 0..PAGE })
+            .collect();
+        tier.put_pages(&puts).unwrap_or_else(|e| panic!("write {w} of {writes} after the checkout: {e}"));
+    }
+    let (log, heap) = tier.into_regions();
+    let (_, found) = DirtyTier::open(log, heap).unwrap();
+    assert_eq!(found.pages.len() as u64, writes * 63, "every page put after the checkout");
+}
