@@ -383,12 +383,13 @@ impl<N: Nand> Fs<N> {
     }
 
     /// Log pages between two checkpoints: eight times the last one's pages, so that it costs
-    /// at most an eighth more pages written. Counted before compression too, up to a
-    /// sixteenth of the chip, so that its CPU (encoding and compressing go by those bytes)
-    /// stays near an eighth of the log's: with PostMark's 3,000 files, counted by its
-    /// pages on flash alone, a checkpoint every MiB of log cost five times that MiB's
-    /// write-back. (The cap keeps a small chip's log since the checkpoint, which the cleaner
-    /// cannot take, small.)
+    /// at most an eighth more pages written. Counted before compression too, with the maps
+    /// written for it, up to a sixteenth of the chip, so that its CPU (encoding and
+    /// compressing go by those bytes) stays near an eighth of the log's: with PostMark's
+    /// 3,000 files, counted by its pages on flash alone, a checkpoint every MiB of log cost
+    /// five times that MiB's write-back; under random 4 KiB writes, the maps of every chunk
+    /// were encoded again every 256 pages written. (The cap keeps a small chip's log since
+    /// the checkpoint, which the cleaner cannot take, small.)
     fn checkpoint_interval(&self) -> u64 {
         let (_, flash, raw) = self.cp.mark;
         let page = self.page.buf.len() as u64;
@@ -486,7 +487,9 @@ impl<N: Nand> Fs<N> {
         self.cp.newest_maps = self.index.map_segments(|p| self.store.segment_of(PageAddr(p)));
         self.stats.checkpoints += 1;
         let pages = blob.len().div_ceil(self.page.buf.len() - FRAG_HEADER) as u64;
-        let raw_pages = raw.div_ceil(self.page.buf.len() - FRAG_HEADER) as u64;
+        // Its maps, written with it or ahead of it, count as part of it.
+        let raw = raw as u64 + std::mem::take(&mut self.index.map_bytes_since);
+        let raw_pages = raw.div_ceil((self.page.buf.len() - FRAG_HEADER) as u64);
         self.cp.mark = (self.log_pages_written(), pages, raw_pages);
         self.stats.checkpoint_bytes = blob.len() as u64;
         let on_flash = blob.len() as u64 + pages * FRAG_HEADER as u64;

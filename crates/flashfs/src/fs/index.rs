@@ -80,8 +80,8 @@ pub(crate) struct Totals {
 
 #[derive(Debug, Default)]
 pub(crate) struct Index {
-    /// Every chunk's map node as the newest checkpoint refers to it (a chunk changed since
-    /// keeps its old one here until the next checkpoint replaces it).
+    /// Every chunk's map node as the newest checkpoint refers to it, or as written ahead of
+    /// the next (a chunk changed since keeps its old one here until its map is written).
     pub maps: BTreeMap<ChunkKey, MapAt>,
     pub loaded: BTreeMap<ChunkKey, Chunk>,
     /// Pages replayed at mount onto chunks whose map was not read (mount reads only the log):
@@ -103,6 +103,9 @@ pub(crate) struct Index {
     pub unrebuildable: HashSet<(ChunkKey, u64)>,
     pub evictions: u64,
     pub maps_written: u64,
+    /// Bytes of the maps written since the last checkpoint, before compression (part of what
+    /// a checkpoint costs: see `Fs::checkpoint_interval`).
+    pub map_bytes_since: u64,
 }
 
 /// A chunk of a file's index: [`CHUNK_PAGES`] logical pages of inode `ino`, the `chunk`-th.
@@ -203,6 +206,11 @@ impl Index {
 /// its index in the chunk, flags (codec bits, [`CRC_KNOWN`]), version, CRC-32C of the logical
 /// page, and fragments; all of it followed by the CRC-32C of what precedes (FORMAT.md section
 /// 8); zstd-compressed behind its own magic when that is smaller.
+/// Bytes of a map of `entries` pages of one fragment each, before compression.
+fn map_len(entries: usize) -> u64 {
+    26 + 23 * entries as u64
+}
+
 /// The smallest map payload offered to zstd (five entries of one fragment).
 const MAP_ZSTD_FROM: usize = 128;
 
@@ -661,6 +669,7 @@ impl<N: Nand> Fs<N> {
                 continue;
             }
             let payload = encode_map(ck, &chunk.pages);
+            self.index.map_bytes_since += map_len(chunk.pages.len());
             let summary = MapSummary::of(&chunk.pages);
             self.version += 1;
             let version = self.version;
