@@ -91,6 +91,10 @@ pub struct Campaign {
     pub ops: u64,
     /// Reboots checked: one per cut point, or `reboots` per cut point (see [`run_rebooting`]).
     pub cuts: u64,
+    /// Cut points a run finished before: a workload's operation count may vary a little from
+    /// run to run (a flash file system's checkpoint, compressed, follows its timestamps and
+    /// the order of its hash maps), so the last points of the uncut run may not be reached.
+    pub skipped: u64,
 }
 
 /// Runs `work` on a copy of `base` once uncut (it must succeed: that counts its operations),
@@ -123,12 +127,17 @@ pub fn run_rebooting<M: PowerCut>(
     let mut uncut = base.clone();
     assert!(work(&mut uncut), "the workload fails with no power cut");
     let total = uncut.ops() - start;
-    let mut campaign = Campaign { ops: total, cuts: 0 };
+    let mut campaign = Campaign { ops: total, cuts: 0, skipped: 0 };
     for op in schedule.points(total) {
         let mut m = base.clone();
         m.arm(start + op);
         let finished = work(&mut m);
-        assert!(m.cut(), "cut at operation {op} of {total}: never struck (finished: {finished})");
+        if !m.cut() {
+            // Never struck: the run must have finished, short of the point.
+            assert!(finished, "cut at operation {op} of {total}: never struck, and the run failed");
+            campaign.skipped += 1;
+            continue;
+        }
         for r in 0..reboots {
             let mut copy = m.clone();
             copy.reboot(op.wrapping_mul(reboots).wrapping_add(r));
@@ -184,6 +193,6 @@ mod tests {
             r.read(0, &mut b).unwrap();
             assert!(b[64] == 0 || b[..64] == [7u8; 64], "cut at fence {op}");
         });
-        assert_eq!(c, Campaign { ops: 2, cuts: 2 });
+        assert_eq!(c, Campaign { ops: 2, cuts: 2, skipped: 0 });
     }
 }
