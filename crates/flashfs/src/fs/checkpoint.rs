@@ -92,17 +92,42 @@ pub(crate) struct State {
     pub totals: Totals,
 }
 
-/// The state as a checkpoint payload: zstd-compressed (its length, u32, then one zstd frame)
-/// when that is smaller, which it is but for the smallest states; the flag says which.
-fn compress_state(state: Vec<u8>) -> (Vec<u8>, bool) {
-    match crate::fs::node::zstd_compress(&state, 1) {
-        Ok(z) if z.len() + 4 < state.len() => {
-            let mut v = Vec::with_capacity(4 + z.len());
-            v.put_u32(state.len() as u32);
-            v.put_bytes(&z);
-            (v, true)
+/// Inodes from which a checkpoint encodes and compresses its two parts on two threads: the
+/// lock is held meanwhile and requests wait, so the other core is mostly idle (3,000 files:
+/// 2.4 ms of encoding and compression in one thread).
+const PARALLEL_FROM: usize = 1_000;
+
+/// A part of the state, encoded, and compressed if that worked.
+struct Part {
+    raw: Vec<u8>,
+    zstd: Option<Vec<u8>>,
+}
+
+impl Part {
+    fn of(raw: Vec<u8>) -> Part {
+        let zstd = crate::fs::node::zstd_compress(&raw, 1).ok();
+        Part { raw, zstd }
+    }
+}
+
+/// The state as a checkpoint payload: zstd-compressed (its length, u32, then a zstd frame
+/// per part, which a reader decompresses as one stream) when that is smaller, which it is
+/// but for the smallest states; the flag says which. Also the state's length.
+fn payload_of(names: Part, rest: Part) -> (Vec<u8>, bool, usize) {
+    let len = names.raw.len() + rest.raw.len();
+    match (names.zstd, rest.zstd) {
+        (Some(a), Some(b)) if a.len() + b.len() + 4 < len => {
+            let mut v = Vec::with_capacity(4 + a.len() + b.len());
+            v.put_u32(len as u32);
+            v.put_bytes(&a);
+            v.put_bytes(&b);
+            (v, true, len)
         }
-        _ => (state, false),
+        _ => {
+            let mut v = names.raw;
+            v.extend_from_slice(&rest.raw);
+            (v, false, len)
+        }
     }
 }
 
@@ -219,29 +244,63 @@ fn decode(b: &[u8]) -> Option<State> {
     Some(State { inodes, dirs, data, next_ino, health, segments, maps, usage, totals })
 }
 
+/// The state's first part: the magic, the next inode number, the inodes and the names.
+fn encode_namespace(ns: &super::namespace::Namespace) -> Vec<u8> {
+    let mut v = Vec::new();
+    v.put_u32(MAGIC);
+    v.put_u64(ns.next_ino);
+    v.put_u32(ns.inodes.len() as u32);
+    for (ino, i) in &ns.inodes {
+        v.put_u64(*ino);
+        v.put_u64(i.version);
+        let p = node::encode_inode(&i.attr, &i.target);
+        v.put_u32(p.len() as u32);
+        v.extend_from_slice(&p);
+    }
+    let entries: usize = ns.dirs.values().map(|d| d.len()).sum();
+    v.put_u32(entries as u32);
+    for (parent, d) in &ns.dirs {
+        for (name, child) in d {
+            v.put_u64(*parent);
+            v.put_u64(*child);
+            v.put_u16(name.len() as u16);
+            v.extend_from_slice(name);
+        }
+    }
+    v
+}
+
 impl<N: Nand> Fs<N> {
-    fn encode_state(&self) -> Vec<u8> {
+    /// The state as a checkpoint payload (see [`payload_of`]), and its length before
+    /// compression: the namespace and the rest encoded and compressed on two threads when
+    /// there are many inodes.
+    fn state_payload(&self) -> (Vec<u8>, bool, usize) {
+        let ns = &self.ns;
+        let (names, rest) = if ns.inodes.len() >= PARALLEL_FROM {
+            std::thread::scope(|s| {
+                // No thread to be had (a process at its limit): both parts here, in turn.
+                let names =
+                    std::thread::Builder::new().spawn_scoped(s, || Part::of(encode_namespace(ns))).ok();
+                let rest = Part::of(self.encode_rest());
+                let names = match names {
+                    Some(h) => h.join().expect("encoding the namespace does not panic"),
+                    None => Part::of(encode_namespace(ns)),
+                };
+                (names, rest)
+            })
+        } else {
+            (Part::of(encode_namespace(ns)), Part::of(self.encode_rest()))
+        };
+        debug_assert!(
+            self.reads_back(&[names.raw.as_slice(), rest.raw.as_slice()].concat()),
+            "a checkpoint reads back as the state it was made from"
+        );
+        payload_of(names, rest)
+    }
+
+    /// The state's second part: everything after the names.
+    fn encode_rest(&self) -> Vec<u8> {
         let mut v = Vec::new();
-        v.put_u32(MAGIC);
-        v.put_u64(self.ns.next_ino);
-        v.put_u32(self.ns.inodes.len() as u32);
-        for (ino, i) in &self.ns.inodes {
-            v.put_u64(*ino);
-            v.put_u64(i.version);
-            let p = node::encode_inode(&i.attr, &i.target);
-            v.put_u32(p.len() as u32);
-            v.extend_from_slice(&p);
-        }
-        let entries: usize = self.ns.dirs.values().map(|d| d.len()).sum();
-        v.put_u32(entries as u32);
-        for (parent, d) in &self.ns.dirs {
-            for (name, child) in d {
-                v.put_u64(*parent);
-                v.put_u64(*child);
-                v.put_u16(name.len() as u16);
-                v.extend_from_slice(name);
-            }
-        }
         // Version 4 keeps the index in map nodes: no page is listed here.
         v.put_u32(0);
         let health = self.health().to_array();
@@ -307,12 +366,11 @@ impl<N: Nand> Fs<N> {
             v.put_u32(p.len() as u32);
             v.extend_from_slice(&p);
         }
-        debug_assert!(self.reads_back(&v), "a checkpoint reads back as the state it was made from");
         v
     }
 
     /// Whether checkpoint payload `v` decodes to this file system's state (the paired
-    /// assertion of `encode_state`, for debug builds).
+    /// assertion of `state_payload`, for debug builds).
     fn reads_back(&self, v: &[u8]) -> bool {
         let Some(s) = decode(v) else { return false };
         let inodes_match = s.inodes.len() == self.ns.inodes.len()
@@ -434,11 +492,8 @@ impl<N: Nand> Fs<N> {
                 self.index.stale_counts = false;
             }
         }
-        let state = self.encode_state();
-        let raw = state.len();
-        let blob = compress_state(state);
-        let codec = if blob.1 { FLAG_ZSTD } else { 0 };
-        let blob = blob.0;
+        let (blob, zstd, raw) = self.state_payload();
+        let codec = if zstd { FLAG_ZSTD } else { 0 };
         self.version += 1;
         let version = self.version;
         let mut first: Option<u32> = None;
