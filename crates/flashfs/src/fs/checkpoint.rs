@@ -591,3 +591,49 @@ pub(crate) fn segment_info(page: &[u8]) -> Option<Option<CkptAt>> {
     let (ptr, segment) = (r.u32()?, r.u64()?);
     Some((ptr != PENDING).then_some(CkptAt { page: ptr, segment }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::namespace::Namespace;
+    use crate::fs::node::{Attr, FileType};
+    use crate::fs::Ino;
+
+    /// A payload of two frames (the namespace, then the rest) decodes as the state it was
+    /// made from, as a payload of one did; and one whose frames do not add up to the length
+    /// it gives is refused, not half read.
+    #[test]
+    fn a_state_in_two_frames_reads_back_as_one() {
+        let mut ns = Namespace::default();
+        for ino in 2..300u64 {
+            let t = (1_700_000_000 + ino as i64, 7);
+            let attr = Attr {
+                ino: Ino(ino),
+                kind: FileType::File,
+                perm: 0o644,
+                uid: 1000,
+                gid: 1000,
+                size: ino * 100,
+                nlink: 1,
+                atime: t,
+                mtime: t,
+                ctime: t,
+                rdev: 0,
+            };
+            ns.inodes.insert(ino, Inode::new(attr, Vec::new(), ino * 3));
+            ns.dirs.entry(1).or_default().insert(format!("file-{ino}").into_bytes(), ino);
+        }
+        ns.next_ino = 300;
+        let mut rest = Vec::new();
+        rest.put_u32(0); // no pages listed (a version 4 state)
+        let (payload, zstd, len) = payload_of(Part::of(encode_namespace(&ns)), Part::of(rest));
+        assert!(zstd && payload.len() < len, "compressed: {} of {len} bytes", payload.len());
+        let state = decode_payload(FLAG_ZSTD, &payload).expect("two frames decode");
+        assert_eq!((state.next_ino, state.inodes.len()), (300, 298));
+        assert!(state.inodes.iter().all(|(ino, i)| ns.inodes[ino].attr == i.attr && i.version == ino * 3));
+        assert_eq!(state.dirs.get(&1), ns.dirs.get(&1));
+        // The second frame cut off: the length no longer matches, and nothing is returned.
+        let short = &payload[..payload.len() - 3];
+        assert!(decode_payload(FLAG_ZSTD, short).is_none());
+    }
+}
