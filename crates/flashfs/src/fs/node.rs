@@ -175,25 +175,33 @@ pub struct Attr {
 
 /// Inode payload: the attributes (64 bytes), then (symlinks) the target.
 pub(crate) fn encode_inode(a: &Attr, target: &[u8]) -> Vec<u8> {
-    let mut v = vec![0u8; inode_at::LEN];
+    let mut v = Vec::with_capacity(inode_at::LEN + target.len());
+    encode_inode_into(&mut v, a, target);
+    v
+}
+
+/// [`encode_inode`], appended to `out` (a checkpoint encodes thousands: no allocation each).
+pub(crate) fn encode_inode_into(out: &mut Vec<u8>, a: &Attr, target: &[u8]) {
+    let start = out.len();
+    out.resize(start + inode_at::LEN, 0);
+    let v = &mut out[start..];
     v[inode_at::TYPE] = a.kind as u8;
-    le::put_u16(&mut v, inode_at::PERM, a.perm);
-    le::put_u32(&mut v, inode_at::UID, a.uid);
-    le::put_u32(&mut v, inode_at::GID, a.gid);
-    le::put_u32(&mut v, inode_at::NLINK, a.nlink);
-    le::put_u64(&mut v, inode_at::SIZE, a.size);
+    le::put_u16(v, inode_at::PERM, a.perm);
+    le::put_u32(v, inode_at::UID, a.uid);
+    le::put_u32(v, inode_at::GID, a.gid);
+    le::put_u32(v, inode_at::NLINK, a.nlink);
+    le::put_u64(v, inode_at::SIZE, a.size);
     for (i, (s, ns)) in [a.atime, a.mtime, a.ctime].into_iter().enumerate() {
-        le::put_i64(&mut v, inode_at::TIMES + 12 * i, s);
-        le::put_u32(&mut v, inode_at::TIMES + 12 * i + 8, ns);
+        le::put_i64(v, inode_at::TIMES + 12 * i, s);
+        le::put_u32(v, inode_at::TIMES + 12 * i + 8, ns);
     }
-    le::put_u32(&mut v, inode_at::RDEV, a.rdev);
-    v.extend_from_slice(target);
+    le::put_u32(v, inode_at::RDEV, a.rdev);
+    out.extend_from_slice(target);
     debug_assert_eq!(
-        decode_inode(a.ino.0, &v),
+        decode_inode(a.ino.0, &out[start..]),
         Some((a.clone(), target.to_vec())),
         "an inode reads back as written"
     );
-    v
 }
 
 pub(crate) fn decode_inode(ino: u64, b: &[u8]) -> Option<(Attr, Vec<u8>)> {
