@@ -361,8 +361,7 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
         let mut block = self.fill_run_object(run, &trailers);
         if block.as_ref().is_err_and(|e| e.is_full()) && !self.garbage.is_empty() {
             // Room the garbage holds (once it has cooled: NVMalloc's reuse delay).
-            let all = std::mem::take(&mut self.garbage);
-            self.free_objects(&all)?;
+            self.free_garbage()?;
             block = self.fill_run_object(run, &trailers);
         }
         self.starved |= block.as_ref().is_err_and(|e| e.is_full());
@@ -425,6 +424,12 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
         })
     }
 
+    /// Frees every garbage object now.
+    fn free_garbage(&mut self) -> Result<(), TierError> {
+        let all = std::mem::take(&mut self.garbage);
+        self.free_objects(&all)
+    }
+
     /// Frees run objects, up to 32 per transaction.
     fn free_objects(&mut self, objects: &[Ptr]) -> Result<(), TierError> {
         for batch in objects.chunks(32) {
@@ -474,8 +479,7 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
         self.slots.clear();
         self.garbage.extend(std::mem::take(&mut self.live).into_keys());
         if std::mem::take(&mut self.starved) {
-            let all = std::mem::take(&mut self.garbage);
-            self.free_objects(&all)?;
+            self.free_garbage()?;
         }
         self.stats.checkouts += 1;
         // A crash before this leaves a tier holding nothing, bound to no one: harmless.

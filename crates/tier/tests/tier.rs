@@ -377,6 +377,31 @@ fn a_heap_holds_a_page_per_4160_bytes() {
     assert_eq!(found.pages.len() as u64, held, "every page held is named and verifies");
 }
 
+/// `n` pages of random bytes.
+fn random_pages(rng: &mut Rng, n: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|_| {
+            let mut p = vec![0u8; PAGE];
+            rng.fill(&mut p);
+            p
+        })
+        .collect()
+}
+
+/// `pages` put as one write, as pages `first` on of file `ino`.
+fn put_write(
+    tier: &mut DirtyTier<RamRegion, RamRegion>,
+    (ino, first): (u64, u64),
+    pages: &[Vec<u8>],
+) -> Result<(), bitmend_tier::TierError> {
+    let puts: Vec<PagePut<'_>> = pages
+        .iter()
+        .enumerate()
+        .map(|(i, p)| PagePut { key: (ino, first + i as u64), page: p, crc: crc32c(p), changed: 0..PAGE })
+        .collect();
+    tier.put_pages(&puts)
+}
+
 /// Writes of 40 pages (runs of 15, 15, 7 and 3) until the heap is full: the write that finds
 /// no room fails as full (the file system then writes to flash instead), and every page of
 /// every write that returned comes back after a reopen, byte for byte.
@@ -387,20 +412,9 @@ fn a_full_heap_refuses_a_write_of_many_pages_and_keeps_every_one_that_returned()
     let mut model = Model::new();
     let mut writes = 0u64;
     let (full, refused) = loop {
-        let pages: Vec<Vec<u8>> = (0..40)
-            .map(|_| {
-                let mut p = vec![0u8; PAGE];
-                rng.fill(&mut p);
-                p
-            })
-            .collect();
+        let pages = random_pages(&mut rng, 40);
         let first = writes * 40;
-        let puts: Vec<PagePut<'_>> = pages
-            .iter()
-            .enumerate()
-            .map(|(i, p)| PagePut { key: (2, first + i as u64), page: p, crc: crc32c(p), changed: 0..PAGE })
-            .collect();
-        match tier.put_pages(&puts) {
+        match put_write(&mut tier, (2, first), &pages) {
             Ok(()) => {
                 for (i, p) in pages.into_iter().enumerate() {
                     model.insert((2, first + i as u64), p);
@@ -439,11 +453,7 @@ fn a_full_heap_refuses_a_write_of_many_pages_and_keeps_every_one_that_returned()
 fn a_checkout_leaves_its_objects_to_later_puts_and_an_open_finds_those_nothing_names() {
     let mut tier = DirtyTier::create(RamRegion::new(LOG), RamRegion::new(HEAP)).unwrap();
     let mut rng = Rng::new(21);
-    let page = |rng: &mut Rng| {
-        let mut p = vec![0u8; PAGE];
-        rng.fill(&mut p);
-        p
-    };
+    let page = |rng: &mut Rng| random_pages(rng, 1).remove(0);
     let put =
         |tier: &mut DirtyTier<RamRegion, RamRegion>, key, p: &[u8]| tier.put_page(key, p, crc32c(p), 0..PAGE);
     for i in 0..30u64 {
@@ -473,13 +483,7 @@ fn a_checkout_leaves_its_objects_to_later_puts_and_an_open_finds_those_nothing_n
     // marks the heap starved, and the next checkout frees at once.
     let mut held = 8u64;
     let full = loop {
-        let pages: Vec<Vec<u8>> = (0..63).map(|_| page(&mut rng)).collect();
-        let puts: Vec<PagePut<'_>> = pages
-            .iter()
-            .enumerate()
-            .map(|(i, p)| PagePut { key: (9, held + i as u64), page: p, crc: crc32c(p), changed: 0..PAGE })
-            .collect();
-        match tier.put_pages(&puts) {
+        match put_write(&mut tier, (9, held), &random_pages(&mut rng, 63)) {
             Ok(()) => held += 63,
             Err(e) => break e,
         }
@@ -492,13 +496,8 @@ fn a_checkout_leaves_its_objects_to_later_puts_and_an_open_finds_those_nothing_n
     std::thread::sleep(std::time::Duration::from_millis(250));
     let writes = (held - 8) / 63;
     for w in 0..writes {
-        let pages: Vec<Vec<u8>> = (0..63).map(|_| page(&mut rng)).collect();
-        let puts: Vec<PagePut<'_>> = pages
-            .iter()
-            .enumerate()
-            .map(|(i, p)| PagePut { key: (10, w * 63 + i as u64), page: p, crc: crc32c(p), changed: 0..PAGE })
-            .collect();
-        tier.put_pages(&puts).unwrap_or_else(|e| panic!("write {w} of {writes} after the checkout: {e}"));
+        put_write(&mut tier, (10, w * 63), &random_pages(&mut rng, 63))
+            .unwrap_or_else(|e| panic!("write {w} of {writes} after the checkout: {e}"));
     }
     let (log, heap) = tier.into_regions();
     let (_, found) = DirtyTier::open(log, heap).unwrap();
