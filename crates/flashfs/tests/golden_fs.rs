@@ -25,13 +25,20 @@ fn noise(i: u64, len: usize) -> Vec<u8> {
     (0..len as u64).map(|b| (b.wrapping_mul(2654435761).wrapping_add(i * 97) >> 7) as u8).collect()
 }
 
+/// File `i`'s name in the version 8 image's directory of many: every tenth is 255 bytes.
+fn many_name(i: u64) -> Vec<u8> {
+    let mut n = format!("f{i:03}-").into_bytes();
+    n.resize(if i.is_multiple_of(10) { 255 } else { 12 }, b'n');
+    n
+}
+
 fn opts(c: Compression) -> FsOptions {
     FsOptions { compression: c, dirty_limit: 64 << 10, ..FsOptions::default() }
 }
 
 #[test]
 fn golden_file_system_reads_back() {
-    for version in [1, 2, 3, 4, 5, 6, 7] {
+    for version in [1, 2, 3, 4, 5, 6, 7, 8] {
         read_back(version);
     }
 }
@@ -110,6 +117,15 @@ fn check_contents(mut fs: Fs<FileNand>, version: u32) {
         want[3_000..11_000].fill(0);
         assert_eq!(fs.read(p.ino, 0, 1 << 20).unwrap(), want);
     }
+    if version >= 8 {
+        // Read from the groups the checkpoint names.
+        let many = get(&mut fs, ROOT, b"many");
+        assert_eq!(fs.readdir(many.ino).unwrap().len(), 300);
+        for i in 0..300u64 {
+            let f = get(&mut fs, many.ino, &many_name(i));
+            assert_eq!(fs.read(f.ino, 0, 1 << 20).unwrap(), text(i, 100 + i as usize), "file {i}");
+        }
+    }
     let h = fs.health();
     assert_eq!((h.scrub_passes, h.pages_scrubbed > 0), (1, true), "{h:?}");
     assert!(fs.check(true).clean());
@@ -124,7 +140,8 @@ fn check_contents(mut fs: Fs<FileNand>, version: u32) {
 #[ignore]
 fn write_golden_fs() {
     let _ = std::fs::remove_file(golden());
-    let nand = FileNand::create(golden(), Geometry::new(2048, 64, 8, 24).unwrap()).unwrap();
+    // Version 8's image is four times version 7's: its 300 more files need the room.
+    let nand = FileNand::create(golden(), Geometry::new(2048, 64, 8, 96).unwrap()).unwrap();
     let cfg = FsConfig { parity_pages: 1, parity_blocks: 1, blocks_per_segment: 3 };
     let mut fs = Fs::format(nand, cfg, opts(Compression::Lz4)).unwrap();
     let docs = fs.mkdir(ROOT, b"docs", 0o755, 0, 0).unwrap();
@@ -151,12 +168,19 @@ fn write_golden_fs() {
     let p = fs.create(ROOT, b"punched", 0o644, 0, 0).unwrap();
     fs.write(p.ino, 0, &text(6, 16_384)).unwrap();
     fs.fallocate(p.ino, 3_000, 8_000, Falloc::PunchHole).unwrap();
+    // Version 8: a namespace in several groups (300 files, some with the longest names).
+    let many = fs.mkdir(ROOT, b"many", 0o755, 0, 0).unwrap();
+    for i in 0..300u64 {
+        let f = fs.create(many.ino, &many_name(i), 0o644, 0, 0).unwrap();
+        fs.write(f.ino, 0, &text(i, 100 + i as usize)).unwrap();
+    }
     fs.scrub().unwrap();
     fs.checkpoint().unwrap();
     let late = fs.create(docs.ino, b"after-checkpoint", 0o644, 0, 0).unwrap();
     fs.write(late.ino, 0, &noise(4, 3_000)).unwrap();
     fs.setxattr(docs.ino, b"user.late", b"replayed", XattrMode::Any).unwrap();
     fs.sync().unwrap();
+    assert!(fs.stats().groups >= 4, "{:?}", fs.stats());
     // Not unmounted: the last nodes are found by replay, as after a crash.
     drop(fs);
 }

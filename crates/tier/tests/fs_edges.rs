@@ -77,6 +77,7 @@ fn crashed_full_chip() -> ((RamNand, RamRegion, RamRegion), u64) {
     };
     assert!(matches!(refused, FsError::NoSpace), "{refused}");
     assert!(acked > 50, "{acked} pages before the chip was full");
+    eprintln!("DBG acked {acked}");
     let (nand, regions) = crash::<RamNand, RamRegion, RamRegion>(fs);
     let (log, heap) = regions.unwrap();
     ((nand, log, heap), acked)

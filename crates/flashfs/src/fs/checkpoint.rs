@@ -6,11 +6,12 @@
 //! newest checkpoint completed before the segment was opened. Mount reads it from the newest
 //! segment only.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use bitmend_code::le::{Put, Reader};
 use bitmend_media::nand::Nand;
 
+use super::groups::{GroupAt, GroupId};
 use super::index::{ChunkKey, MapAt, Totals};
 use super::rebuild::MapSummary;
 use super::{Fs, Health, Inode, Loc, PENDING};
@@ -40,6 +41,10 @@ const SUMMARY_MAGIC: u32 = 0x4D55_534D; // "MSUM"
 /// Version 7's section after the summaries: the extended attributes of every inode that has
 /// any (FORMAT.md section 8).
 const XATTR_MAGIC: u32 = 0x5254_4158; // "XATR"
+/// Version 8's section after the extended attributes: the hash bits and where each group
+/// of the namespace is (`groups.rs`; the sections before it then hold no inode, entry, map
+/// or attribute).
+const GROUPS_MAGIC: u32 = 0x5350_5247; // "GRPS"
 
 /// Where a checkpoint starts: its first flash page and that page's logical segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,44 +95,28 @@ pub(crate) struct State {
     pub maps: Option<BTreeMap<ChunkKey, MapAt>>,
     pub usage: HashMap<u32, u64>,
     pub totals: Totals,
+    /// Version 8: where each group is.
+    pub groups: Option<Vec<(GroupId, GroupAt)>>,
 }
 
-/// Inodes from which a checkpoint encodes and compresses its two parts on two threads: the
-/// lock is held meanwhile and requests wait, so the other core is mostly idle (3,000 files:
-/// 2.4 ms of encoding and compression in one thread).
-const PARALLEL_FROM: usize = 1_000;
-
-/// A part of the state, encoded, and compressed if that worked.
-struct Part {
-    raw: Vec<u8>,
-    zstd: Option<Vec<u8>>,
-}
-
-impl Part {
-    fn of(raw: Vec<u8>) -> Part {
-        let zstd = crate::fs::node::zstd_compress(&raw, 1).ok();
-        Part { raw, zstd }
-    }
-}
-
-/// The state as a checkpoint payload: zstd-compressed (its length, u32, then a zstd frame
-/// per part, which a reader decompresses as one stream) when that is smaller, which it is
-/// but for the smallest states; the flag says which. Also the state's length.
-fn payload_of(names: Part, rest: Part) -> (Vec<u8>, bool, usize) {
-    let len = names.raw.len() + rest.raw.len();
-    match (names.zstd, rest.zstd) {
-        (Some(a), Some(b)) if a.len() + b.len() + 4 < len => {
-            let mut v = Vec::with_capacity(4 + a.len() + b.len());
+/// The state as a checkpoint payload: zstd-compressed (its length, u32, then the zstd
+/// frames of `frames`, which a reader decompresses as one stream; version 7 wrote two) when
+/// that is smaller, which it is but for the smallest states; the flag says which. Also the
+/// state's length.
+fn payload_of(frames: &[&[u8]]) -> (Vec<u8>, bool, usize) {
+    let len = frames.iter().map(|f| f.len()).sum();
+    let zstd: Option<Vec<Vec<u8>>> =
+        frames.iter().map(|f| crate::fs::node::zstd_compress(f, 1).ok()).collect();
+    match zstd {
+        Some(z) if z.iter().map(Vec::len).sum::<usize>() + 4 < len => {
+            let mut v = Vec::with_capacity(4 + z.iter().map(Vec::len).sum::<usize>());
             v.put_u32(len as u32);
-            v.put_bytes(&a);
-            v.put_bytes(&b);
+            for f in z {
+                v.put_bytes(&f);
+            }
             (v, true, len)
         }
-        _ => {
-            let mut v = names.raw;
-            v.extend_from_slice(&rest.raw);
-            (v, false, len)
-        }
+        _ => (frames.concat(), false, len),
     }
 }
 
@@ -143,6 +132,23 @@ pub(crate) fn decode_payload(flags: u8, b: &[u8]) -> Option<State> {
         return None;
     }
     decode(&zstd::bulk::decompress(r.rest(), len).ok()?)
+}
+
+/// Version 8's group table, after its magic.
+fn decode_groups(r: &mut Reader) -> Option<Vec<(GroupId, GroupAt)>> {
+    let n = r.u32()?;
+    let mut table = Vec::with_capacity(n.min(1 << 20) as usize);
+    for _ in 0..n {
+        let g = GroupId { depth: r.u8()?, prefix: r.u32()? };
+        let (version, crc) = (r.u64()?, r.u32()?);
+        let count = r.u16()? as usize;
+        let mut frags = Vec::with_capacity(count);
+        for _ in 0..count {
+            frags.push((r.u32()?, r.u16()?, r.u16()?));
+        }
+        table.push((g, GroupAt { frags, version, crc }));
+    }
+    Some(table)
 }
 
 fn decode(b: &[u8]) -> Option<State> {
@@ -241,76 +247,21 @@ fn decode(b: &[u8]) -> Option<State> {
             (i.xattrs, i.xattr_version) = (set, version);
         }
     }
-    Some(State { inodes, dirs, data, next_ino, health, segments, maps, usage, totals })
-}
-
-/// The state's first part: the magic, the next inode number and the inodes (about half of
-/// it; the names and the index are the other half).
-fn encode_inodes(ns: &super::namespace::Namespace) -> Vec<u8> {
-    // About what it takes (an inode's record is 84 bytes), so that the vector is not copied
-    // as it grows.
-    let mut v = Vec::with_capacity(16 + ns.inodes.len() * 84);
-    v.put_u32(MAGIC);
-    v.put_u64(ns.next_ino);
-    v.put_u32(ns.inodes.len() as u32);
-    for (ino, i) in &ns.inodes {
-        v.put_u64(*ino);
-        v.put_u64(i.version);
-        let len_at = v.len();
-        v.put_u32(0);
-        node::encode_inode_into(&mut v, &i.attr, &i.target);
-        let len = (v.len() - len_at - 4) as u32;
-        v[len_at..len_at + 4].copy_from_slice(&len.to_le_bytes());
-    }
-    v
-}
-
-/// The names: the second part's beginning.
-fn encode_names(ns: &super::namespace::Namespace, v: &mut Vec<u8>) {
-    let entries: usize = ns.dirs.values().map(|d| d.len()).sum();
-    v.put_u32(entries as u32);
-    for (parent, d) in &ns.dirs {
-        for (name, child) in d {
-            v.put_u64(*parent);
-            v.put_u64(*child);
-            v.put_u16(name.len() as u16);
-            v.extend_from_slice(name);
-        }
-    }
+    let groups = if r.u32() == Some(GROUPS_MAGIC) { Some(decode_groups(&mut r)?) } else { None };
+    Some(State { inodes, dirs, data, next_ino, health, segments, maps, usage, totals, groups })
 }
 
 impl<N: Nand> Fs<N> {
     /// The state as a checkpoint payload (see [`payload_of`]), and its length before
-    /// compression: the inodes and the rest encoded and compressed on two threads when there
-    /// are many (about half each: with 30,000 files, 2.5 and 2.3 MB).
+    /// compression: everything but the namespace and the maps, which are in the groups it
+    /// names (version 8), so that its size follows the segments, not the files.
     fn state_payload(&self) -> (Vec<u8>, bool, usize) {
-        let ns = &self.ns;
-        let (names, rest) = if ns.inodes.len() >= PARALLEL_FROM {
-            std::thread::scope(|s| {
-                // No thread to be had (a process at its limit): both parts here, in turn.
-                let names = std::thread::Builder::new().spawn_scoped(s, || Part::of(encode_inodes(ns))).ok();
-                let rest = Part::of(self.encode_rest());
-                let names = match names {
-                    Some(h) => h.join().expect("encoding the namespace does not panic"),
-                    None => Part::of(encode_inodes(ns)),
-                };
-                (names, rest)
-            })
-        } else {
-            (Part::of(encode_inodes(ns)), Part::of(self.encode_rest()))
-        };
-        debug_assert!(
-            self.reads_back(&[names.raw.as_slice(), rest.raw.as_slice()].concat()),
-            "a checkpoint reads back as the state it was made from"
-        );
-        payload_of(names, rest)
-    }
-
-    /// The state's second part: everything after the inodes.
-    fn encode_rest(&self) -> Vec<u8> {
         let mut v = Vec::new();
-        encode_names(&self.ns, &mut v);
-        // Version 4 keeps the index in map nodes: no page is listed here.
+        v.put_u32(MAGIC);
+        v.put_u64(self.ns.next_ino);
+        // No inode, entry or page here: they are in the groups.
+        v.put_u32(0);
+        v.put_u32(0);
         v.put_u32(0);
         let health = self.health().to_array();
         v.put_u32(HEALTH_MAGIC);
@@ -325,20 +276,9 @@ impl<N: Nand> Fs<N> {
             v.put_u64(u.logical);
             v.put_u32(u.physical);
         }
+        // The maps are in the groups too: none here.
         v.put_u32(MAPS_MAGIC);
-        v.put_u32(self.index.maps.len() as u32);
-        for (k, m) in &self.index.maps {
-            v.put_u64(k.ino);
-            v.put_u64(k.chunk);
-            v.put_u64(m.version);
-            v.put_u16(m.frags.len() as u16);
-            for &(page, off, len) in &m.frags {
-                debug_assert_ne!(page, PENDING, "a checkpoint is taken with no map pending");
-                v.put_u32(page);
-                v.put_u16(off);
-                v.put_u16(len);
-            }
-        }
+        v.put_u32(0);
         let mut usage: Vec<(u32, u64)> =
             self.index.usage.iter().map(|(&p, &b)| (p, b)).filter(|u| u.1 > 0).collect();
         usage.sort_unstable();
@@ -353,54 +293,54 @@ impl<N: Nand> Fs<N> {
         for x in [t.pages, t.stored, t.footprint] {
             v.put_u64(x);
         }
-        // Zeros for a map not read since a checkpoint before version 7: not known.
-        // (Both sections of version 7 are always written: a reader finds each by its magic
-        // in turn.)
         v.put_u32(SUMMARY_MAGIC);
-        v.put_u32(self.index.maps.len() as u32);
-        for m in self.index.maps.values() {
-            let s = m.summary.unwrap_or(MapSummary { mask: 0, digest: 0 });
-            v.put_u64(s.mask);
-            v.put_u64(s.digest);
-        }
-        let mut with: Vec<(&u64, &Inode)> =
-            self.ns.inodes.iter().filter(|(_, i)| !i.xattrs.is_empty()).collect();
-        with.sort_unstable_by_key(|w| *w.0);
+        v.put_u32(0);
         v.put_u32(XATTR_MAGIC);
-        v.put_u32(with.len() as u32);
-        for (ino, i) in with {
-            v.put_u64(*ino);
-            v.put_u64(i.xattr_version);
-            let p = node::encode_xattrs(&i.xattrs);
-            v.put_u32(p.len() as u32);
-            v.extend_from_slice(&p);
+        v.put_u32(0);
+        let mut groups: Vec<(&GroupId, &GroupAt)> = self.groups.at.iter().collect();
+        groups.sort_unstable_by_key(|g| *g.0);
+        v.put_u32(GROUPS_MAGIC);
+        v.put_u32(groups.len() as u32);
+        for (g, at) in groups {
+            v.put_u8(g.depth);
+            v.put_u32(g.prefix);
+            v.put_u64(at.version);
+            v.put_u32(at.crc);
+            v.put_u16(at.frags.len() as u16);
+            for &(page, off, len) in &at.frags {
+                debug_assert_ne!(page, PENDING, "a checkpoint is taken with no group pending");
+                v.put_u32(page);
+                v.put_u16(off);
+                v.put_u16(len);
+            }
         }
-        v
+        debug_assert!(self.reads_back(&v), "a checkpoint reads back as the state it was made from");
+        payload_of(&[&v])
     }
 
     /// Whether checkpoint payload `v` decodes to this file system's state (the paired
-    /// assertion of `state_payload`, for debug builds).
+    /// assertion of `state_payload`, for debug builds; `groups_match_state` checks the
+    /// groups it names).
     fn reads_back(&self, v: &[u8]) -> bool {
         let Some(s) = decode(v) else { return false };
-        let inodes_match = s.inodes.len() == self.ns.inodes.len()
-            && s.inodes.iter().all(|(ino, i)| {
-                self.ns.inodes.get(ino).is_some_and(|o| {
-                    (o.attr == i.attr && o.target == i.target && o.version == i.version)
-                        && (o.xattrs == i.xattrs && o.xattr_version == i.xattr_version)
-                })
-            });
-        let maps = s.maps.unwrap_or_default();
-        let maps_match = maps.len() == self.index.maps.len()
-            && maps.iter().all(|(k, m)| {
-                self.index.maps.get(k).is_some_and(|o| o.version == m.version && o.frags == m.frags)
-            });
-        inodes_match
-            && maps_match
-            && s.dirs.iter().all(|(d, e)| self.ns.dirs.get(d) == Some(e))
-            && self.ns.dirs.iter().all(|(d, e)| e.is_empty() || s.dirs.contains_key(d))
-            && s.next_ino == self.ns.next_ino
+        let mut table: Vec<(GroupId, GroupAt)> =
+            self.groups.at.iter().map(|(g, a)| (*g, a.clone())).collect();
+        table.sort_unstable_by_key(|g| g.0);
+        s.next_ino == self.ns.next_ino
             && s.totals == self.index.totals
             && s.usage.iter().all(|(p, b)| self.index.usage.get(p) == Some(b))
+            && s.groups == Some(table)
+            && s.inodes.is_empty()
+            && s.maps.is_some_and(|m| m.is_empty())
+    }
+
+    /// Physical segments holding the map nodes and group nodes the state refers to: what
+    /// the checkpoint written now would need kept.
+    pub(crate) fn segments_named(&self) -> HashSet<u32> {
+        let segment_of = |p: u32| self.store.segment_of(PageAddr(p));
+        let mut held = self.index.map_segments(segment_of);
+        held.extend(self.groups.segments(segment_of));
+        held
     }
 
     /// Writes a checkpoint when the log since the last one has grown to
@@ -409,7 +349,11 @@ impl<N: Nand> Fs<N> {
     /// on-flash index is for.) Otherwise, with too many chunks dirty, writes maps alone
     /// (`write_maps_early`).
     pub(crate) fn maybe_checkpoint(&mut self) -> Result<(), FsError> {
-        if self.checkpoint_due() {
+        // With a write-back thread, groups still to be written ahead are left to it (a sync
+        // or a writer at the hard limit would write them all in its own hold), unless the
+        // checkpoint is late.
+        let leave = self.opts.background_write_back && self.groups_ahead() > 0 && !self.checkpoint_late();
+        if self.checkpoint_due() && !leave {
             self.checkpoint()?;
         } else if self.maps_due() {
             self.write_maps_early(self.maps_ahead(0))?;
@@ -493,6 +437,22 @@ impl<N: Nand> Fs<N> {
         if self.page.fill > 0 {
             self.seal_page()?;
         }
+        // A chip with no page left refuses the checkpoint here, before its groups fill the
+        // page being filled (which would leave no room for the small operations, deletes
+        // among them, that a full chip must still take).
+        if self.store.next_page_opens_segment() && self.store.free_segments() == 0 {
+            return Err(FsError::NoSpace);
+        }
+        // Then the groups changed since (most were written ahead by the write-back thread:
+        // `groups_ahead`), which name those maps, before the checkpoint that names them.
+        self.write_groups(usize::MAX)?;
+        if self.page.fill > 0 {
+            self.seal_page()?;
+        }
+        debug_assert!(
+            self.groups.dirty.is_empty() && self.groups_match_state(),
+            "every change is in a group"
+        );
         if self.index.stale_counts {
             let (usage, totals, lost) = self.recount();
             if lost == 0 {
@@ -548,15 +508,20 @@ impl<N: Nand> Fs<N> {
         // cleaner release the segments before it (the chain starts there).
         self.store.record_checkpoint(PageAddr(first))?;
         self.cp.newest = Some(CkptAt { page: first, segment });
-        self.cp.newest_maps = self.index.map_segments(|p| self.store.segment_of(PageAddr(p)));
+        self.cp.newest_maps = self.segments_named();
         self.stats.checkpoints += 1;
-        let pages = blob.len().div_ceil(self.page.buf.len() - FRAG_HEADER) as u64;
-        // Its maps, written with it or ahead of it, count as part of it.
-        let raw = raw as u64 + std::mem::take(&mut self.index.map_bytes_since);
-        let raw_pages = raw.div_ceil((self.page.buf.len() - FRAG_HEADER) as u64);
-        self.cp.mark = (self.log_pages_written(), pages, raw_pages);
+        let room = (self.page.buf.len() - FRAG_HEADER) as u64;
+        let pages = blob.len().div_ceil(room as usize) as u64;
+        // Its maps and groups, written with it or ahead of it, count as part of it.
+        let raw = raw as u64
+            + std::mem::take(&mut self.index.map_bytes_since)
+            + std::mem::take(&mut self.groups.raw_since);
+        let raw_pages = raw.div_ceil(room);
+        let group_pages = std::mem::take(&mut self.groups.stored_since).div_ceil(room);
+        self.cp.mark = (self.log_pages_written(), pages + group_pages, raw_pages);
         self.stats.checkpoint_bytes = blob.len() as u64;
-        let on_flash = blob.len() as u64 + pages * FRAG_HEADER as u64;
+        // What a mount needs of it: the node and every group it names.
+        let on_flash = blob.len() as u64 + pages * FRAG_HEADER as u64 + self.groups.bytes();
         self.budget.checkpoint(on_flash, self.ns.inodes.len());
         Ok(())
     }
@@ -608,6 +573,41 @@ mod tests {
     use crate::fs::node::{Attr, FileType};
     use crate::fs::Ino;
 
+    /// Version 7's first part: the magic, the next inode number and the inodes (about half of
+    /// it; the names and the index are the other half).
+    fn encode_inodes(ns: &Namespace) -> Vec<u8> {
+        // About what it takes (an inode's record is 84 bytes), so that the vector is not copied
+        // as it grows.
+        let mut v = Vec::with_capacity(16 + ns.inodes.len() * 84);
+        v.put_u32(MAGIC);
+        v.put_u64(ns.next_ino);
+        v.put_u32(ns.inodes.len() as u32);
+        for (ino, i) in &ns.inodes {
+            v.put_u64(*ino);
+            v.put_u64(i.version);
+            let len_at = v.len();
+            v.put_u32(0);
+            node::encode_inode_into(&mut v, &i.attr, &i.target);
+            let len = (v.len() - len_at - 4) as u32;
+            v[len_at..len_at + 4].copy_from_slice(&len.to_le_bytes());
+        }
+        v
+    }
+
+    /// Version 7's names: its second part's beginning.
+    fn encode_names(ns: &Namespace, v: &mut Vec<u8>) {
+        let entries: usize = ns.dirs.values().map(|d| d.len()).sum();
+        v.put_u32(entries as u32);
+        for (parent, d) in &ns.dirs {
+            for (name, child) in d {
+                v.put_u64(*parent);
+                v.put_u64(*child);
+                v.put_u16(name.len() as u16);
+                v.extend_from_slice(name);
+            }
+        }
+    }
+
     /// A payload of two frames (the inodes, then the rest) decodes as the state it was
     /// made from, as a payload of one did; and one whose frames do not add up to the length
     /// it gives is refused, not half read.
@@ -636,7 +636,7 @@ mod tests {
         let mut rest = Vec::new();
         encode_names(&ns, &mut rest);
         rest.put_u32(0); // no pages listed (a version 4 state)
-        let (payload, zstd, len) = payload_of(Part::of(encode_inodes(&ns)), Part::of(rest));
+        let (payload, zstd, len) = payload_of(&[&encode_inodes(&ns), &rest]);
         assert!(zstd && payload.len() < len, "compressed: {} of {len} bytes", payload.len());
         let state = decode_payload(FLAG_ZSTD, &payload).expect("two frames decode");
         assert_eq!((state.next_ino, state.inodes.len()), (300, 298));

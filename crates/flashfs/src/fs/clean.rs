@@ -374,9 +374,9 @@ impl<N: Nand> Fs<N> {
         Ok(movable.len())
     }
 
-    /// Segments holding map nodes a checkpoint that mount may start from refers to.
+    /// Segments holding map or group nodes a checkpoint that mount may start from refers to.
     pub(super) fn map_holding_segments(&self) -> HashSet<u32> {
-        let mut held = self.index.map_segments(|p| self.store.segment_of(PageAddr(p)));
+        let mut held = self.segments_named();
         held.extend(self.cp.newest_maps.iter().chain(self.cp.mount_maps.iter()));
         held
     }
@@ -444,6 +444,13 @@ impl<N: Nand> Fs<N> {
                 Err(e) => return Err(e),
             }
         }
+        // Groups there are written elsewhere by the next checkpoint too.
+        let segment_of = |p: u32| self.store.segment_of(PageAddr(p));
+        let groups: Vec<super::groups::GroupId> = (self.groups.at.iter())
+            .filter(|(_, a)| a.frags.iter().any(|f| segment_of(f.0) == Some(phys)))
+            .map(|(g, _)| *g)
+            .collect();
+        self.groups.dirty.extend(groups);
         let held = self.map_holding_segments().contains(&phys);
         Ok((readable, held))
     }

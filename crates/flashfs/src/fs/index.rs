@@ -129,7 +129,7 @@ pub(crate) fn chunk_key(ino: u64, index: u64) -> ChunkKey {
     ChunkKey { ino, chunk: index / CHUNK_PAGES }
 }
 
-fn frag_bytes(f: &(u32, u16, u16)) -> u64 {
+pub(crate) fn frag_bytes(f: &(u32, u16, u16)) -> u64 {
     f.2 as u64 + FRAG_HEADER as u64
 }
 
@@ -321,10 +321,11 @@ fn decode_map(b: &[u8], key: ChunkKey) -> Option<BTreeMap<u64, Loc>> {
 }
 
 impl<N: Nand> Fs<N> {
-    /// Bytes of the index's map nodes in physical segment `phys`, as the usage table counts
-    /// them (what of its usage is not file data).
+    /// Bytes of the index's map nodes and the group nodes in physical segment `phys`, as the
+    /// usage table counts them (what of its usage is not file data).
     pub(crate) fn map_bytes_in(&self, phys: u32) -> u64 {
-        let frags = self.index.maps.values().flat_map(|m| m.frags.iter());
+        let groups = self.groups.at.values().flat_map(|a| a.frags.iter());
+        let frags = self.index.maps.values().flat_map(|m| m.frags.iter()).chain(groups);
         frags
             .filter(|f| f.0 != PENDING && self.store.segment_of(PageAddr(f.0)) == Some(phys))
             .map(frag_bytes)
@@ -434,6 +435,7 @@ impl<N: Nand> Fs<N> {
             None => {
                 if let Some(m) = self.index.maps.get_mut(&key) {
                     m.summary = summary;
+                    self.groups.mark_chunk(key);
                 }
             }
         }
@@ -524,6 +526,14 @@ impl<N: Nand> Fs<N> {
         for ck in std::mem::take(&mut self.index.buf_maps) {
             if let Some(m) = self.index.maps.get_mut(&ck) {
                 for f in m.frags.iter_mut().filter(|f| f.0 == PENDING) {
+                    f.0 = addr.0;
+                    bytes += frag_bytes(f);
+                }
+            }
+        }
+        for g in std::mem::take(&mut self.groups.buf) {
+            if let Some(a) = self.groups.at.get_mut(&g) {
+                for f in a.frags.iter_mut().filter(|f| f.0 == PENDING) {
                     f.0 = addr.0;
                     bytes += frag_bytes(f);
                 }
@@ -665,6 +675,7 @@ impl<N: Nand> Fs<N> {
                 self.index.loaded.remove(&ck);
                 if let Some(old) = self.index.maps.remove(&ck) {
                     self.account(&old.frags, false);
+                    self.groups.mark_chunk(ck);
                 }
                 continue;
             }
@@ -676,6 +687,7 @@ impl<N: Nand> Fs<N> {
             if let Some(old) = self.index.maps.insert(ck, MapAt { frags: Vec::new(), version, summary }) {
                 self.account(&old.frags, false);
             }
+            self.groups.mark_chunk(ck);
             self.put_node(
                 NodeKind::Map,
                 0,
@@ -790,8 +802,9 @@ impl<N: Nand> Fs<N> {
                     *usage.entry(phys).or_insert(0) += bytes;
                 }
             };
-        for m in self.index.maps.values() {
-            for f in m.frags.iter().filter(|f| f.0 != PENDING) {
+        let groups = self.groups.at.values().map(|a| &a.frags);
+        for frags in self.index.maps.values().map(|m| &m.frags).chain(groups) {
+            for f in frags.iter().filter(|f| f.0 != PENDING) {
                 add(&mut usage, &self.store, f.0, frag_bytes(f));
             }
         }

@@ -16,6 +16,7 @@ mod clean;
 mod clean_step;
 mod dirty_state;
 mod falloc;
+mod groups;
 pub(crate) mod index;
 mod namespace;
 pub(crate) mod node;
@@ -234,6 +235,9 @@ pub struct FsStats {
     pub maps_written: u64,
     /// Index chunks whose lost map node was rebuilt from the data nodes' keys.
     pub maps_rebuilt: u64,
+    /// Group nodes of the namespace written (version 8), and the groups the state is in now.
+    pub groups_written: u64,
+    pub groups: u64,
     /// Logical pages planned to be read from flash without the lock (`plan_read`), and of
     /// those, pages whose check failed and were read again under it (`finish_read`).
     pub reads_unlocked: u64,
@@ -350,6 +354,8 @@ pub struct Fs<N: Nand> {
     pub(crate) index: index::Index,
     /// The checkpoints written and the one a mount would start from (`checkpoint.rs`).
     pub(crate) cp: checkpoint::CkptState,
+    /// The namespace and the maps' places in groups, and which changed (`groups.rs`).
+    pub(crate) groups: groups::Groups,
     /// Flash pages and nodes last read, for sequential reads (`ops.rs`).
     pub(crate) read_cache: ops::ReadCache,
     /// Clean logical pages with their CRCs, and the read checks (`cache.rs`).
@@ -411,6 +417,7 @@ impl<N: Nand> Fs<N> {
             wb: write::WriteBack::default(),
             index: index::Index::default(),
             cp: checkpoint::CkptState::default(),
+            groups: groups::Groups::default(),
             read_cache: ops::ReadCache::default(),
             cache: cache::PageCache::new(opts.cache_pages, opts.verify),
             cleaner: clean::CleanerState::default(),
@@ -482,6 +489,8 @@ impl<N: Nand> Fs<N> {
             maps_evicted: self.index.evictions,
             maps_written: self.index.maps_written,
             maps_rebuilt: self.index.rebuilt,
+            groups_written: self.groups.written,
+            groups: self.groups.at.len() as u64,
             ..self.stats
         }
     }

@@ -67,6 +67,9 @@ pub(crate) enum NodeKind {
     Xattr = 8,
     /// File pages punched out: key2 to the end in the payload (key: ino; version 7).
     Punch = 9,
+    /// A group of the namespace: inodes, entries and where maps are (key: the group, key2:
+    /// the hash bits; version 8), written before the checkpoint that refers to it.
+    Group = 10,
 }
 }
 

@@ -134,6 +134,7 @@ impl<N: Nand> Fs<N> {
             fs.ns.inodes.clear();
             fs.ns.dirs.clear();
             fs.index = super::index::Index::default();
+            fs.groups = Default::default();
             fs.cp.newest = *cand;
             fs.cp.replayed_version = 0;
             let mut r = MountReport { store: report.store.clone(), ..MountReport::default() };
@@ -184,7 +185,7 @@ impl<N: Nand> Fs<N> {
         }
         report.superblocks_damaged = fs.store.damaged_superblocks().len() as u64;
         report.superblocks_rewritten = fs.rewrite_damaged_superblocks()? as u64;
-        fs.cp.newest_maps = fs.index.map_segments(|p| fs.store.segment_of(crate::PageAddr(p)));
+        fs.cp.newest_maps = fs.segments_named();
         fs.cp.mount_maps = fs.cp.newest_maps.clone();
         report.maps_loaded = fs.index.loads;
         if let Some(d) = dirty {
@@ -258,6 +259,8 @@ impl<N: Nand> Fs<N> {
     ) -> Result<bool, FsError> {
         let v = n.head.version;
         self.version = self.version.max(v);
+        // What a node after the checkpoint changed goes into its group at the next one.
+        self.groups.mark_node(n.head.kind, n.head.key, &n.payload);
         match n.head.kind {
             NodeKind::Inode => return self.apply_inode(&n, report),
             NodeKind::Dirent => {
@@ -290,8 +293,8 @@ impl<N: Nand> Fs<N> {
                     (i.xattrs, i.xattr_version) = (set, v);
                 }
             }
-            // A map node counts only through the checkpoint that refers to it.
-            NodeKind::Commit | NodeKind::SegmentInfo | NodeKind::Map => {}
+            // A map or group node counts only through the checkpoint that refers to it.
+            NodeKind::Commit | NodeKind::SegmentInfo | NodeKind::Map | NodeKind::Group => {}
         }
         Ok(true)
     }
@@ -372,6 +375,14 @@ impl<N: Nand> Fs<N> {
         let Some(state) = super::checkpoint::decode_payload(n.head.flags, &n.payload) else {
             return Ok(false);
         };
+        // Version 8: the groups it names, all read whole before anything is replaced.
+        let groups = match state.groups {
+            Some(table) => match self.read_groups(&table)? {
+                Some((groups, contents)) => Some((groups, table, contents)),
+                None => return Ok(false),
+            },
+            None => None,
+        };
         self.ns.inodes = state.inodes;
         self.ns.dirs = state.dirs;
         self.index = super::index::Index {
@@ -385,11 +396,15 @@ impl<N: Nand> Fs<N> {
         for (key, loc) in state.data {
             self.set_loc(key, loc)?;
         }
+        self.groups = Default::default();
+        if let Some((groups, table, contents)) = groups {
+            self.adopt_groups(groups, table, contents);
+        }
         self.ns.next_ino = state.next_ino;
         self.cp.health_base = state.health;
         self.cp.replayed_version = n.head.version;
         let on_flash = n.payload.len() + n.frags.len() * crate::fs::node::FRAG_HEADER;
-        self.budget.checkpoint(on_flash as u64, self.ns.inodes.len());
+        self.budget.checkpoint(on_flash as u64 + self.groups.bytes(), self.ns.inodes.len());
         self.cp.replayed_table = state.segments;
         dirent_versions.clear();
         if let Some(&(page, _, _)) = n.frags.first() {
@@ -400,14 +415,35 @@ impl<N: Nand> Fs<N> {
     }
 
     /// Drops entries of directories and names of inodes that no longer exist; gives every
-    /// directory its (possibly empty) entry table.
+    /// directory its (possibly empty) entry table; puts a state that came from no groups in
+    /// groups.
     fn rebuild_dirs(&mut self) -> Result<(), FsError> {
         // An inode unlinked while open was kept for its readers; after a mount it has none.
-        self.ns.inodes.retain(|_, i| i.attr.nlink > 0);
+        // (What is dropped here is dropped from its group at the next checkpoint.)
+        let groups = &mut self.groups;
+        self.ns.inodes.retain(|ino, i| {
+            let keep = i.attr.nlink > 0;
+            if !keep {
+                groups.mark_inode(*ino);
+            }
+            keep
+        });
         let inodes = &self.ns.inodes;
-        self.ns.dirs.retain(|d, _| inodes.get(d).is_some_and(|i| i.attr.kind == crate::FileType::Dir));
-        for entries in self.ns.dirs.values_mut() {
-            entries.retain(|_, c| inodes.contains_key(c));
+        self.ns.dirs.retain(|d, entries| {
+            let keep = inodes.get(d).is_some_and(|i| i.attr.kind == crate::FileType::Dir);
+            if !keep {
+                entries.keys().for_each(|name| groups.mark_entry(*d, name));
+            }
+            keep
+        });
+        for (parent, entries) in self.ns.dirs.iter_mut() {
+            entries.retain(|name, c| {
+                let keep = inodes.contains_key(c);
+                if !keep {
+                    groups.mark_entry(*parent, name);
+                }
+                keep
+            });
         }
         for (ino, i) in inodes {
             if i.attr.kind == crate::FileType::Dir {
@@ -431,6 +467,11 @@ impl<N: Nand> Fs<N> {
             for l in locs {
                 self.count_loc(&l, false);
             }
+        }
+        // A state that came from no groups (a checkpoint before version 8, or none): all of
+        // it goes into groups at the next checkpoint.
+        if self.groups.at.is_empty() {
+            self.regroup();
         }
         Ok(())
     }

@@ -22,6 +22,12 @@ use crate::FsError;
 /// Maps a write-back step writes at most when too many chunks are dirty: about a quarter
 /// of a step's hold (a small file's map, not offered to zstd, takes 1 to 2 us).
 const MAPS_PER_STEP: usize = 128;
+/// Bytes of the page being filled that file data, maps and groups leave to metadata when
+/// the chip has no page left after it (see `put_node`).
+const LAST_PAGE_KEPT: usize = 512;
+/// Dirty maps the steps leave for a due checkpoint to write in its one hold: each is a group
+/// it must write too.
+const MAPS_LEFT: usize = 16;
 
 /// Where the fragments of a node being written are recorded.
 #[derive(Clone, Copy, Debug)]
@@ -30,6 +36,8 @@ pub(crate) enum Pending {
     Data((u64, u64), usize),
     /// A chunk's map node (ino, chunk).
     Map(super::index::ChunkKey),
+    /// A group node (`groups.rs`).
+    Group(super::groups::GroupId),
 }
 
 /// File data and inodes changed but not yet written out.
@@ -176,6 +184,8 @@ impl<N: Nand> Fs<N> {
                     i.version = self.version;
                 }
             }
+            // Its group is written again before the next checkpoint.
+            self.groups.mark_node(n.kind, n.key, &n.payload);
             self.put_frag(&n.whole_frag(self.version), &[&n.payload], 0);
         }
         if record && self.tier.is_some() {
@@ -335,13 +345,21 @@ impl<N: Nand> Fs<N> {
         into: Pending,
     ) -> Result<(), FsError> {
         let total: usize = payload.iter().map(|p| p.len()).sum();
+        // With no page left to seal this one into a new segment, its last bytes are kept
+        // for the metadata of small operations (a truncate, a delete), which an NVRAM tier
+        // makes durable without a seal: file data, maps and groups stop short of them.
+        let end = if self.store.free_segments() == 0 && self.store.next_page_opens_segment() {
+            self.page.buf.len() - LAST_PAGE_KEPT
+        } else {
+            self.page.buf.len()
+        };
         let mut done = 0;
         while done < total {
             // A fragment needs its header and at least a few bytes: otherwise start afresh.
-            if self.page.fill + FRAG_HEADER + 16 > self.page.buf.len() {
+            if self.page.fill + FRAG_HEADER + 16 > end {
                 self.seal_page()?;
             }
-            let room = self.page.buf.len() - self.page.fill - FRAG_HEADER;
+            let room = end.max(self.page.fill + FRAG_HEADER) - self.page.fill - FRAG_HEADER;
             let n = room.min(total - done);
             let last = done + n == total;
             let f = Frag {
@@ -372,6 +390,14 @@ impl<N: Nand> Fs<N> {
                         self.index.buf_maps.push(ck);
                     }
                 }
+                Pending::Group(g) => {
+                    if let Some(a) = self.groups.at.get_mut(&g) {
+                        a.frags.push((PENDING, off, n as u16));
+                    }
+                    if !self.groups.buf.contains(&g) {
+                        self.groups.buf.push(g);
+                    }
+                }
             }
             done += n;
         }
@@ -392,7 +418,10 @@ impl<N: Nand> Fs<N> {
     /// With [`FsOptions::background_write_back`](super::FsOptions): whether the write-back
     /// thread has work (dirty data past the limit), so it is woken only when it does.
     pub fn write_back_due(&self) -> bool {
-        self.opts.background_write_back && self.dirty_bytes() >= self.opts.dirty_limit
+        // Groups to write ahead of a due checkpoint are the thread's work too, with no file
+        // data dirty (a namespace changing).
+        self.opts.background_write_back
+            && (self.dirty_bytes() >= self.opts.dirty_limit || self.groups_ahead() > 0)
     }
 
     /// With [`FsOptions::background_write_back`](super::FsOptions): whether a writer should
@@ -431,7 +460,12 @@ impl<N: Nand> Fs<N> {
         }
         // Maps past the bound, or ahead of a checkpoint, are written a step at a time, not
         // in the hold of the next flush or checkpoint.
-        if self.maps_ahead(MAPS_PER_STEP) > 0 {
+        if self.maps_ahead(MAPS_LEFT) > 0 {
+            return false;
+        }
+        // So are the groups, unless the checkpoint is late (a writer changing groups as
+        // fast as the steps write them would otherwise put it off for ever).
+        if self.groups_ahead() > 0 && !self.checkpoint_late() {
             return false;
         }
         let dirty = self.dirty_bytes();
@@ -454,9 +488,15 @@ impl<N: Nand> Fs<N> {
         self.write_runs(batch)?;
         self.write_dirty_inodes(false)?;
         self.maybe_clean()?;
-        let ahead = self.maps_ahead(MAPS_PER_STEP);
+        let ahead = self.maps_ahead(MAPS_LEFT);
         if ahead > 0 {
             self.write_maps_early(ahead.min(MAPS_PER_STEP))?;
+        }
+        // Then the groups those maps and this step's inodes changed, so that the checkpoint
+        // has few left to write in its one hold.
+        let groups = self.groups_ahead();
+        if groups > 0 {
+            self.write_groups(groups.min(super::groups::GROUPS_PER_STEP))?;
         }
         // A checkpoint writes every dirty page back first, in this one hold of the lock: it
         // is taken in the step that leaves little dirty (a burst's last), not in one that

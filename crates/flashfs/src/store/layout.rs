@@ -10,7 +10,7 @@ use bitmend_media::nand::Geometry;
 use crate::FsError;
 
 /// The on-media version of the flash layout this build reads and writes.
-pub const FS_VERSION: u32 = 7;
+pub const FS_VERSION: u32 = 8;
 /// The oldest version this build still reads: 1 lacks the recorded compression and the
 /// checkpoint's health section, which read as "not recorded" and zeros; 1 and 2 lack the
 /// anchor log and the successor queue in the spares, and are mounted by scanning; 1 to 3 list
@@ -21,7 +21,9 @@ pub const FS_VERSION: u32 = 7;
 /// written to the wrong place is detected), read as they are; 1 to 6 keep no summary of each
 /// map in the checkpoint (version 7 rebuilds a lost map from the data nodes with it, and
 /// stores symlink targets over 1,024 bytes as data and extended attributes as nodes), whose
-/// maps are rebuilt only once a checkpoint here has summarized them.
+/// maps are rebuilt only once a checkpoint here has summarized them; 1 to 7 keep the namespace
+/// and the maps' places in the checkpoint itself (version 8 writes them in group nodes that
+/// the checkpoint names), which the first checkpoint after mounting them writes in groups.
 pub const FS_VERSION_OLDEST: u32 = 1;
 
 const MAGIC: [u8; 8] = *b"BMFLASH\0";
@@ -513,7 +515,7 @@ mod tests {
     }
 
     #[test]
-    fn superblock_versions_1_to_7_are_read_and_later_ones_refused() {
+    fn superblock_versions_1_to_8_are_read_and_later_ones_refused() {
         let sb = Superblock { g: Geometry::RCFFS, cfg: FsConfig::default(), fs_id: 7, compression: 2 };
         let mut page = vec![0u8; 2048];
         for (version, ok) in [
@@ -524,7 +526,8 @@ mod tests {
             (5, true),
             (6, true),
             (7, true),
-            (8, false),
+            (8, true),
+            (9, false),
             (0, false),
         ] {
             sb.encode(&mut page);

@@ -26,8 +26,8 @@ pub fn cfg() -> FsConfig {
     FsConfig { parity_pages: 1, parity_blocks: 1, blocks_per_segment: 4 }
 }
 
-/// Flash pages holding a fragment of kind `kind` with `key` (and `key2`, if given), in log
-/// order.
+/// Flash pages holding a fragment of kind `kind` with `key` (any, for `u64::MAX`; and
+/// `key2`, if given), in log order.
 pub fn pages_with<N: Nand>(fs: &mut Fs<N>, kind: u8, key: u64, key2: Option<u64>) -> Vec<u32> {
     let mut out = Vec::new();
     let mut buf = vec![0u8; 2048];
@@ -40,7 +40,11 @@ pub fn pages_with<N: Nand>(fs: &mut Fs<N>, kind: u8, key: u64, key2: Option<u64>
             let len = u16::from_le_bytes([buf[off + 2], buf[off + 3]]) as usize;
             let k = u64::from_le_bytes(buf[off + 8..off + 16].try_into().unwrap());
             let k2 = u64::from_le_bytes(buf[off + 16..off + 24].try_into().unwrap());
-            if buf[off] == kind && k == key && key2.is_none_or(|x| x == k2) && !out.contains(&p.0) {
+            if buf[off] == kind
+                && (key == u64::MAX || k == key)
+                && key2.is_none_or(|x| x == k2)
+                && !out.contains(&p.0)
+            {
                 out.push(p.0);
             }
             off += 32 + len;

@@ -1,0 +1,741 @@
+//! The namespace in groups (format version 8): the inodes, the directory entries and where
+//! each index chunk's map is, split by hash into groups, each written as a group node out of
+//! place when it changed, as the index's maps are. A checkpoint then holds only where each
+//! group is, so that its hold of the lock follows what changed since the last one, not how
+//! many files there are (30,000 files: 10-17 ms encoding them all, version 7).
+//!
+//! What is in a group: the inodes whose number hashes into its range, the entries whose
+//! (parent, name) does, and the maps of the runs of [`SUPER_CHUNKS`] chunks whose (file, run)
+//! does. An entry is grouped by its name, not by its child, because a node removing an entry
+//! names no child. A group is a range of the 64-bit hashes: the hashes whose first `depth`
+//! bits are its `prefix` (extendible hashing). A group found holding more than
+//! [`SPLIT_AT`] items when it is written is split in two and written as its halves, so the
+//! groups grow with the namespace a group at a time, never all at once.
+//!
+//! What marks a group changed: every metadata node written or replayed (an inode, an entry,
+//! extended attributes), and every map written or dropped. The state after a crash is the
+//! groups a checkpoint names plus the nodes written after it, so a change that reaches the
+//! log marks its group before the next checkpoint, and that checkpoint names a copy written
+//! after it. Debug builds check this at every checkpoint: every group, encoded afresh from the
+//! state, is the one written (`groups_match_state`).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use bitmend_code::le::{self, Put, Reader};
+use bitmend_media::nand::Nand;
+
+use super::index::{frag_bytes, ChunkKey, Frags, MapAt};
+use super::namespace::Namespace;
+use super::rebuild::{mix, MapSummary};
+use super::{Fs, Inode, PENDING};
+use crate::fs::node::{self, NodeKind};
+use crate::FsError;
+
+const GROUP_MAGIC: u32 = 0x5247_534E; // "NSGR"
+/// A group payload compressed: this magic, the plain payload's length (u32), a zstd frame.
+const GROUP_ZSTD_MAGIC: u32 = 0x5A47_534E; // "NSGZ"
+/// The largest plain group payload a mount decompresses.
+const GROUP_MAX: usize = 1 << 28;
+/// Consecutive chunks of a file whose maps are grouped together (16 MiB of file): a file of
+/// many chunks spreads over groups, not into one that grows with it.
+pub(crate) const SUPER_CHUNKS: u64 = 64;
+/// Items a group holds at most before it is split as it is written (an inode with its entry
+/// is about 150 bytes before compression; a map about 50, counted as a third).
+const SPLIT_AT: usize = 128;
+/// The deepest a group goes: 2^24 groups.
+const MAX_DEPTH: u8 = 24;
+/// Groups the write-back thread writes ahead of a due checkpoint in one step, and how many
+/// it leaves for the checkpoint's own hold.
+pub(crate) const GROUPS_PER_STEP: usize = 8;
+pub(crate) const GROUPS_LEFT: usize = 4;
+
+/// A group: the hashes whose first `depth` bits are `prefix`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct GroupId {
+    pub depth: u8,
+    pub prefix: u32,
+}
+
+impl GroupId {
+    /// The first hash in it.
+    fn start(self) -> u64 {
+        if self.depth == 0 {
+            0
+        } else {
+            u64::from(self.prefix) << (64 - self.depth)
+        }
+    }
+
+    /// Hashes in it (2^64 for the whole: as u128).
+    fn span(self) -> u128 {
+        1u128 << (64 - self.depth)
+    }
+
+    fn holds(self, h: u64) -> bool {
+        self.depth == 0 || (h >> (64 - self.depth)) as u32 == self.prefix
+    }
+
+    fn halves(self) -> (GroupId, GroupId) {
+        let depth = self.depth + 1;
+        (GroupId { depth, prefix: self.prefix << 1 }, GroupId { depth, prefix: self.prefix << 1 | 1 })
+    }
+}
+
+/// Where a group's node is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct GroupAt {
+    pub frags: Frags,
+    pub version: u64,
+    /// CRC-32C of the plain payload (the check of `groups_match_state`, and of a mount).
+    pub crc: u32,
+}
+
+/// What a group holds (a superset: items gone are dropped when it is next encoded).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Members {
+    inos: BTreeSet<u64>,
+    names: BTreeSet<(u64, Vec<u8>)>,
+    /// (file, run of [`SUPER_CHUNKS`] chunks).
+    runs: BTreeSet<(u64, u64)>,
+}
+
+impl Members {
+    /// The members whose hash `into` holds, taken out.
+    fn split_off(&mut self, into: GroupId) -> Members {
+        let mut out = Members::default();
+        let (inos, names, runs) = (&mut self.inos, &mut self.names, &mut self.runs);
+        inos.retain(|&i| !(into.holds(inode_hash(i)) && out.inos.insert(i)));
+        names.retain(|k| !(into.holds(entry_hash(k.0, &k.1)) && out.names.insert(k.clone())));
+        runs.retain(|&(i, r)| !(into.holds(run_hash(i, r)) && out.runs.insert((i, r))));
+        out
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Groups {
+    /// The groups as ranges of hashes: first hash to depth. They cover every hash, once.
+    pub ranges: BTreeMap<u64, u8>,
+    /// Where each group not empty is, as written last.
+    pub at: HashMap<GroupId, GroupAt>,
+    pub members: HashMap<GroupId, Members>,
+    /// Groups changed since written.
+    pub dirty: BTreeSet<GroupId>,
+    /// Groups with fragments in the page being filled.
+    pub buf: Vec<GroupId>,
+    /// Bytes of the groups written since the last checkpoint, before compression and on
+    /// flash (part of what a checkpoint costs: see `Fs::checkpoint_interval`).
+    pub raw_since: u64,
+    pub stored_since: u64,
+    pub written: u64,
+    pub splits: u64,
+}
+
+impl Default for Groups {
+    fn default() -> Self {
+        Groups::of_depth(0)
+    }
+}
+
+fn inode_hash(ino: u64) -> u64 {
+    mix(ino)
+}
+
+fn entry_hash(parent: u64, name: &[u8]) -> u64 {
+    let crc = bitmend_code::crc::crc32c(name) as u64;
+    mix(parent.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ crc ^ (name.len() as u64) << 32)
+}
+
+fn run_hash(ino: u64, run: u64) -> u64 {
+    mix(ino ^ run.rotate_left(40) ^ 0x5555_AAAA_0000_0000)
+}
+
+fn run_range(ino: u64, run: u64) -> std::ops::Range<ChunkKey> {
+    let from = run.saturating_mul(SUPER_CHUNKS);
+    ChunkKey { ino, chunk: from }..ChunkKey { ino, chunk: from.saturating_add(SUPER_CHUNKS) }
+}
+
+/// Group `g`'s payload, from what its members are now, and how many items it holds
+/// (maps counted as a third); `None` if it holds nothing. Members gone are dropped on the way.
+fn encode_group(
+    g: GroupId,
+    m: &mut Members,
+    ns: &Namespace,
+    maps: &BTreeMap<ChunkKey, MapAt>,
+) -> Option<(Vec<u8>, usize)> {
+    let mut inodes: Vec<(u64, &Inode)> = Vec::with_capacity(m.inos.len());
+    m.inos.retain(|i| ns.inodes.get(i).map(|inode| inodes.push((*i, inode))).is_some());
+    let mut entries: Vec<(u64, &[u8], u64)> = Vec::with_capacity(m.names.len());
+    m.names.retain(|(p, n)| {
+        // The name as the directory holds it: the member's copy is not borrowed past here.
+        let entry = ns.dirs.get(p).and_then(|d| d.get_key_value(n));
+        entry.map(|(n, c)| entries.push((*p, n.as_slice(), *c))).is_some()
+    });
+    let mut mapped: Vec<(&ChunkKey, &MapAt)> = Vec::new();
+    m.runs.retain(|&(ino, r)| {
+        let before = mapped.len();
+        mapped.extend(maps.range(run_range(ino, r)));
+        mapped.len() > before
+    });
+    if inodes.is_empty() && entries.is_empty() && mapped.is_empty() {
+        return None;
+    }
+    let items = inodes.len() + entries.len() + mapped.len() / 3;
+    let mut v = Vec::with_capacity(16 + inodes.len() * 110 + entries.len() * 40 + mapped.len() * 50);
+    v.put_u32(GROUP_MAGIC);
+    v.put_u8(g.depth);
+    v.put_u32(g.prefix);
+    v.put_u32(inodes.len() as u32);
+    for (ino, i) in inodes {
+        v.put_u64(ino);
+        v.put_u64(i.version);
+        let len_at = v.len();
+        v.put_u32(0);
+        node::encode_inode_into(&mut v, &i.attr, &i.target);
+        let len = (v.len() - len_at - 4) as u32;
+        v[len_at..len_at + 4].copy_from_slice(&len.to_le_bytes());
+        v.put_u64(i.xattr_version);
+        if i.xattrs.is_empty() {
+            v.put_u32(0);
+        } else {
+            let x = node::encode_xattrs(&i.xattrs);
+            v.put_u32(x.len() as u32);
+            v.put_bytes(&x);
+        }
+    }
+    v.put_u32(entries.len() as u32);
+    for (parent, name, child) in entries {
+        v.put_u64(parent);
+        v.put_u64(child);
+        v.put_u16(name.len() as u16);
+        v.put_bytes(name);
+    }
+    v.put_u32(mapped.len() as u32);
+    for (k, at) in mapped {
+        v.put_u64(k.ino);
+        v.put_u64(k.chunk);
+        v.put_u64(at.version);
+        v.put_u16(at.frags.len() as u16);
+        for &(page, off, len) in &at.frags {
+            debug_assert_ne!(page, PENDING, "a group is written with none of its maps pending");
+            v.put_u32(page);
+            v.put_u16(off);
+            v.put_u16(len);
+        }
+        let s = at.summary.unwrap_or(MapSummary { mask: 0, digest: 0 });
+        v.put_u64(s.mask);
+        v.put_u64(s.digest);
+    }
+    let crc = bitmend_code::crc::crc32c(&v);
+    v.put_u32(crc);
+    Some((v, items))
+}
+
+/// A group read back: its inodes (with their extended attributes), entries and maps.
+#[derive(Debug, Default)]
+pub(crate) struct GroupContent {
+    pub inodes: Vec<(u64, Inode)>,
+    pub entries: Vec<(u64, Vec<u8>, u64)>,
+    pub maps: Vec<(ChunkKey, MapAt)>,
+}
+
+/// Decodes group `g`'s payload; `None` for bytes that are not that group, whole (or not the
+/// copy whose CRC the checkpoint holds).
+pub(crate) fn decode_group(b: &[u8], g: GroupId, crc: u32) -> Option<GroupContent> {
+    let plain;
+    let mut head = Reader::new(b);
+    let b = if head.u32()? == GROUP_ZSTD_MAGIC {
+        let len = head.u32()? as usize;
+        // The length is read from the flash: a damaged one must not make a huge allocation.
+        if len > GROUP_MAX {
+            return None;
+        }
+        plain = zstd::bulk::decompress(head.rest(), len).ok()?;
+        &plain[..]
+    } else {
+        b
+    };
+    let (body, tail) = b.split_at(b.len().checked_sub(4)?);
+    let stored = le::get_u32(tail, 0);
+    if bitmend_code::crc::crc32c(body) != stored || stored != crc {
+        return None;
+    }
+    let mut r = Reader::new(body);
+    if r.u32()? != GROUP_MAGIC || r.u8()? != g.depth || r.u32()? != g.prefix {
+        return None;
+    }
+    let mut c = GroupContent::default();
+    for _ in 0..r.u32()? {
+        let ino = r.u64()?;
+        let version = r.u64()?;
+        let len = r.u32()? as usize;
+        let (attr, target) = node::decode_inode(ino, r.take(len)?)?;
+        let mut inode = Inode::new(attr, target, version);
+        inode.xattr_version = r.u64()?;
+        let xlen = r.u32()? as usize;
+        if xlen > 0 {
+            inode.xattrs = node::decode_xattrs(r.take(xlen)?)?;
+        }
+        c.inodes.push((ino, inode));
+    }
+    for _ in 0..r.u32()? {
+        let (parent, child) = (r.u64()?, r.u64()?);
+        let len = r.u16()? as usize;
+        c.entries.push((parent, r.take(len)?.to_vec(), child));
+    }
+    for _ in 0..r.u32()? {
+        let key = ChunkKey { ino: r.u64()?, chunk: r.u64()? };
+        let version = r.u64()?;
+        let n = r.u16()? as usize;
+        let mut frags = Vec::with_capacity(n);
+        for _ in 0..n {
+            frags.push((r.u32()?, r.u16()?, r.u16()?));
+        }
+        let (mask, digest) = (r.u64()?, r.u64()?);
+        let summary = (mask != 0).then_some(MapSummary { mask, digest });
+        c.maps.push((key, MapAt { frags, version, summary }));
+    }
+    r.is_empty().then_some(c)
+}
+
+/// The depth for groups of a state of `inodes` inodes and `maps` maps, made all at once
+/// (after a mount from a version before 8): each group about half of [`SPLIT_AT`].
+fn wanted_depth(inodes: usize, maps: usize) -> u8 {
+    let items = inodes * 2 + maps / 3;
+    let mut depth = 0;
+    while depth < MAX_DEPTH && items > (SPLIT_AT / 2) << depth {
+        depth += 1;
+    }
+    depth
+}
+
+impl Groups {
+    /// Empty groups, 2^depth of them.
+    fn of_depth(depth: u8) -> Groups {
+        let ranges =
+            (0..1u64 << depth).map(|p| (GroupId { depth, prefix: p as u32 }.start(), depth)).collect();
+        Groups {
+            ranges,
+            at: HashMap::new(),
+            members: HashMap::new(),
+            dirty: BTreeSet::new(),
+            buf: Vec::new(),
+            raw_since: 0,
+            stored_since: 0,
+            written: 0,
+            splits: 0,
+        }
+    }
+
+    /// The group hash `h` falls in.
+    fn group_of(&self, h: u64) -> GroupId {
+        let (&start, &depth) = self.ranges.range(..=h).next_back().expect("the ranges cover every hash");
+        let prefix = if depth == 0 { 0 } else { (start >> (64 - depth)) as u32 };
+        GroupId { depth, prefix }
+    }
+
+    pub fn mark_inode(&mut self, ino: u64) {
+        let g = self.group_of(inode_hash(ino));
+        self.members.entry(g).or_default().inos.insert(ino);
+        self.dirty.insert(g);
+    }
+
+    pub fn mark_entry(&mut self, parent: u64, name: &[u8]) {
+        let g = self.group_of(entry_hash(parent, name));
+        let m = self.members.entry(g).or_default();
+        if !m.names.contains(&(parent, name.to_vec())) {
+            m.names.insert((parent, name.to_vec()));
+        }
+        self.dirty.insert(g);
+    }
+
+    pub fn mark_chunk(&mut self, ck: ChunkKey) {
+        let run = ck.chunk / SUPER_CHUNKS;
+        let g = self.group_of(run_hash(ck.ino, run));
+        self.members.entry(g).or_default().runs.insert((ck.ino, run));
+        self.dirty.insert(g);
+    }
+
+    fn chunk_group(&self, ck: ChunkKey) -> GroupId {
+        self.group_of(run_hash(ck.ino, ck.chunk / SUPER_CHUNKS))
+    }
+
+    /// Marks what a metadata node changes (written, or replayed at mount).
+    pub fn mark_node(&mut self, kind: NodeKind, key: u64, payload: &[u8]) {
+        match kind {
+            NodeKind::Inode | NodeKind::Xattr => self.mark_inode(key),
+            NodeKind::Dirent => {
+                if let Some((_, name)) = node::decode_dirent(payload) {
+                    self.mark_entry(key, &name);
+                }
+            }
+            // A punch changes maps, which are marked when they are written.
+            _ => {}
+        }
+    }
+
+    /// Physical segments holding group nodes.
+    pub fn segments(&self, segment_of: impl Fn(u32) -> Option<u32>) -> Vec<u32> {
+        let mut segs: Vec<u32> =
+            self.at.values().flat_map(|a| a.frags.iter()).filter_map(|f| segment_of(f.0)).collect();
+        segs.sort_unstable();
+        segs.dedup();
+        segs
+    }
+
+    /// Bytes the group nodes take on flash, with their headers.
+    pub fn bytes(&self) -> u64 {
+        self.at.values().flat_map(|a| a.frags.iter()).map(frag_bytes).sum()
+    }
+
+    /// Membership from scratch: every inode, entry and map of the state put in its group.
+    fn members_of(&self, ns: &Namespace, maps: &BTreeMap<ChunkKey, MapAt>) -> HashMap<GroupId, Members> {
+        let mut members: HashMap<GroupId, Members> = HashMap::new();
+        for ino in ns.inodes.keys() {
+            members.entry(self.group_of(inode_hash(*ino))).or_default().inos.insert(*ino);
+        }
+        for (parent, d) in &ns.dirs {
+            for name in d.keys() {
+                let g = self.group_of(entry_hash(*parent, name));
+                members.entry(g).or_default().names.insert((*parent, name.clone()));
+            }
+        }
+        for k in maps.keys() {
+            members.entry(self.chunk_group(*k)).or_default().runs.insert((k.ino, k.chunk / SUPER_CHUNKS));
+        }
+        members
+    }
+
+    /// Splits group `g` in two (both to be written); its old node is no longer named.
+    fn split(&mut self, g: GroupId) -> Option<GroupAt> {
+        let (low, high) = g.halves();
+        let mut m = self.members.remove(&g).unwrap_or_default();
+        let upper = m.split_off(high);
+        self.members.insert(low, m);
+        self.members.insert(high, upper);
+        self.ranges.insert(low.start(), low.depth);
+        self.ranges.insert(high.start(), high.depth);
+        self.dirty.remove(&g);
+        self.dirty.extend([low, high]);
+        self.splits += 1;
+        self.at.remove(&g)
+    }
+
+    /// The groups a table read at mount names, with ranges for the hashes none of them
+    /// holds (each as large as alignment allows: any cover is right, as nothing is in them);
+    /// `None` if the table's groups overlap or are not groups.
+    fn of_table(table: &[(GroupId, GroupAt)]) -> Option<Groups> {
+        let mut ids: Vec<GroupId> = table.iter().map(|t| t.0).collect();
+        if ids.iter().any(|g| g.depth > MAX_DEPTH || u64::from(g.prefix) >> g.depth != 0) {
+            return None;
+        }
+        ids.sort_unstable_by_key(|g| g.start());
+        let mut groups = Groups::of_depth(0);
+        groups.ranges.clear();
+        let mut next: u128 = 0;
+        for g in ids {
+            if (g.start() as u128) < next {
+                return None;
+            }
+            fill_gap(&mut groups.ranges, next, g.start() as u128);
+            groups.ranges.insert(g.start(), g.depth);
+            next = g.start() as u128 + g.span();
+        }
+        fill_gap(&mut groups.ranges, next, 1u128 << 64);
+        Some(groups)
+    }
+}
+
+/// Covers hashes `[next, end)` with ranges, each the largest aligned one that fits.
+fn fill_gap(ranges: &mut BTreeMap<u64, u8>, mut next: u128, end: u128) {
+    while next < end {
+        let mut span = 1u128 << 64;
+        while !next.is_multiple_of(span) || next + span > end {
+            span >>= 1;
+        }
+        ranges.insert(next as u64, 64 - span.trailing_zeros() as u8);
+        next += span;
+    }
+}
+
+impl<N: Nand> Fs<N> {
+    /// Puts the whole state in new groups, all to be written: after a mount from a
+    /// checkpoint that kept the state inline (a version before 8), or from none.
+    pub(crate) fn regroup(&mut self) {
+        for a in std::mem::take(&mut self.groups.at).into_values() {
+            self.account(&a.frags, false);
+        }
+        self.groups = Groups::of_depth(wanted_depth(self.ns.inodes.len(), self.index.maps.len()));
+        self.groups.members = self.groups.members_of(&self.ns, &self.index.maps);
+        self.groups.dirty = self.groups.members.keys().copied().collect();
+    }
+
+    /// Groups the write-back thread writes ahead of a due checkpoint.
+    pub(crate) fn groups_ahead(&self) -> usize {
+        if !self.checkpoint_due() {
+            return 0;
+        }
+        self.groups.dirty.len().saturating_sub(GROUPS_LEFT)
+    }
+
+    /// Writes up to `most` changed groups; those holding a map still pending in the page
+    /// being filled wait (the checkpoint seals the page first and writes them all).
+    pub(crate) fn write_groups(&mut self, most: usize) -> Result<(), FsError> {
+        let waiting: BTreeSet<GroupId> =
+            self.index.buf_maps.iter().map(|k| self.groups.chunk_group(*k)).collect();
+        let due: Vec<GroupId> =
+            self.groups.dirty.iter().filter(|g| !waiting.contains(g)).take(most).copied().collect();
+        // A split writes two: the step's budget counts nodes written.
+        let before = self.groups.written;
+        for g in due {
+            if self.groups.written - before >= most as u64 {
+                break;
+            }
+            self.write_group(g)?;
+        }
+        Ok(())
+    }
+
+    /// Writes group `g` as the state now has it (none if it holds nothing); past
+    /// [`SPLIT_AT`] items, writes its two halves instead.
+    fn write_group(&mut self, g: GroupId) -> Result<(), FsError> {
+        self.groups.dirty.remove(&g);
+        let (ns, maps) = (&self.ns, &self.index.maps);
+        let encoded = self.groups.members.get_mut(&g).and_then(|m| encode_group(g, m, ns, maps));
+        let Some((plain, items)) = encoded else {
+            self.groups.members.remove(&g);
+            if let Some(old) = self.groups.at.remove(&g) {
+                self.account(&old.frags, false);
+            }
+            return Ok(());
+        };
+        if items > SPLIT_AT && g.depth < MAX_DEPTH {
+            if let Some(old) = self.groups.split(g) {
+                self.account(&old.frags, false);
+            }
+            let (low, high) = g.halves();
+            self.write_group(low)?;
+            return self.write_group(high);
+        }
+        let crc = le::get_u32(&plain, plain.len() - 4);
+        let payload = compress(&plain);
+        self.version += 1;
+        let version = self.version;
+        if let Some(old) = self.groups.at.insert(g, GroupAt { frags: Vec::new(), version, crc }) {
+            self.account(&old.frags, false);
+        }
+        self.put_node(
+            NodeKind::Group,
+            0,
+            (u64::from(g.prefix), u64::from(g.depth)),
+            version,
+            &[&payload],
+            super::write::Pending::Group(g),
+        )?;
+        self.groups.raw_since += plain.len() as u64;
+        self.groups.stored_since += payload.len() as u64;
+        self.groups.written += 1;
+        Ok(())
+    }
+
+    /// Reads every group a checkpoint names; `None` if one cannot be read whole, or the
+    /// table is not one of groups (the checkpoint is then no starting point).
+    pub(crate) fn read_groups(
+        &mut self,
+        table: &[(GroupId, GroupAt)],
+    ) -> Result<Option<(Groups, Vec<GroupContent>)>, FsError> {
+        let Some(groups) = Groups::of_table(table) else { return Ok(None) };
+        let mut out = Vec::with_capacity(table.len());
+        for (g, at) in table {
+            let payload = match self.read_payload(&at.frags) {
+                Ok((p, _)) => p,
+                Err(FsError::Unrecoverable { .. } | FsError::NotWritten { .. }) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            match decode_group(&payload, *g, at.crc) {
+                Some(c) => out.push(c),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some((groups, out)))
+    }
+
+    /// Takes the groups read at mount as the state (and as written: none is changed yet).
+    pub(crate) fn adopt_groups(
+        &mut self,
+        groups: Groups,
+        table: Vec<(GroupId, GroupAt)>,
+        contents: Vec<GroupContent>,
+    ) {
+        for c in contents {
+            for (ino, inode) in c.inodes {
+                self.ns.inodes.insert(ino, inode);
+            }
+            for (parent, name, child) in c.entries {
+                self.ns.dirs.entry(parent).or_default().insert(name, child);
+            }
+            for (k, at) in c.maps {
+                self.index.maps.insert(k, at);
+            }
+        }
+        self.groups = groups;
+        self.groups.members = self.groups.members_of(&self.ns, &self.index.maps);
+        self.groups.at = table.into_iter().collect();
+    }
+
+    /// Whether every group, encoded afresh from the state, is the one last written (the
+    /// paired check of the marks, for debug builds): a change that marked no group would
+    /// be lost at the next mount.
+    pub(crate) fn groups_match_state(&self) -> bool {
+        let mut fresh = self.groups.members_of(&self.ns, &self.index.maps);
+        let mut ok = true;
+        for (g, m) in fresh.iter_mut() {
+            let crc =
+                encode_group(*g, m, &self.ns, &self.index.maps).map(|(v, _)| le::get_u32(&v, v.len() - 4));
+            if crc != self.groups.at.get(g).map(|a| a.crc) {
+                eprintln!("group {g:?}: written {:?}, state {crc:?}", self.groups.at.get(g));
+                ok = false;
+            }
+        }
+        let named = self.groups.at.keys().filter(|g| fresh.contains_key(g)).count();
+        ok && named == self.groups.at.len()
+    }
+}
+
+/// A group payload, zstd-compressed behind its magic when that is smaller.
+fn compress(plain: &[u8]) -> Vec<u8> {
+    match node::zstd_compress(plain, 1) {
+        Ok(z) if z.len() + 8 < plain.len() => {
+            let mut c = Vec::with_capacity(8 + z.len());
+            c.put_u32(GROUP_ZSTD_MAGIC);
+            c.put_u32(plain.len() as u32);
+            c.put_bytes(&z);
+            c
+        }
+        _ => plain.to_vec(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::node::{Attr, FileType};
+    use crate::fs::Ino;
+
+    fn state(files: u64) -> (Namespace, BTreeMap<ChunkKey, MapAt>) {
+        let mut ns = Namespace::default();
+        let mut maps = BTreeMap::new();
+        for ino in 2..2 + files {
+            let t = (1_700_000_000 + ino as i64, 7);
+            let attr = Attr {
+                ino: Ino(ino),
+                kind: FileType::File,
+                perm: 0o644,
+                uid: 1000,
+                gid: 1000,
+                size: ino * 100,
+                nlink: 1,
+                atime: t,
+                mtime: t,
+                ctime: t,
+                rdev: 0,
+            };
+            let mut i = Inode::new(attr, Vec::new(), ino * 3);
+            if ino.is_multiple_of(7) {
+                i.xattrs.insert(b"user.k".to_vec(), vec![ino as u8; 5]);
+                i.xattr_version = ino * 5;
+            }
+            ns.inodes.insert(ino, i);
+            ns.dirs.entry(1).or_default().insert(format!("file-{ino}").into_bytes(), ino);
+            let summary = Some(MapSummary { mask: 1, digest: ino });
+            maps.insert(
+                ChunkKey { ino, chunk: 0 },
+                MapAt { frags: vec![(ino as u32, 8, 40)], version: ino, summary },
+            );
+        }
+        (ns, maps)
+    }
+
+    /// Every group of a state reads back as what it holds, compressed or not, and together
+    /// they are the whole state; a group read as another, or damaged, is refused.
+    #[test]
+    fn groups_read_back_as_the_state_and_refuse_another_or_damage() {
+        let (ns, maps) = state(700);
+        let depth = wanted_depth(ns.inodes.len(), maps.len());
+        assert_eq!(depth, 5, "700 inodes, entries and maps: 32 groups");
+        let groups = Groups::of_depth(depth);
+        let mut members = groups.members_of(&ns, &maps);
+        let (mut inodes, mut entries, mut mapped) = (0, 0, 0);
+        for (g, m) in members.iter_mut() {
+            let (plain, items) = encode_group(*g, m, &ns, &maps).expect("not empty");
+            assert!(items > 10 && items <= SPLIT_AT, "{items} items");
+            let crc = le::get_u32(&plain, plain.len() - 4);
+            let packed = compress(&plain);
+            assert!(packed.len() < plain.len(), "compressed: {} of {}", packed.len(), plain.len());
+            for bytes in [&plain, &packed] {
+                let c = decode_group(bytes, *g, crc).expect("reads back");
+                for (ino, i) in &c.inodes {
+                    let o = &ns.inodes[ino];
+                    assert!(o.attr == i.attr && o.version == i.version && o.xattrs == i.xattrs);
+                    assert_eq!(o.xattr_version, i.xattr_version);
+                }
+                assert!(c.entries.iter().all(|(p, n, c)| ns.dirs[p][n] == *c));
+                assert!(c.maps.iter().all(|(k, m)| maps[k] == *m));
+                if bytes == &plain {
+                    (inodes, entries, mapped) =
+                        (inodes + c.inodes.len(), entries + c.entries.len(), mapped + c.maps.len());
+                }
+            }
+            let other = GroupId { prefix: g.prefix ^ 1, ..*g };
+            assert!(decode_group(&plain, other, crc).is_none(), "another group");
+            assert!(decode_group(&plain, GroupId { depth: g.depth + 1, ..*g }, crc).is_none(), "other depth");
+            assert!(decode_group(&plain, *g, crc ^ 1).is_none(), "an older copy");
+            let mut bad = plain.clone();
+            bad[20] ^= 4;
+            assert!(decode_group(&bad, *g, crc).is_none(), "damaged");
+            assert!(decode_group(&packed[..packed.len() - 2], *g, crc).is_none(), "cut short");
+        }
+        assert_eq!((inodes, entries, mapped), (700, 700, 700));
+    }
+
+    /// A split moves each member to the half its hash falls in; a table's groups, with the
+    /// gaps between them filled, cover every hash once; overlapping groups are refused.
+    #[test]
+    fn splits_partition_and_tables_cover_every_hash_once() {
+        let (ns, maps) = state(700);
+        let mut groups = Groups::of_depth(0);
+        groups.members = groups.members_of(&ns, &maps);
+        let g = GroupId { depth: 0, prefix: 0 };
+        groups.split(g);
+        let (low, high) = g.halves();
+        let split = groups.members_of(&ns, &maps);
+        assert_eq!(
+            (split.get(&low), split.get(&high)),
+            (groups.members.get(&low), groups.members.get(&high))
+        );
+        assert!(groups.members[&low].inos.len() > 300 && groups.members[&high].inos.len() > 300);
+        let at = GroupAt { frags: vec![], version: 1, crc: 0 };
+        let table: Vec<(GroupId, GroupAt)> = [(2, 0), (3, 5), (5, 31), (1, 1)]
+            .map(|(depth, prefix)| (GroupId { depth, prefix }, at.clone()))
+            .into_iter()
+            .filter(|t| t.0 != GroupId { depth: 1, prefix: 1 })
+            .collect();
+        let groups = Groups::of_table(&table).expect("groups");
+        let ranges: Vec<(u64, u8)> = groups.ranges.iter().map(|(s, d)| (*s, *d)).collect();
+        let mut next: u128 = 0;
+        for (start, depth) in &ranges {
+            assert_eq!(*start as u128, next, "{ranges:?}");
+            next += 1u128 << (64 - depth);
+        }
+        assert_eq!(next, 1u128 << 64);
+        for (g, _) in &table {
+            assert!(ranges.contains(&(g.start(), g.depth)));
+        }
+        for h in (0..1000u64).map(mix) {
+            assert!(groups.group_of(h).holds(h));
+        }
+        let mut overlapping = table.clone();
+        overlapping.push((GroupId { depth: 3, prefix: 1 }, at.clone()));
+        assert!(Groups::of_table(&overlapping).is_none());
+        assert!(Groups::of_table(&[(GroupId { depth: 2, prefix: 4 }, at)]).is_none(), "not a group");
+    }
+}
