@@ -12,7 +12,7 @@ use bitmend_code::le::{Put, Reader};
 use bitmend_media::nand::Nand;
 
 use super::groups::{GroupAt, GroupId};
-use super::index::{ChunkKey, MapAt, Totals};
+use super::index::{put_frags, read_frags, ChunkKey, MapAt, Totals};
 use super::rebuild::MapSummary;
 use super::{Fs, Health, Inode, Loc, PENDING};
 use crate::fs::node::{self, Frag, NodeKind, FLAG_LAST, FLAG_ZSTD, FRAG_HEADER};
@@ -141,12 +141,7 @@ fn decode_groups(r: &mut Reader) -> Option<Vec<(GroupId, GroupAt)>> {
     for _ in 0..n {
         let g = GroupId { depth: r.u8()?, prefix: r.u32()? };
         let (version, crc) = (r.u64()?, r.u32()?);
-        let count = r.u16()? as usize;
-        let mut frags = Vec::with_capacity(count);
-        for _ in 0..count {
-            frags.push((r.u32()?, r.u16()?, r.u16()?));
-        }
-        table.push((g, GroupAt { frags, version, crc }));
+        table.push((g, GroupAt { frags: read_frags(r)?, version, crc }));
     }
     Some(table)
 }
@@ -212,12 +207,7 @@ fn decode(b: &[u8]) -> Option<State> {
         for _ in 0..r.u32()? {
             let key = ChunkKey { ino: r.u64()?, chunk: r.u64()? };
             let version = r.u64()?;
-            let n = r.u16()? as usize;
-            let mut frags = Vec::with_capacity(n);
-            for _ in 0..n {
-                frags.push((r.u32()?, r.u16()?, r.u16()?));
-            }
-            m.insert(key, MapAt { frags, version, summary: None });
+            m.insert(key, MapAt { frags: read_frags(&mut r)?, version, summary: None });
         }
         if r.u32()? != USAGE_MAGIC {
             return None;
@@ -306,13 +296,7 @@ impl<N: Nand> Fs<N> {
             v.put_u32(g.prefix);
             v.put_u64(at.version);
             v.put_u32(at.crc);
-            v.put_u16(at.frags.len() as u16);
-            for &(page, off, len) in &at.frags {
-                debug_assert_ne!(page, PENDING, "a checkpoint is taken with no group pending");
-                v.put_u32(page);
-                v.put_u16(off);
-                v.put_u16(len);
-            }
+            put_frags(&mut v, &at.frags);
         }
         debug_assert!(self.reads_back(&v), "a checkpoint reads back as the state it was made from");
         payload_of(&[&v])
@@ -570,8 +554,6 @@ pub(crate) fn segment_info(page: &[u8]) -> Option<Option<CkptAt>> {
 mod tests {
     use super::*;
     use crate::fs::namespace::Namespace;
-    use crate::fs::node::{Attr, FileType};
-    use crate::fs::Ino;
 
     /// Version 7's first part: the magic, the next inode number and the inodes (about half of
     /// it; the names and the index are the other half).
@@ -615,21 +597,7 @@ mod tests {
     fn a_state_in_two_frames_reads_back_as_one() {
         let mut ns = Namespace::default();
         for ino in 2..300u64 {
-            let t = (1_700_000_000 + ino as i64, 7);
-            let attr = Attr {
-                ino: Ino(ino),
-                kind: FileType::File,
-                perm: 0o644,
-                uid: 1000,
-                gid: 1000,
-                size: ino * 100,
-                nlink: 1,
-                atime: t,
-                mtime: t,
-                ctime: t,
-                rdev: 0,
-            };
-            ns.inodes.insert(ino, Inode::new(attr, Vec::new(), ino * 3));
+            ns.inodes.insert(ino, crate::fs::namespace::sample_file(ino));
             ns.dirs.entry(1).or_default().insert(format!("file-{ino}").into_bytes(), ino);
         }
         ns.next_ino = 300;

@@ -24,10 +24,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use bitmend_code::le::{self, Put, Reader};
 use bitmend_media::nand::Nand;
 
-use super::index::{frag_bytes, ChunkKey, Frags, MapAt};
+use super::index::{frag_bytes, put_frags, read_frags, ChunkKey, Frags, MapAt};
 use super::namespace::Namespace;
 use super::rebuild::{mix, MapSummary};
-use super::{Fs, Inode, PENDING};
+use super::{Fs, Inode};
 use crate::fs::node::{self, NodeKind};
 use crate::FsError;
 
@@ -214,13 +214,7 @@ fn encode_group(
         v.put_u64(k.ino);
         v.put_u64(k.chunk);
         v.put_u64(at.version);
-        v.put_u16(at.frags.len() as u16);
-        for &(page, off, len) in &at.frags {
-            debug_assert_ne!(page, PENDING, "a group is written with none of its maps pending");
-            v.put_u32(page);
-            v.put_u16(off);
-            v.put_u16(len);
-        }
+        put_frags(&mut v, &at.frags);
         let s = at.summary.unwrap_or(MapSummary { mask: 0, digest: 0 });
         v.put_u64(s.mask);
         v.put_u64(s.digest);
@@ -241,19 +235,7 @@ pub(crate) struct GroupContent {
 /// Decodes group `g`'s payload; `None` for bytes that are not that group, whole (or not the
 /// copy whose CRC the checkpoint holds).
 pub(crate) fn decode_group(b: &[u8], g: GroupId, crc: u32) -> Option<GroupContent> {
-    let plain;
-    let mut head = Reader::new(b);
-    let b = if head.u32()? == GROUP_ZSTD_MAGIC {
-        let len = head.u32()? as usize;
-        // The length is read from the flash: a damaged one must not make a huge allocation.
-        if len > GROUP_MAX {
-            return None;
-        }
-        plain = zstd::bulk::decompress(head.rest(), len).ok()?;
-        &plain[..]
-    } else {
-        b
-    };
+    let b = node::unpack_zstd(b, GROUP_ZSTD_MAGIC, GROUP_MAX)?;
     let (body, tail) = b.split_at(b.len().checked_sub(4)?);
     let stored = le::get_u32(tail, 0);
     if bitmend_code::crc::crc32c(body) != stored || stored != crc {
@@ -285,11 +267,7 @@ pub(crate) fn decode_group(b: &[u8], g: GroupId, crc: u32) -> Option<GroupConten
     for _ in 0..r.u32()? {
         let key = ChunkKey { ino: r.u64()?, chunk: r.u64()? };
         let version = r.u64()?;
-        let n = r.u16()? as usize;
-        let mut frags = Vec::with_capacity(n);
-        for _ in 0..n {
-            frags.push((r.u32()?, r.u16()?, r.u16()?));
-        }
+        let frags = read_frags(&mut r)?;
         let (mask, digest) = (r.u64()?, r.u64()?);
         let summary = (mask != 0).then_some(MapSummary { mask, digest });
         c.maps.push((key, MapAt { frags, version, summary }));
@@ -516,8 +494,8 @@ impl<N: Nand> Fs<N> {
             self.write_group(low)?;
             return self.write_group(high);
         }
-        let crc = le::get_u32(&plain, plain.len() - 4);
-        let payload = compress(&plain);
+        let (crc, raw) = (le::get_u32(&plain, plain.len() - 4), plain.len() as u64);
+        let payload = node::pack_zstd(plain, 1, GROUP_ZSTD_MAGIC);
         self.version += 1;
         let version = self.version;
         if let Some(old) = self.groups.at.insert(g, GroupAt { frags: Vec::new(), version, crc }) {
@@ -531,7 +509,7 @@ impl<N: Nand> Fs<N> {
             &[&payload],
             super::write::Pending::Group(g),
         )?;
-        self.groups.raw_since += plain.len() as u64;
+        self.groups.raw_since += raw;
         self.groups.stored_since += payload.len() as u64;
         self.groups.written += 1;
         Ok(())
@@ -601,45 +579,15 @@ impl<N: Nand> Fs<N> {
     }
 }
 
-/// A group payload, zstd-compressed behind its magic when that is smaller.
-fn compress(plain: &[u8]) -> Vec<u8> {
-    match node::zstd_compress(plain, 1) {
-        Ok(z) if z.len() + 8 < plain.len() => {
-            let mut c = Vec::with_capacity(8 + z.len());
-            c.put_u32(GROUP_ZSTD_MAGIC);
-            c.put_u32(plain.len() as u32);
-            c.put_bytes(&z);
-            c
-        }
-        _ => plain.to_vec(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::node::{Attr, FileType};
-    use crate::fs::Ino;
 
     fn state(files: u64) -> (Namespace, BTreeMap<ChunkKey, MapAt>) {
         let mut ns = Namespace::default();
         let mut maps = BTreeMap::new();
         for ino in 2..2 + files {
-            let t = (1_700_000_000 + ino as i64, 7);
-            let attr = Attr {
-                ino: Ino(ino),
-                kind: FileType::File,
-                perm: 0o644,
-                uid: 1000,
-                gid: 1000,
-                size: ino * 100,
-                nlink: 1,
-                atime: t,
-                mtime: t,
-                ctime: t,
-                rdev: 0,
-            };
-            let mut i = Inode::new(attr, Vec::new(), ino * 3);
+            let mut i = crate::fs::namespace::sample_file(ino);
             if ino.is_multiple_of(7) {
                 i.xattrs.insert(b"user.k".to_vec(), vec![ino as u8; 5]);
                 i.xattr_version = ino * 5;
@@ -669,7 +617,7 @@ mod tests {
             let (plain, items) = encode_group(*g, m, &ns, &maps).expect("not empty");
             assert!(items > 10 && items <= SPLIT_AT, "{items} items");
             let crc = le::get_u32(&plain, plain.len() - 4);
-            let packed = compress(&plain);
+            let packed = node::pack_zstd(plain.clone(), 1, GROUP_ZSTD_MAGIC);
             assert!(packed.len() < plain.len(), "compressed: {} of {}", packed.len(), plain.len());
             for bytes in [&plain, &packed] {
                 let c = decode_group(bytes, *g, crc).expect("reads back");

@@ -124,6 +124,28 @@ impl ChunkKey {
     }
 }
 
+/// Fragments as checkpoints and groups write them (FORMAT.md section 8): a u16 count, then per
+/// fragment its flash page (u32), offset (u16) and length (u16). None is pending.
+pub(crate) fn put_frags(v: &mut Vec<u8>, frags: &[(u32, u16, u16)]) {
+    v.put_u16(frags.len() as u16);
+    for &(page, off, len) in frags {
+        debug_assert_ne!(page, PENDING, "fragments are written once their page is sealed");
+        v.put_u32(page);
+        v.put_u16(off);
+        v.put_u16(len);
+    }
+}
+
+/// Reads what [`put_frags`] wrote.
+pub(crate) fn read_frags(r: &mut Reader) -> Option<Frags> {
+    let n = r.u16()? as usize;
+    let mut frags = Vec::with_capacity(n);
+    for _ in 0..n {
+        frags.push((r.u32()?, r.u16()?, r.u16()?));
+    }
+    Some(frags)
+}
+
 /// The chunk that maps logical page `index` of `ino`.
 pub(crate) fn chunk_key(ino: u64, index: u64) -> ChunkKey {
     ChunkKey { ino, chunk: index / CHUNK_PAGES }
@@ -254,33 +276,12 @@ fn encode_map(key: ChunkKey, pages: &BTreeMap<u64, Loc>) -> Vec<u8> {
     if v.len() < MAP_ZSTD_FROM {
         return v;
     }
-    match crate::fs::node::zstd_compress(&v, -1) {
-        Ok(z) if z.len() + 8 < v.len() => {
-            let mut c = Vec::with_capacity(8 + z.len());
-            c.put_u32(MAP_ZSTD_MAGIC);
-            c.put_u32(v.len() as u32);
-            c.put_bytes(&z);
-            c
-        }
-        _ => v,
-    }
+    crate::fs::node::pack_zstd(v, -1, MAP_ZSTD_MAGIC)
 }
 
 /// Decodes a map node's payload for chunk `key`; `None` for bytes that are not its map.
 fn decode_map(b: &[u8], key: ChunkKey) -> Option<BTreeMap<u64, Loc>> {
-    let plain;
-    let mut head = Reader::new(b);
-    let b = if head.u32()? == MAP_ZSTD_MAGIC {
-        let len = head.u32()? as usize;
-        // The length is read from the flash: a damaged one must not make a huge allocation.
-        if len > MAP_MAX {
-            return None;
-        }
-        plain = zstd::bulk::decompress(head.rest(), len).ok()?;
-        &plain[..]
-    } else {
-        b
-    };
+    let b = crate::fs::node::unpack_zstd(b, MAP_ZSTD_MAGIC, MAP_MAX)?;
     let (body, crc) = b.split_at(b.len().checked_sub(4)?);
     if bitmend_code::crc::crc32c(body) != le::get_u32(crc, 0) {
         return None;

@@ -55,3 +55,25 @@ impl Default for Namespace {
         }
     }
 }
+
+/// A file's inode for unit tests: inode `ino`, its size and times from its number, version
+/// three times it.
+#[cfg(test)]
+pub(crate) fn sample_file(ino: u64) -> Inode {
+    use super::node::FileType;
+    let t = (1_700_000_000 + ino as i64, 7);
+    let attr = Attr {
+        ino: super::Ino(ino),
+        kind: FileType::File,
+        perm: 0o644,
+        uid: 1000,
+        gid: 1000,
+        size: ino * 100,
+        nlink: 1,
+        atime: t,
+        mtime: t,
+        ctime: t,
+        rdev: 0,
+    };
+    Inode::new(attr, Vec::new(), ino * 3)
+}

@@ -293,6 +293,37 @@ pub(crate) fn decode_punch(b: &[u8]) -> Option<u64> {
     r.u64().filter(|_| r.is_empty())
 }
 
+/// A payload zstd-compressed behind `magic` (then the plain length, u32, then one zstd
+/// frame) when that saves more than those 8 bytes; else the plain payload itself (whose own
+/// magic differs). Maps and groups are stored so (FORMAT.md section 8).
+pub(crate) fn pack_zstd(plain: Vec<u8>, level: i32, magic: u32) -> Vec<u8> {
+    match zstd_compress(&plain, level) {
+        Ok(z) if z.len() + 8 < plain.len() => {
+            let mut c = Vec::with_capacity(8 + z.len());
+            c.put_u32(magic);
+            c.put_u32(plain.len() as u32);
+            c.put_bytes(&z);
+            c
+        }
+        _ => plain,
+    }
+}
+
+/// The plain payload of one [`pack_zstd`] made (a payload without `magic` is plain
+/// already); `None` if it does not decompress, or claims more than `max` bytes (the length
+/// is read from the flash: a damaged one must not make a huge allocation).
+pub(crate) fn unpack_zstd(b: &[u8], magic: u32, max: usize) -> Option<std::borrow::Cow<'_, [u8]>> {
+    let mut head = Reader::new(b);
+    if head.u32()? != magic {
+        return Some(std::borrow::Cow::Borrowed(b));
+    }
+    let len = head.u32()? as usize;
+    if len > max {
+        return None;
+    }
+    zstd::bulk::decompress(head.rest(), len).ok().map(std::borrow::Cow::Owned)
+}
+
 /// `data` compressed as one zstd frame at `level`, by a compressor kept per thread and
 /// level: making one costs more than compressing a map node or a small checkpoint.
 pub(crate) fn zstd_compress(data: &[u8], level: i32) -> std::io::Result<Vec<u8>> {
