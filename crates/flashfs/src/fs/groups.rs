@@ -46,7 +46,7 @@ const SPLIT_AT: usize = 128;
 const MAX_DEPTH: u8 = 24;
 /// Groups the write-back thread writes ahead of a due checkpoint in one step, and how many
 /// it leaves for the checkpoint's own hold.
-pub(crate) const GROUPS_PER_STEP: usize = 8;
+pub(crate) const GROUPS_PER_STEP: usize = 4;
 pub(crate) const GROUPS_LEFT: usize = 4;
 
 /// A group: the hashes whose first `depth` bits are `prefix`.
