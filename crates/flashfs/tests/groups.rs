@@ -157,8 +157,9 @@ fn power_cuts_among_groups_written_ahead_keep_every_synced_state() {
         true
     };
     let mut files_checked = 0usize;
-    // About 250 cut points in CI; GROUPS_CUTS sets how many (one at every operation: 0).
-    let cuts: u64 = std::env::var("GROUPS_CUTS").ok().and_then(|v| v.parse().ok()).unwrap_or(250);
+    // About 800 cut points in CI (250 missed the spin `write_groups` now rules out);
+    // GROUPS_CUTS sets how many (one at every operation: 0).
+    let cuts: u64 = std::env::var("GROUPS_CUTS").ok().and_then(|v| v.parse().ok()).unwrap_or(800);
     let every = ops.checked_div(cuts).unwrap_or(1).max(1);
     let c = campaign::run(&base(), Schedule::EveryKth(every), work, |nand, cut| {
         let done = done_rounds.get();

@@ -456,12 +456,21 @@ impl<N: Nand> Fs<N> {
     }
 
     /// Writes up to `most` changed groups; those holding a map still pending in the page
-    /// being filled wait (the checkpoint seals the page first and writes them all).
+    /// being filled wait (the checkpoint seals the page first and writes them all), unless
+    /// all of them do: the page is then sealed, so that a step always makes progress (a
+    /// write-back thread waiting for the groups to be written would otherwise spin).
     pub(crate) fn write_groups(&mut self, most: usize) -> Result<(), FsError> {
-        let waiting: BTreeSet<GroupId> =
-            self.index.buf_maps.iter().map(|k| self.groups.chunk_group(*k)).collect();
+        let waiting = |fs: &Self| -> BTreeSet<GroupId> {
+            fs.index.buf_maps.iter().map(|k| fs.groups.chunk_group(*k)).collect()
+        };
+        let mut held = waiting(self);
+        if !self.groups.dirty.is_empty() && self.groups.dirty.iter().all(|g| held.contains(g)) {
+            self.seal_page()?;
+            held = waiting(self);
+        }
         let due: Vec<GroupId> =
-            self.groups.dirty.iter().filter(|g| !waiting.contains(g)).take(most).copied().collect();
+            self.groups.dirty.iter().filter(|g| !held.contains(g)).take(most).copied().collect();
+        debug_assert!(self.groups.dirty.is_empty() || !due.is_empty(), "a call writes a group");
         // A split writes two: the step's budget counts nodes written.
         let before = self.groups.written;
         for g in due {
