@@ -319,10 +319,7 @@ impl Groups {
 
     pub fn mark_entry(&mut self, parent: u64, name: &[u8]) {
         let g = self.group_of(entry_hash(parent, name));
-        let m = self.members.entry(g).or_default();
-        if !m.names.contains(&(parent, name.to_vec())) {
-            m.names.insert((parent, name.to_vec()));
-        }
+        self.members.entry(g).or_default().names.insert((parent, name.to_vec()));
         self.dirty.insert(g);
     }
 
