@@ -10,7 +10,7 @@ use crate::json::{field, number};
 type Counter<R> = (&'static str, fn(&mut R) -> &mut u64);
 
 /// A full pass's counters, in the order they are written (then `done`).
-const SCRUB_FIELDS: [Counter<ScrubReport>; 11] = [
+const SCRUB_FIELDS: [Counter<ScrubReport>; 13] = [
     ("segments_total", |r| &mut r.segments_total),
     ("segments_done", |r| &mut r.segments_done),
     ("pages_checked", |r| &mut r.pages_checked),
@@ -18,8 +18,10 @@ const SCRUB_FIELDS: [Counter<ScrubReport>; 11] = [
     ("repaired_by_segment", |r| &mut r.repaired_by_segment),
     ("unreadable_pages", |r| &mut r.unreadable_pages),
     ("parity_damaged", |r| &mut r.parity_damaged),
+    ("unsigned_damaged", |r| &mut r.unsigned_damaged),
     ("logical_pages_relocated", |r| &mut r.logical_pages_relocated),
     ("segments_healed", |r| &mut r.segments_healed),
+    ("segments_refused", |r| &mut r.segments_refused),
     ("superblocks_damaged", |r| &mut r.superblocks_damaged),
     ("superblocks_rewritten", |r| &mut r.superblocks_rewritten),
 ];
@@ -169,16 +171,20 @@ pub fn quick_from_json(status: &str, prefix: &str) -> Result<Quick, String> {
 pub fn report_text(r: &ScrubReport) -> String {
     format!(
         "{} segments, {} pages checked; repaired {} from group parity, {} from segment parity; \
-         {} beyond repair; {} damaged parity pages; {} logical pages rewritten; \
-         {} segments rewritten under fresh parity; {} of {} damaged superblock copies rewritten",
+         {} beyond repair; {} damaged parity pages; {} damaged pages without a spare; \
+         {} logical pages rewritten; \
+         {} segments rewritten under fresh parity; {} segments left as they were (their data \
+         could not be shown moved); {} of {} damaged superblock copies rewritten",
         r.segments_done,
         r.pages_checked,
         r.repaired_by_group,
         r.repaired_by_segment,
         r.unreadable_pages,
         r.parity_damaged,
+        r.unsigned_damaged,
         r.logical_pages_relocated,
         r.segments_healed,
+        r.segments_refused,
         r.superblocks_rewritten,
         r.superblocks_damaged
     )

@@ -54,7 +54,7 @@ fn mount_reads_the_same_pages_on_a_chip_64_times_larger() {
         for rep in [&small, &large] {
             assert!(!rep.store.scanned && rep.store.chain_length >= 1, "{rep:?}");
         }
-        // The binary search over the anchor log may take one more step; nothing else differs.
+        // The anchor log is read the same way whatever the chip's size; nothing else differs.
         assert!(large_reads <= small_reads + 2, "{small_reads} reads at 128 blocks, {large_reads} at 8,192");
         // A scan would read one spare per segment: 2,047 at 8,192 blocks. (The rest of the
         // reads after a crash are the replay of the log written since the checkpoint.)
@@ -76,7 +76,9 @@ fn the_anchor_log_wraps_between_the_reserved_blocks() {
         let (again, rep) = Fs::open(fs.unmount().unwrap(), opts()).unwrap();
         fs = again;
         assert!(!rep.store.scanned, "cycle {cycle}: {rep:?}");
-        assert!(rep.store.anchor_pages_read <= 16, "cycle {cycle}: {rep:?}");
+        // The log's end is found from each block's end (a damaged page inside it must not
+        // end it early): at most a spare per page of the two blocks, and a few pages more.
+        assert!(rep.store.anchor_pages_read <= 2 * 16 + 4, "cycle {cycle}: {rep:?}");
         assert_eq!(fs.read(f, 0, 1 << 20).unwrap(), want, "cycle {cycle}");
     }
     // Both reserved blocks still begin with a superblock.

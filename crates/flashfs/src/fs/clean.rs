@@ -362,6 +362,12 @@ impl<N: Nand> Fs<N> {
         // Kept until the next checkpoint, when it is tried again (the file may be gone); not
         // cleared by the checkpoint just written.
         self.cleaner.pinned.extend(stuck);
+        let refused = self.still_live(&movable);
+        if !refused.is_empty() {
+            movable.retain(|p| !refused.contains(p));
+            self.stats.segments_refused += refused.len() as u64;
+            self.cleaner.pinned.extend(refused);
+        }
         for &phys in &movable {
             self.store.release_segment(phys)?;
             // Whatever is left counted there (a chunk dropped with its map beyond repair)
@@ -372,6 +378,24 @@ impl<N: Nand> Fs<N> {
         // Their pages will be written again: forget any copy of them.
         self.read_cache.recent.clear();
         Ok(movable.len())
+    }
+
+    /// Of `victims`, whose live data was moved and made durable, those that still hold some:
+    /// what the usage table counts there beyond the map and group nodes is file data the
+    /// index still names. Erasing one would lose it, so it is refused, whatever the move
+    /// missed (a repair never leaves less readable than it found). Debug builds check the
+    /// table against the whole index too.
+    fn still_live(&mut self, victims: &[u32]) -> Vec<u32> {
+        let mut live = Vec::new();
+        for &phys in victims {
+            let usage = self.index.usage.get(&phys).copied().unwrap_or(0);
+            if usage > self.map_bytes_in(phys) {
+                live.push(phys);
+                continue;
+            }
+            debug_assert_eq!(self.index_points_into(phys), Vec::<(u64, u64)>::new(), "segment {phys}");
+        }
+        live
     }
 
     /// Segments holding map or group nodes a checkpoint that mount may start from refers to.

@@ -713,13 +713,14 @@ impl<N: Nand> Fs<N> {
         let mut unreadable = HashSet::new();
         let mut flash = vec![0u8; self.page.buf.len()];
         for &page in pages {
-            match self.store.read(PageAddr(page), &mut flash) {
+            // Claimed: a page whose spare is lost may still hold live fragments (what it
+            // seems to hold counts only where the index agrees, below).
+            match self.store.read_claimed(PageAddr(page), &mut flash) {
                 Ok(_) => {}
-                Err(FsError::Unrecoverable { .. }) => {
+                Err(FsError::Unrecoverable { .. } | FsError::NotWritten { .. }) => {
                     unreadable.insert(page);
                     continue;
                 }
-                Err(FsError::NotWritten { .. }) => continue,
                 Err(e) => return Err(e),
             }
             let mut off = 0;

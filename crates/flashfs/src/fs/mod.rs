@@ -217,6 +217,9 @@ pub struct FsStats {
     pub segments_cleaned: u64,
     /// Logical pages the cleaner moved out of them.
     pub pages_moved: u64,
+    /// Segments whose live data was moved but which still held some when they were to be
+    /// erased (a move that missed a page): kept, not erased.
+    pub segments_refused: u64,
     /// Runs of the cleaner proper (free segments below its reserve: whole victims moved
     /// in one call), and steps the background cleaner took (`Fs::clean_step`), with the
     /// segments those steps released.

@@ -601,7 +601,9 @@ impl<N: Nand> Fs<N> {
             } else {
                 vec![0u8; ps]
             };
-            let how = match self.store.read(PageAddr(page), &mut flash) {
+            // Every payload read here is checked by its CRC-32C: a page whose spare is lost
+            // is still data, for the index says so.
+            let how = match self.store.read_claimed(PageAddr(page), &mut flash) {
                 Ok(how) => how != Repaired::No,
                 Err(e) => {
                     self.stats.unreadable += 1;

@@ -25,11 +25,17 @@ pub struct ScrubReport {
     pub unreadable_pages: u64,
     /// Parity and pad pages that no longer match their signatures.
     pub parity_damaged: u64,
+    /// Pages of sealed segments without a spare that decodes, named by no group, whose bytes
+    /// differ from what their stripe says was programmed there (a spare and a parity page
+    /// lost together, or a page that reads erased): their segment is healed.
+    pub unsigned_damaged: u64,
     /// Logical pages rewritten away from repaired flash pages.
     pub logical_pages_relocated: u64,
     /// Segments with a damaged page whose data was moved under fresh parity and which were
     /// erased.
     pub segments_healed: u64,
+    /// Damaged segments whose data could not be shown moved whole: left as they were.
+    pub segments_refused: u64,
     /// Superblock copies found damaged (re-read at the end of the pass), and rewritten.
     pub superblocks_damaged: u64,
     pub superblocks_rewritten: u64,
@@ -107,8 +113,15 @@ impl<N: Nand> Fs<N> {
                             damaged.push(addr);
                         }
                         Err(FsError::Unrecoverable { .. }) => r.unreadable_pages += 1,
-                        // A torn program (no data ever acknowledged there): nothing to check.
-                        Err(FsError::NotWritten { .. }) => {}
+                        // No spare or group says what the page is: a torn program (nothing
+                        // acknowledged there) holds what its stripe says was programmed; a
+                        // damaged page does not.
+                        Err(FsError::NotWritten { .. }) => {
+                            if self.store.matches_stripe(addr)? == Some(false) {
+                                r.unsigned_damaged += 1;
+                                damaged.push(addr);
+                            }
+                        }
                         Err(e) => return Err(e),
                     },
                 }
@@ -131,7 +144,9 @@ impl<N: Nand> Fs<N> {
         self.relocate(&pass.repaired, &mut pass.report)?;
         // A damaged page cannot be rewritten in place (a NAND page is programmed once per
         // erase): the segment's data moves and the segment is erased.
+        let refused = self.stats.segments_refused;
         pass.report.segments_healed = self.heal_segments(&pass.damaged)?;
+        pass.report.segments_refused = self.stats.segments_refused - refused;
         self.store.stats.repaired_by_group = counted.repaired_by_group;
         self.store.stats.repaired_by_segment = counted.repaired_by_segment;
         self.sync()?;

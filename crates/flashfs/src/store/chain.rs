@@ -168,7 +168,7 @@ impl<N: Nand> PageStore<N> {
             for i in 0..g.pages_per_block {
                 self.nand.read_spare(g.first_page(block) + i, &mut spare)?;
                 report.spares_read += 1;
-                if erased(&spare) && self.unwritten(g.first_page(block) + i)? {
+                if erased(&spare) && self.ends_block(g.first_page(block) + i)? {
                     return Ok(None);
                 }
                 if let Some(s) = Spare::decode(&spare, g.first_page(block) + i) {
@@ -228,18 +228,18 @@ impl<N: Nand> PageStore<N> {
             if self.nand.is_bad(block)? {
                 continue;
             }
-            // Written pages are a prefix of the block (page 0 is the superblock): the first
-            // erased spare, by binary search.
-            let (mut lo, mut hi) = (1, g.pages_per_block);
-            while lo < hi {
-                let mid = (lo + hi) / 2;
-                self.nand.read_spare(g.first_page(block) + mid, &mut spare)?;
+            // Written pages are a prefix of the block (page 0 is the superblock): it ends after
+            // the last spare that is not erased. Found from the end, not by bisection: a page
+            // damaged to read erased inside the prefix must not end it early (the next anchor
+            // would be programmed over written pages, and the newest one missed).
+            let mut lo = g.pages_per_block;
+            while lo > 1 {
+                self.nand.read_spare(g.first_page(block) + lo - 1, &mut spare)?;
                 report.anchor_pages_read += 1;
-                if erased(&spare) {
-                    hi = mid;
-                } else {
-                    lo = mid + 1;
+                if !erased(&spare) {
+                    break;
                 }
+                lo -= 1;
             }
             let mut end = lo;
             // A program cut before it reached the spare leaves the page unusable still.
@@ -416,10 +416,7 @@ impl<N: Nand> PageStore<N> {
                         self.w.anchor_chained = ckpt.is_some();
                         return Ok(());
                     }
-                    Err(NandError::ProgramFailed { .. }) => {
-                        self.stats.program_failures += 1;
-                        continue;
-                    }
+                    Err(e) if self.program_refused(&e, at)? => continue,
                     Err(e) => return Err(e.into()),
                 }
             }

@@ -46,6 +46,10 @@ pub enum Repaired {
     ByGroup,
     /// Rebuilt from its segment's parity blocks.
     BySegment,
+    /// Nothing on the chip says what the page is (its spare is gone, and no group or sealed
+    /// stripe rebuilds it): its bytes as they read, for a caller that knows from its own
+    /// records that data is there and checks every byte (see `read_claimed`).
+    Unsigned,
 }
 
 /// Counters since the store was opened.
@@ -399,8 +403,7 @@ impl<N: Nand> PageStore<N> {
         let page = self.here();
         let ok = match self.nand.program(page, data, spare) {
             Ok(()) => true,
-            Err(NandError::ProgramFailed { .. }) => {
-                self.stats.program_failures += 1;
+            Err(e) if self.program_refused(&e, page)? => {
                 // Its pages stay readable (the parity covers what it holds) until the
                 // cleaner releases the segment, which then retires it.
                 self.w.failing.insert(self.layout.g.block_of(page));
@@ -424,6 +427,26 @@ impl<N: Nand> PageStore<N> {
         }
         self.w.next += 1;
         Ok((page, ok))
+    }
+
+    /// Whether a program of `page` that returned `e` failed as the medium may (counted; the
+    /// caller goes on at the next page): the chip said the program failed, or refused the
+    /// page as already programmed while it reads erased. The writer took it for unwritten
+    /// because it reads so: a page damaged to read erased (cells that lost their charge)
+    /// after it was programmed, at the end of what a mount found written. Any other refusal
+    /// is an error of the writer's and is returned.
+    pub(crate) fn program_refused(&mut self, e: &NandError, page: u32) -> Result<bool, FsError> {
+        let refused = match e {
+            NandError::ProgramFailed { .. } => true,
+            NandError::NotProgrammable { .. } => {
+                let mut spare = vec![0u8; self.layout.g.spare_size as usize];
+                self.nand.read_spare(page, &mut spare)?;
+                crate::store::mount::erased(&spare) && self.unwritten(page)?
+            }
+            _ => false,
+        };
+        self.stats.program_failures += refused as u64;
+        Ok(refused)
     }
 
     fn accumulate_segment(&mut self, block: usize, index: usize, data: &[u8]) {

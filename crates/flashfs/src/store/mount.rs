@@ -55,6 +55,64 @@ impl<N: Nand> PageStore<N> {
         self.nand.read_data(page, &mut data)?;
         Ok(erased(&data))
     }
+
+    /// Whether `page`, whose spare reads erased, is where its segment's programmed pages end,
+    /// read from the chip (mount, before the writer knows where it stands): its data reads
+    /// erased too, and so does the spare of every later page of its block and of the first
+    /// page of every later good data block. Pages are programmed in order, a segment's data
+    /// blocks one after the other, so a page that reads erased with a programmed one after
+    /// it was programmed, and damaged (a wild erase, or cells that lost their charge): it
+    /// is not the end, and what follows it must not be taken for unwritten.
+    pub(crate) fn ends_block(&mut self, page: u32) -> Result<bool, FsError> {
+        if !self.unwritten(page)? {
+            return Ok(false);
+        }
+        let g = self.layout.g;
+        let mut later: Vec<u32> = (page + 1..g.first_page(g.block_of(page)) + g.pages_per_block).collect();
+        if let Some((phys, b, _)) = self.layout.locate(page) {
+            for next in b + 1..self.layout.data_blocks() {
+                let block = self.layout.block(phys, next);
+                if !self.nand.is_bad(block)? {
+                    later.push(g.first_page(block));
+                }
+            }
+        }
+        let mut spare = vec![0u8; g.spare_size as usize];
+        for p in later {
+            self.nand.read_spare(p, &mut spare)?;
+            if !erased(&spare) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Pages programmed since its erase in block `b` of physical segment `phys`, as the
+    /// writer knows it, not as the chip reads: every page of a segment no longer written (a
+    /// segment is closed by padding every data block to its end and sealing it), and up to
+    /// the write position in the live one. Damage that makes a page read erased must not
+    /// make what follows it look unwritten: a scrub that believed it erased the rest.
+    fn programmed_in(&self, phys: u32, b: u32) -> u32 {
+        let ppb = self.layout.g.pages_per_block;
+        match self.w.seg {
+            Some(live) if live.physical == phys => {
+                if b >= self.layout.data_blocks() {
+                    if self.w.sealed {
+                        ppb
+                    } else {
+                        0
+                    }
+                } else if b < self.w.block {
+                    ppb
+                } else if b == self.w.block {
+                    self.w.next
+                } else {
+                    0
+                }
+            }
+            _ => ppb,
+        }
+    }
 }
 
 impl<N: Nand> PageStore<N> {
@@ -217,7 +275,7 @@ impl<N: Nand> PageStore<N> {
                 let at = layout.g.first_page(block) + i;
                 self.nand.read_spare(at, &mut spare)?;
                 report.spares_read += 1;
-                if erased(&spare) && self.unwritten(layout.g.first_page(block) + i)? {
+                if erased(&spare) && self.ends_block(at)? {
                     next = i;
                     break;
                 }
@@ -343,8 +401,8 @@ impl<N: Nand> PageStore<N> {
 
 impl<N: Nand> PageStore<N> {
     /// The written pages of the first `blocks` blocks of physical segment `phys` (bad blocks
-    /// skipped, each block up to its first erased spare), with their spares where they decode.
-    /// Pages before `from` (a page of this segment) are left out.
+    /// skipped, each block as far as it was programmed: see `programmed_in`), with their
+    /// spares where they decode. Pages before `from` (a page of this segment) are left out.
     fn written_pages(
         &mut self,
         phys: u32,
@@ -360,15 +418,12 @@ impl<N: Nand> PageStore<N> {
             if self.nand.is_bad(block)? {
                 continue;
             }
-            for i in 0..g.pages_per_block {
+            for i in 0..self.programmed_in(phys, b) {
                 let page = g.first_page(block) + i;
                 if from.is_some_and(|f| page < f) {
                     continue;
                 }
                 self.nand.read_spare(page, &mut spare)?;
-                if erased(&spare) && self.unwritten(page)? {
-                    break;
-                }
                 out.push((page, Spare::decode(&spare, page)));
             }
         }

@@ -38,6 +38,43 @@ impl<N: Nand> PageStore<N> {
         self.repair(addr.0, out)
     }
 
+    /// Reads page `addr`, which the caller's own records say holds data it checks end to
+    /// end (a node's payload, under a CRC-32C): as [`read`](Self::read), and where that
+    /// finds nothing on the chip that says the page is data (its spare is gone and its
+    /// group's parity page too), the stripe of its sealed segment rebuilds it, else its
+    /// bytes are taken as they read ([`Repaired::Unsigned`]). A spare and a parity page lost
+    /// together must not cost data the page itself still holds whole.
+    pub fn read_claimed(&mut self, addr: PageAddr, out: &mut [u8]) -> Result<Repaired, FsError> {
+        match self.read(addr, out) {
+            Err(FsError::NotWritten { .. } | FsError::Unrecoverable { .. }) => {}
+            done => return done,
+        }
+        let Some((seg, b, i)) = self.layout.locate(addr.0) else {
+            return Err(FsError::Unrecoverable { page: addr.0 });
+        };
+        if self.read_raw(addr.0, out)?.is_some() {
+            // Its spare decodes: the page is what it says, and no repair matched it.
+            return Err(FsError::Unrecoverable { page: addr.0 });
+        }
+        if let Some(rebuilt) = self.rebuild_from_segment(seg, b, i, None)? {
+            out.copy_from_slice(&rebuilt);
+            self.stats.repaired_by_segment += 1;
+            return Ok(Repaired::BySegment);
+        }
+        Ok(Repaired::Unsigned)
+    }
+
+    /// Whether page `addr` of a sealed segment holds what its stripe says was programmed
+    /// there: its bytes equal the stripe's rebuild of it. `None` when the stripe cannot say
+    /// (the segment is not sealed, or too much of the stripe is damaged).
+    pub fn matches_stripe(&mut self, addr: PageAddr) -> Result<Option<bool>, FsError> {
+        let Some((seg, b, i)) = self.layout.locate(addr.0) else { return Ok(None) };
+        let Some(rebuilt) = self.rebuild_from_segment(seg, b, i, None)? else { return Ok(None) };
+        let mut held = vec![0u8; self.layout.g.page_size as usize];
+        self.nand.read_data(addr.0, &mut held)?;
+        Ok(Some(held == rebuilt))
+    }
+
     fn repair(&mut self, page: u32, out: &mut [u8]) -> Result<Repaired, FsError> {
         let Some((seg, b, i)) = self.layout.locate(page) else {
             self.stats.unrecoverable += 1;
