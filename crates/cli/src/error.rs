@@ -31,6 +31,12 @@ pub enum CliError {
     Nand(#[from] NandError),
     #[error(transparent)]
     Heap(#[from] HeapError),
+    /// A file-system error on the image named (not on the NVRAM tier file beside it).
+    #[error("{}: {source}", image.display())]
+    Image { image: std::path::PathBuf, source: FsError },
+    /// A child command (the mount's daemon) failed: its message and its exit code, passed on.
+    #[error("{why}")]
+    Child { code: u8, why: String },
     /// Anything else that stopped the work.
     #[error("{0}")]
     Failed(String),
@@ -44,6 +50,8 @@ impl CliError {
             CliError::Fs(e) => fs_code(e),
             CliError::Nand(e) => nand_code(e),
             CliError::Heap(e) => heap_code(e),
+            CliError::Image { source, .. } => fs_code(source),
+            CliError::Child { code, .. } => *code,
             CliError::Failed(_) => 1,
         }
     }
@@ -70,7 +78,11 @@ fn heap_code(e: &HeapError) -> u8 {
 fn nand_code(e: &NandError) -> u8 {
     match e {
         NandError::NotAnImage { .. } | NandError::Version { .. } | NandError::Locked { .. } => 3,
-        NandError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => 3,
+        NandError::Io { source, .. }
+            if matches!(source.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::AlreadyExists) =>
+        {
+            3
+        }
         // Geometry given on the command line, a page or block number past the chip.
         NandError::Geometry { .. } | NandError::PageRange { .. } | NandError::BlockRange { .. } => 2,
         _ => 1,

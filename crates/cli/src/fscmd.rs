@@ -119,6 +119,12 @@ pub(crate) fn open_image_offline(image: &Path) -> Result<FileNand, CliError> {
 
 pub fn mkfs(a: &MkfsArgs) -> Result<(), CliError> {
     let g = a.geometry.geometry()?;
+    if !a.force && a.image.exists() {
+        return Err(CliError::Target(format!(
+            "{}: exists; mkfs makes a new image (--force replaces this one, and what it holds)",
+            a.image.display()
+        )));
+    }
     if a.force && a.image.exists() {
         // A mounted image is live: replacing it under its daemon destroys what it holds,
         // fsync'd data included.
@@ -349,8 +355,13 @@ fn spawn_daemon(a: &MountArgs) -> Result<(), CliError> {
     let log_file = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
     cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(log_file);
     let mut child = cmd.spawn().map_err(err)?;
-    for _ in 0..200 {
-        if crate::mounted::is_mountpoint(&a.mountpoint) {
+    // Mounted is what the daemon says once its session serves (a mount table entry at the
+    // mountpoint could be another's); a daemon that exits first passes on its error and its
+    // exit status. A mount recovering a large tier may take a while: no deadline but the
+    // daemon's own.
+    loop {
+        let said = std::fs::read_to_string(&log).unwrap_or_default();
+        if said.lines().any(|l| l.starts_with(SERVING)) {
             println!(
                 "mounted {} at {} (pid {}, log {}); unmount with: bitmend umount {}",
                 a.image.display(),
@@ -364,15 +375,60 @@ fn spawn_daemon(a: &MountArgs) -> Result<(), CliError> {
         if let Some(status) = child.try_wait().map_err(err)? {
             let said = std::fs::read_to_string(&log).unwrap_or_default();
             let _ = std::fs::remove_file(&log);
-            return Err(format!(
-                "the mount exited ({status}) before mounting: {}",
-                said.trim().trim_start_matches("bitmend: ")
-            )
-            .into());
+            let why = said.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+            return Err(CliError::Child {
+                // Killed by a signal: the work failed.
+                code: status.code().and_then(|c| u8::try_from(c).ok()).filter(|&c| c != 0).unwrap_or(1),
+                why: format!("the mount failed ({status}): {}", why.trim_start_matches("bitmend: ")),
+            });
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
     }
-    Err("the mount did not appear within 10 s".into())
+}
+
+/// The line a daemon writes to its log once its FUSE session serves requests.
+const SERVING: &str = "bitmend: serving ";
+
+/// Refuses a mountpoint that is already a mount (the new daemon would mount over it, or
+/// fail after a caller was told it had mounted). One left by a daemon that died
+/// ("Transport endpoint is not connected") is unmounted first when it was a bitmend mount,
+/// else named with the command that clears it.
+fn check_mountpoint(mountpoint: &Path) -> Result<(), CliError> {
+    // Its root's attributes may still be cached by the kernel: opening it asks the daemon.
+    let dead = matches!(std::fs::read_dir(mountpoint), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN));
+    if dead {
+        let ours = crate::mounted::bitmend_mount_dead(mountpoint);
+        if !ours {
+            return Err(CliError::Target(format!(
+                "{}: a mount whose daemon has died (Transport endpoint is not connected); \
+                 clear it with: fusermount3 -u {}",
+                mountpoint.display(),
+                mountpoint.display()
+            )));
+        }
+        crate::mounted::detach(mountpoint).map_err(|e| {
+            CliError::Target(format!(
+                "{}: a bitmend mount whose daemon has died, and unmounting it failed ({e}); \
+                 clear it with: bitmend umount {}",
+                mountpoint.display(),
+                mountpoint.display()
+            ))
+        })?;
+        eprintln!("bitmend: {}: its daemon had died; unmounted the dead mount", mountpoint.display());
+        return Ok(());
+    }
+    if crate::mounted::is_mountpoint(mountpoint) {
+        let what = match crate::mounted::bitmend_mount(mountpoint) {
+            Ok(m) => format!("bitmend image {}", m.image().unwrap_or_default().display()),
+            Err(_) => "another file system".into(),
+        };
+        return Err(CliError::Target(format!(
+            "{}: already a mount point ({what}); unmount it first: bitmend umount {}",
+            mountpoint.display(),
+            mountpoint.display()
+        )));
+    }
+    Ok(())
 }
 
 /// The image `mount --create` makes: 128 MiB, RCFFS's geometry and parity.
@@ -423,6 +479,7 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
     if nvram_size < 1 << 20 {
         return Err(CliError::Usage("--nvram-size must be at least 1M".into()));
     }
+    check_mountpoint(&a.mountpoint)?;
     if a.create && !a.image.exists() {
         mkfs(&default_mkfs(a))?;
     }
@@ -443,15 +500,20 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
         ..FsOptions::default()
     };
     let nvram = crate::nvram::chosen(&a.nvram, &a.image)?;
+    let on_image = |e: CliError| match e {
+        CliError::Fs(source) => CliError::Image { image: a.image.clone(), source },
+        e => e,
+    };
     let (mut fs, rep) = match &nvram {
         Some(path) => {
-            let (fs, rep, tier) = crate::nvram::mount(nand, opts, path, nvram_size as usize)?;
+            let (fs, rep, tier) =
+                crate::nvram::mount(nand, opts, path, nvram_size as usize).map_err(on_image)?;
             if let Some(said) = crate::nvram::describe(path, &tier) {
                 eprintln!("bitmend: {said}");
             }
             (fs, rep)
         }
-        None => Fs::open(nand, opts)?,
+        None => Fs::open(nand, opts).map_err(|e| on_image(e.into()))?,
     };
     if let Some(c) = a.compress.map(|c| c.options().compression).or(fs.recorded_compression()) {
         fs.set_compression(c);
@@ -493,6 +555,7 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
     )
     .map_err(err)?;
     crate::mounted::set_readahead(&a.mountpoint, a.readahead_kib);
+    eprintln!("{SERVING}{}", a.mountpoint.display());
     while !STOP.load(Ordering::SeqCst) && !session.guard.is_finished() {
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -91,8 +91,21 @@ enum Command {
     Kv(kv::KvArgs),
 }
 
+/// A closed stdout (`bitmend stat MNT | head -1`) ends a command as it ends any Unix tool,
+/// by SIGPIPE, instead of a panic in `println!`. Not the mount: a daemon lives on whatever
+/// becomes of the terminal that started it.
+fn die_quietly_on_closed_pipe() {
+    // SAFETY: restores the default disposition of SIGPIPE before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Mount(_)) {
+        die_quietly_on_closed_pipe();
+    }
     let result = match cli.command {
         Command::Mkfs(a) => fscmd::mkfs(&a).map(|()| 0),
         Command::Mount(a) => fscmd::mount(&a).map(|()| 0),

@@ -119,6 +119,35 @@ pub fn bitmend_mount(mountpoint: &Path) -> Result<MountEntry, CliError> {
     }
 }
 
+/// Whether the mount at `mountpoint` is a bitmend one (its daemon may be dead: the table is
+/// read, not the mountpoint).
+pub fn bitmend_mount_dead(mountpoint: &Path) -> bool {
+    // A dead mount cannot be canonicalized (its root does not answer): its parent can.
+    let Some(canon) = mountpoint
+        .parent()
+        .map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p })
+        .and_then(|p| std::fs::canonicalize(p).ok())
+        .and_then(|p| mountpoint.file_name().map(|n| p.join(n)))
+    else {
+        return false;
+    };
+    table().into_iter().rev().find(|e| e.mountpoint == canon).is_some_and(|e| e.image().is_some())
+}
+
+/// Unmounts the mount at `mountpoint` whose daemon is gone (lazily: nothing serves it).
+pub fn detach(mountpoint: &Path) -> Result<(), String> {
+    let out = Command::new("fusermount3")
+        .arg("-uz")
+        .arg(mountpoint)
+        .output()
+        .map_err(|e| format!("fusermount3: {e} (install fuse3)"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct SyncArgs {
     /// The mountpoint of a mounted bitmend file system.

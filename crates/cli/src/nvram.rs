@@ -115,9 +115,9 @@ pub fn mount(
         if created { DirtyTier::create(log, heap).map_err(tier_error)?.into_regions() } else { (log, heap) };
     bitmend_tier::mount(nand, opts, log, heap).map_err(|e| match e {
         bitmend_tier::TierMountError::Tier(e) => tier_error(e),
-        bitmend_tier::TierMountError::Fs(e) => {
-            CliError::Target(format!("NVRAM tier {}: {e}", path.display()))
-        }
+        // The image's own fault (not a file system, damaged, a newer format): named as the
+        // image's by the caller, with its own exit status.
+        bitmend_tier::TierMountError::Fs(e) => CliError::Fs(e),
     })
 }
 
