@@ -467,6 +467,31 @@ fn fuse_config(a: &MountArgs) -> fuser::Config {
     config
 }
 
+/// Opens the image for the mount, through its NVRAM tier when it has one (recovering what
+/// the tier holds); the image's own errors name the image.
+fn open_for_mount(
+    a: &MountArgs,
+    nand: FileNand,
+    opts: FsOptions,
+    nvram: Option<&Path>,
+    nvram_size: usize,
+) -> Result<(Fs<FileNand>, bitmend_flashfs::MountReport), CliError> {
+    let on_image = |e: CliError| match e {
+        CliError::Fs(source) => CliError::Image { image: a.image.clone(), source },
+        e => e,
+    };
+    match nvram {
+        Some(path) => {
+            let (fs, rep, tier) = crate::nvram::mount(nand, opts, path, nvram_size).map_err(on_image)?;
+            if let Some(said) = crate::nvram::describe(path, &tier) {
+                eprintln!("bitmend: {said}");
+            }
+            Ok((fs, rep))
+        }
+        None => Fs::open(nand, opts).map_err(|e| on_image(e.into())),
+    }
+}
+
 pub fn mount(a: &MountArgs) -> Result<(), CliError> {
     crate::units::parse_duration(&a.scrub_every).map_err(CliError::Usage)?;
     let commit_interval = crate::units::parse_duration(&a.commit_interval).map_err(CliError::Usage)?;
@@ -500,21 +525,7 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
         ..FsOptions::default()
     };
     let nvram = crate::nvram::chosen(&a.nvram, &a.image)?;
-    let on_image = |e: CliError| match e {
-        CliError::Fs(source) => CliError::Image { image: a.image.clone(), source },
-        e => e,
-    };
-    let (mut fs, rep) = match &nvram {
-        Some(path) => {
-            let (fs, rep, tier) =
-                crate::nvram::mount(nand, opts, path, nvram_size as usize).map_err(on_image)?;
-            if let Some(said) = crate::nvram::describe(path, &tier) {
-                eprintln!("bitmend: {said}");
-            }
-            (fs, rep)
-        }
-        None => Fs::open(nand, opts).map_err(|e| on_image(e.into()))?,
-    };
+    let (mut fs, rep) = open_for_mount(a, nand, opts, nvram.as_deref(), nvram_size as usize)?;
     if let Some(c) = a.compress.map(|c| c.options().compression).or(fs.recorded_compression()) {
         fs.set_compression(c);
     }

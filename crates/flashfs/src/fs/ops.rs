@@ -473,13 +473,43 @@ impl<N: Nand> Fs<N> {
             self.cache.forget_from(ino, keep);
             self.reserved.take(ino, keep..u64::MAX);
             self.ns.inodes.get_mut(&ino).expect("checked").attr.size = size;
-            // The shrink reaches the flash after the cut page and before any later data, so
-            // older pages past the end never come back at mount.
+            // The new size goes into the log before the cut page: a crash keeps a prefix of
+            // the log, so the cut page (zeros past the end) is never found under the old
+            // size. Then the pages are written, before any later data, so older pages past
+            // the end never come back at mount.
+            let n = self.inode_node(ino);
+            self.commit(vec![n])?;
             self.flush_data()?;
         } else {
+            self.zero_past_end(ino, old)?;
             self.ns.inodes.get_mut(&ino).expect("checked").attr.size = size;
         }
         self.touch(ino);
+        Ok(())
+    }
+
+    /// Before file `ino` grows past `end` with a gap: the bytes of its last page past `end`
+    /// read as zeros. They are zeros unless a crash kept a truncate's new size without the
+    /// page it cut (the size goes into the log first); then they are cut now, before the
+    /// gap shows them.
+    fn zero_past_end(&mut self, ino: u64, end: u64) -> Result<(), FsError> {
+        let tail = (end % LOGICAL_PAGE as u64) as usize;
+        if tail == 0 {
+            return Ok(());
+        }
+        let index = end / LOGICAL_PAGE as u64;
+        let was_dirty = self.wb.dirty.contains_key(&(ino, index));
+        let mut page = self.page_to_change(ino, index)?;
+        if page.bytes[tail..].iter().all(|&b| b == 0) {
+            // As it was: a dirty page goes back; a clean one needs no write.
+            if was_dirty {
+                self.set_dirty((ino, index), page);
+            }
+            return Ok(());
+        }
+        page.cut(tail);
+        self.tier_page((ino, index), &page, tail..LOGICAL_PAGE)?;
+        self.set_dirty((ino, index), page);
         Ok(())
     }
 
@@ -678,6 +708,10 @@ impl<N: Nand> Fs<N> {
             FileType::File => {}
             FileType::Dir => return Err(FsError::IsDir),
             _ => return Err(FsError::Invalid { why: "not a regular file".into() }),
+        }
+        let old_size = self.inode(ino)?.attr.size;
+        if off > old_size {
+            self.zero_past_end(ino, old_size)?;
         }
         let mut pos = off;
         let Some(end) = off.checked_add(data.len() as u64) else {
