@@ -389,7 +389,8 @@ impl<N: Nand> Fs<N> {
         let mut live = Vec::new();
         for &phys in victims {
             let usage = self.index.usage.get(&phys).copied().unwrap_or(0);
-            if usage > self.map_bytes_in(phys) {
+            // Most victims count nothing left; the map bytes (a walk of every map) only then.
+            if usage > 0 && usage > self.map_bytes_in(phys) {
                 live.push(phys);
                 continue;
             }
