@@ -117,6 +117,15 @@ pub(crate) fn open_image_offline(image: &Path) -> Result<FileNand, CliError> {
     Ok(nand)
 }
 
+/// Opens an unmounted image's file system (fsck, stat, scrub): its errors name the image.
+pub(crate) fn open_fs_offline(
+    image: &Path,
+) -> Result<(Fs<FileNand>, bitmend_flashfs::MountReport), CliError> {
+    let nand = open_image_offline(image)?;
+    Fs::open(nand, FsOptions::default())
+        .map_err(|source| CliError::Image { image: image.to_path_buf(), source })
+}
+
 pub fn mkfs(a: &MkfsArgs) -> Result<(), CliError> {
     let g = a.geometry.geometry()?;
     if !a.force && a.image.exists() {
@@ -530,12 +539,13 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
         fs.set_compression(c);
     }
     eprintln!(
-        "bitmend: mounted {} ({}; {} pages replayed{}, {} repaired on the way; {} damaged superblock copies, {} rewritten)",
+        "bitmend: mounted {} ({}; {} pages replayed{}, {} repaired on the way; superblock from {}, {} damaged copies, {} rewritten)",
         a.image.display(),
         mount_method(&rep),
         rep.pages,
         if rep.from_checkpoint { " from a checkpoint" } else { "" },
         rep.pages_repaired,
+        superblock_source(&rep),
         rep.superblocks_damaged,
         rep.superblocks_rewritten
     );
@@ -606,8 +616,7 @@ pub struct CheckArgs {
 }
 
 pub fn fsck(a: &CheckArgs) -> Result<u8, CliError> {
-    let nand = open_image_offline(&a.image)?;
-    let (mut fs, rep) = Fs::open(nand, FsOptions::default())?;
+    let (mut fs, rep) = open_fs_offline(&a.image)?;
     let tty = std::io::stderr().is_terminal() && !a.json;
     let c = fs.check_with_progress(true, &mut |done, total| {
         if tty {
@@ -625,7 +634,7 @@ pub fn fsck(a: &CheckArgs) -> Result<u8, CliError> {
         println!(
             "{{\"image\": {}, \"files\": {}, \"dirs\": {}, \"symlinks\": {}, \"data_pages\": {}, \"unreadable_pages\": {}, \
              \"repaired_pages\": {}, \"maps_rebuilt\": {}, \"repaired_by_group\": {}, \"repaired_by_segment\": {}, \"pages_lost_at_mount\": {}, \
-             \"superblocks_damaged\": {}, \"superblocks_rewritten\": {}, \"problems\": [{}], \"clean\": {}}}",
+             \"superblock_from\": {}, \"superblocks_damaged\": {}, \"superblocks_rewritten\": {}, \"problems\": [{}], \"clean\": {}}}",
             json_str(&a.image.display().to_string()),
             c.files,
             c.dirs,
@@ -637,6 +646,7 @@ pub fn fsck(a: &CheckArgs) -> Result<u8, CliError> {
             st.repaired_by_group,
             st.repaired_by_segment,
             rep.pages_lost,
+            json_str(&superblock_source(&rep)),
             rep.superblocks_damaged,
             rep.superblocks_rewritten,
             problems.join(", "),
@@ -668,8 +678,10 @@ pub fn fsck(a: &CheckArgs) -> Result<u8, CliError> {
         }
         if rep.superblocks_damaged > 0 {
             println!(
-                "  superblock copies: {} damaged, {} rewritten from the good one",
-                rep.superblocks_damaged, rep.superblocks_rewritten
+                "  superblock copies: {} damaged, {} rewritten from {}",
+                rep.superblocks_damaged,
+                rep.superblocks_rewritten,
+                superblock_source(&rep)
             );
         }
         for p in &c.problems {
@@ -681,6 +693,11 @@ pub fn fsck(a: &CheckArgs) -> Result<u8, CliError> {
         fs.unmount()?;
     }
     Ok(if c.clean() { 0 } else { EXIT_PROBLEMS })
+}
+
+/// Which superblock copy a mount read, in words.
+fn superblock_source(rep: &bitmend_flashfs::MountReport) -> String {
+    rep.store.superblock.map_or_else(|| "a new format".to_string(), |c| c.to_string())
 }
 
 /// `bitmend stat MOUNTPOINT`: what the daemon of a mounted file system says through its
@@ -767,8 +784,7 @@ pub fn stat(a: &StatArgs) -> Result<(), CliError> {
     }
     // What mounting costs: the process is fresh, so the memory it gains is the mount's.
     let (ram_before, t) = (anon_rss(), std::time::Instant::now());
-    let nand = open_image_offline(&a.image)?;
-    let (fs, rep) = Fs::open(nand, FsOptions::default())?;
+    let (fs, rep) = open_fs_offline(&a.image)?;
     let (mount_ms, mount_ram) = (t.elapsed().as_secs_f64() * 1e3, anon_rss().saturating_sub(ram_before));
     let (total, free) = fs.statfs();
     let (logical, stored) = fs.data_space();

@@ -192,6 +192,12 @@ impl FuseFs {
         Locked(lock(&self.shared))
     }
 
+    /// The attributes the kernel gets: `st_blocks` is what the file stores (holes are not
+    /// blocks), not its size.
+    fn file_attr(&self, a: &Attr) -> FileAttr {
+        FileAttr { blocks: self.fs().stored_blocks(a.ino), ..attr(a) }
+    }
+
     /// A read planned under the lock, its flash pages read and checked without it, and
     /// finished under it only for pages whose check failed (docs/DESIGN.md, "Reads without
     /// the lock"). With --direct-io the kernel keeps no copy, so the pages read go into the
@@ -264,7 +270,7 @@ impl Filesystem for FuseFs {
             return reply.entry(&Duration::ZERO, &self.control(), Generation(0));
         }
         let a = try_reply!(reply, self.fs().lookup(Ino(parent.0), name.as_bytes()));
-        reply.entry(&TTL, &attr(&a), Generation(0));
+        reply.entry(&TTL, &self.file_attr(&a), Generation(0));
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -272,7 +278,7 @@ impl Filesystem for FuseFs {
             return reply.attr(&Duration::ZERO, &self.control());
         }
         let a = try_reply!(reply, self.fs().getattr(Ino(ino.0)));
-        reply.attr(&TTL, &attr(&a));
+        reply.attr(&TTL, &self.file_attr(&a));
     }
 
     fn setattr(
@@ -320,9 +326,9 @@ impl Filesystem for FuseFs {
         if self.drops_privileges && a.kind != FileType::Dir && (owner || truncated) {
             try_reply!(reply, self.fs().drop_privileges(Ino(ino.0)));
             let a = try_reply!(reply, self.fs().getattr(Ino(ino.0)));
-            return reply.attr(&TTL, &attr(&a));
+            return reply.attr(&TTL, &self.file_attr(&a));
         }
-        reply.attr(&TTL, &attr(&a));
+        reply.attr(&TTL, &self.file_attr(&a));
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -354,7 +360,7 @@ impl Filesystem for FuseFs {
             reply,
             self.fs().mknod(Ino(parent.0), name.as_bytes(), k, perm, rdev, (req.uid(), req.gid()))
         );
-        reply.entry(&TTL, &attr(&a), Generation(0));
+        reply.entry(&TTL, &self.file_attr(&a), Generation(0));
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
@@ -362,7 +368,7 @@ impl Filesystem for FuseFs {
         let perm = (mode & !umask & 0o7777) as u16;
         let a =
             try_reply!(reply, self.fs().mkdir(Ino(parent.0), name.as_bytes(), perm, req.uid(), req.gid()));
-        reply.entry(&TTL, &attr(&a), Generation(0));
+        reply.entry(&TTL, &self.file_attr(&a), Generation(0));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -396,7 +402,7 @@ impl Filesystem for FuseFs {
                 req.gid()
             )
         );
-        reply.entry(&TTL, &attr(&a), Generation(0));
+        reply.entry(&TTL, &self.file_attr(&a), Generation(0));
     }
 
     fn rename(
@@ -411,7 +417,9 @@ impl Filesystem for FuseFs {
     ) {
         not_control!(reply, parent, name, libc::EPERM);
         not_control!(reply, newparent, newname, libc::EPERM);
-        if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+        // Exchange and whiteout (an overlayfs upper layer's) are not supported: refused, never
+        // done as a plain rename.
+        if flags.bits() & !RenameFlags::RENAME_NOREPLACE.bits() != 0 {
             return reply.error(Errno::EINVAL);
         }
         if flags.contains(RenameFlags::RENAME_NOREPLACE)
@@ -429,7 +437,7 @@ impl Filesystem for FuseFs {
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         not_control!(reply, newparent, newname, libc::EEXIST);
         let a = try_reply!(reply, self.fs().link(Ino(ino.0), Ino(newparent.0), newname.as_bytes()));
-        reply.entry(&TTL, &attr(&a), Generation(0));
+        reply.entry(&TTL, &self.file_attr(&a), Generation(0));
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -679,8 +687,8 @@ impl Filesystem for FuseFs {
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let fs = self.fs();
         let (total, free) = fs.statfs();
-        let files = fs.inode_count() as u64;
-        reply.statfs(total / 4096, free / 4096, free / 4096, files + 1_000_000, 1_000_000, 4096, 255, 4096);
+        let (files, ffree) = (fs.inode_count() as u64, fs.free_inodes());
+        reply.statfs(total / 4096, free / 4096, free / 4096, files + ffree, ffree, 4096, 255, 4096);
     }
 
     fn create(
@@ -698,7 +706,7 @@ impl Filesystem for FuseFs {
         let a =
             try_reply!(reply, self.fs().create(Ino(parent.0), name.as_bytes(), perm, req.uid(), req.gid()));
         try_reply!(reply, self.fs().open_file(a.ino));
-        reply.created(&TTL, &attr(&a), Generation(0), FileHandle(0), self.open_flags());
+        reply.created(&TTL, &self.file_attr(&a), Generation(0), FileHandle(0), self.open_flags());
     }
 }
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::json::{field, json_str, number, text_field};
-use bitmend_flashfs::{Fs, FsOptions, ScrubReport};
+use bitmend_flashfs::ScrubReport;
 use clap::Args;
 
 use crate::error::EXIT_PROBLEMS;
@@ -65,8 +65,7 @@ fn progress(tty: bool, r: &ScrubReport) {
 
 /// An unmounted image: the pass runs here, and the image is written out after it.
 fn image(a: &ScrubArgs, tty: bool) -> Result<(ScrubReport, String), CliError> {
-    let nand = crate::fscmd::open_image_offline(&a.target)?;
-    let (mut fs, mounted) = Fs::open(nand, FsOptions::default())?;
+    let (mut fs, mounted) = crate::fscmd::open_fs_offline(&a.target)?;
     let mut pass = fs.scrub_begin();
     while !fs.scrub_step(&mut pass)? {
         progress(tty, &pass.report());
@@ -94,8 +93,7 @@ fn quick(a: &ScrubArgs) -> Result<u8, CliError> {
         let status = std::fs::read_to_string(&control).map_err(|e| format!("{}: {e}", control.display()))?;
         quick_from_json(&status, "quick_")?
     } else {
-        let nand = crate::fscmd::open_image_offline(&a.target)?;
-        let (mut fs, _) = Fs::open(nand, FsOptions::default())?;
+        let (mut fs, _) = crate::fscmd::open_fs_offline(&a.target)?;
         let r = fs.scrub_quick()?;
         fs.unmount()?;
         Quick::from(&r)

@@ -33,4 +33,5 @@ pub use fs::{
 pub use error::FsError;
 pub use store::layout::{FsConfig, Kind, Spare, FS_VERSION, MIN_SPARE};
 pub use store::mount::{PageHealth, StoreMountReport};
+pub use store::superblock::SuperblockCopy;
 pub use store::{PageAddr, PageStore, Repaired, Segment, SigCheck, StoreStats};

@@ -38,7 +38,7 @@ fn opts(c: Compression) -> FsOptions {
 
 #[test]
 fn golden_file_system_reads_back() {
-    for version in [1, 2, 3, 4, 5, 6, 7, 8] {
+    for version in [1, 2, 3, 4, 5, 6, 7, 8, 9] {
         read_back(version);
     }
 }
@@ -50,8 +50,12 @@ fn read_back(version: u32) {
     let (mut fs, report) = Fs::open(FileNand::open(&copy).unwrap(), opts(Compression::Lz4)).unwrap();
     assert_eq!(report.pages_repaired, 0);
     // Both reserved blocks now carry this version's superblock: an older build, which does
-    // not know the map nodes this mount may write, refuses the image.
-    for block in 0..2u32 {
+    // not know the map nodes this mount may write, refuses the image. So do the far copies
+    // at the chip's end: its last 2 blocks from version 9 (which keeps them out of the
+    // segments), before it the one block that segments of 3 leave over on these chips.
+    let last = bitmend_media::nand::Nand::geometry(fs.store().nand()).blocks - 1;
+    let far: &[u32] = if version >= 9 { &[0, 1, last - 1, last] } else { &[0, 1, last] };
+    for &block in far {
         use bitmend_media::nand::Nand as _;
         let nand = fs.store_mut().nand_mut();
         let g = nand.geometry();
@@ -67,6 +71,29 @@ fn read_back(version: u32) {
     let (fs, report) = Fs::open(FileNand::open(&copy).unwrap(), opts(Compression::Lz4)).unwrap();
     assert!(!report.store.scanned && report.store.chain_length >= 1, "version {version}: {report:?}");
     check_contents(fs, version);
+    let _ = std::fs::remove_file(copy);
+}
+
+/// Version 9's segments start with a copy of the superblock: the golden image mounts from
+/// it with the reserved blocks and the far copies destroyed (every page reads erased).
+#[test]
+fn golden_v9_mounts_from_a_segment_header_when_every_other_copy_is_gone() {
+    use bitmend_media::nand::RawAccess as _;
+    let copy = std::env::temp_dir().join(format!("bitmend-fs-golden-header-{}", std::process::id()));
+    std::fs::copy(golden_v(9), &copy).unwrap();
+    let mut nand = FileNand::open(&copy).unwrap();
+    for block in [0u32, 1, 94, 95] {
+        for i in 0..8 {
+            nand.raw_write(block * 8 + i, 0, &[0xFF; 2048 + 64]).unwrap();
+        }
+    }
+    let (fs, report) = Fs::open(nand, opts(Compression::Lz4)).unwrap();
+    assert!(
+        matches!(report.store.superblock, Some(bitmend_flashfs::SuperblockCopy::SegmentHeader { .. })),
+        "{report:?}"
+    );
+    assert_eq!((report.superblocks_damaged, report.superblocks_rewritten), (4, 4));
+    check_contents(fs, 9);
     let _ = std::fs::remove_file(copy);
 }
 

@@ -45,8 +45,8 @@ fn mount_reads_the_same_pages_on_a_chip_64_times_larger() {
         eprintln!(
             "mount ({}): {small_reads} chip reads at 128 blocks ({} segments), {large_reads} at 8,192 ({}); chain of {} segments, {} anchor pages, {} spares",
             if clean { "clean" } else { "after a crash" },
-            (128 - 2) / 4,
-            (8192 - 2) / 4,
+            (128 - 4) / 4,
+            (8192 - 4) / 4,
             large.store.chain_length,
             large.store.anchor_pages_read,
             large.store.spares_read,

@@ -47,9 +47,10 @@ impl<N: Nand> Fs<N> {
         let mut c = CheckReport::default();
         let rebuilt_before = self.index.rebuilt;
         self.check_namespace(&mut c);
-        // Both copies of the superblock (a mount rewrites a damaged one it can).
-        for block in self.store.damaged_superblocks() {
-            c.problems.push(format!("the superblock copy in reserved block {block} is damaged"));
+        // Every copy of the superblock (a mount rewrites a damaged one it can).
+        for &block in self.store.damaged_superblocks() {
+            let which = if block < 2 { "reserved" } else { "far" };
+            c.problems.push(format!("the superblock copy in {which} block {block} is damaged"));
         }
         let done = self.check_index(read_data, progress, &mut c);
         self.check_accounting(&mut c);

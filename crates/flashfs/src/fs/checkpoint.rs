@@ -515,13 +515,16 @@ impl<N: Nand> Fs<N> {
         self.store.used_segments().iter().find(|u| u.physical == phys).map(|u| u.logical)
     }
 
-    /// The page a new segment starts with: where the newest checkpoint is.
+    /// The page a new segment starts with: where the newest checkpoint is, and (version 9) a
+    /// copy of the superblock, which a mount finds when every other copy is lost.
     pub(crate) fn segment_info_page(&mut self) -> Vec<u8> {
         let mut page = vec![0u8; self.page.buf.len()];
         let (ptr, seg) = self.cp.newest.map_or((PENDING, 0), |c| (c.page, c.segment));
-        let mut payload = Vec::with_capacity(12);
+        let mut payload = Vec::with_capacity(SEGMENT_INFO_LEN);
         payload.put_u32(ptr);
         payload.put_u64(seg);
+        payload.extend_from_slice(&self.store.superblock_bytes());
+        debug_assert_eq!(payload.len(), SEGMENT_INFO_LEN);
         self.version += 1;
         let f = Frag {
             kind: NodeKind::SegmentInfo,
@@ -536,6 +539,18 @@ impl<N: Nand> Fs<N> {
         page[FRAG_HEADER..FRAG_HEADER + payload.len()].copy_from_slice(&payload);
         page
     }
+}
+
+/// A segment-info node's payload: the checkpoint pointer (12 bytes), then the superblock.
+const SEGMENT_INFO_LEN: usize = 12 + crate::store::layout::SUPERBLOCK_LEN;
+
+/// The superblock copy a segment-info node carries (version 9), if the page starts with one.
+pub(crate) fn segment_info_superblock(page: &[u8]) -> Option<&[u8]> {
+    let f = Frag::decode(page).ok()??;
+    if f.kind != NodeKind::SegmentInfo || (f.len as usize) < SEGMENT_INFO_LEN {
+        return None;
+    }
+    page.get(FRAG_HEADER + 12..FRAG_HEADER + SEGMENT_INFO_LEN)
 }
 
 /// Reads a segment-info node's checkpoint pointer from a page.

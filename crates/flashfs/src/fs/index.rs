@@ -21,9 +21,11 @@ use bitmend_media::nand::Nand;
 
 use super::rebuild::MapSummary;
 use super::{Fs, Loc, PENDING};
+use crate::fs::node::FileType;
 use crate::fs::node::{Frag, NodeKind, CODEC_FLAGS, FRAG_HEADER};
 use crate::store::PageAddr;
 use crate::FsError;
+use crate::{Ino, LOGICAL_PAGE};
 
 /// Logical pages per chunk of the index (one map node each; 256 KiB of a file).
 pub const CHUNK_PAGES: u64 = 64;
@@ -115,6 +117,47 @@ pub(crate) struct Index {
 pub(crate) struct ChunkKey {
     pub ino: u64,
     pub chunk: u64,
+}
+
+/// 512-byte sectors in a logical page (what `st_blocks` counts in).
+const SECTORS_PER_PAGE: u64 = LOGICAL_PAGE as u64 / 512;
+
+impl<N: Nand> Fs<N> {
+    /// The file's logical pages that hold data (mapped, replayed or dirty: not holes), in
+    /// 512-byte sectors: what `st_blocks` reports, so that `du`, `tar --sparse` and `rsync -S`
+    /// see holes (a punched range lowers it). Counted from the chunks in RAM and, for the
+    /// others, from their map's summary, without reading a map; a chunk whose map has no
+    /// summary (written before version 7, not loaded since) counts every page it may map.
+    pub fn stored_blocks(&self, ino: Ino) -> u64 {
+        let ino = ino.0;
+        let Ok(inode) = self.inode(ino) else { return 0 };
+        let size = inode.attr.size;
+        if inode.attr.kind != FileType::File {
+            return size.div_ceil(512);
+        }
+        let range = ChunkKey { ino, chunk: 0 }..=ChunkKey { ino, chunk: u64::MAX };
+        let mut masks: BTreeMap<u64, u64> = BTreeMap::new();
+        for (key, at) in self.index.maps.range(range.clone()) {
+            let mask = at.summary.map_or(u64::MAX, |s| s.mask);
+            *masks.entry(key.chunk).or_default() |= mask;
+        }
+        for (key, o) in self.index.overlay.range(range.clone()) {
+            for &page in o.keys() {
+                *masks.entry(key.chunk).or_default() |= 1 << (page % CHUNK_PAGES);
+            }
+        }
+        // A chunk in RAM is the whole truth for its pages (its map may be older).
+        for (key, c) in self.index.loaded.range(range) {
+            let m = masks.entry(key.chunk).or_default();
+            *m = c.pages.keys().fold(0, |m, &page| m | 1 << (page % CHUNK_PAGES));
+        }
+        for &(_, page) in self.wb.dirty.range((ino, 0)..=(ino, u64::MAX)).map(|(k, _)| k) {
+            *masks.entry(page / CHUNK_PAGES).or_default() |= 1 << (page % CHUNK_PAGES);
+        }
+        let pages: u64 = masks.values().map(|m| u64::from(m.count_ones())).sum();
+        // Pages past the end are being cut away: never more than the size holds.
+        pages.min(size.div_ceil(LOGICAL_PAGE as u64)) * SECTORS_PER_PAGE
+    }
 }
 
 impl ChunkKey {

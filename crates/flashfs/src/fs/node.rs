@@ -29,6 +29,9 @@ mod frag_at {
 }
 
 /// Where the inode payload's fields are (FORMAT.md section 8, "Inode payload").
+/// Bytes of an inode record (without a symlink's target).
+pub(crate) const INODE_LEN: usize = inode_at::LEN;
+
 mod inode_at {
     pub const TYPE: usize = 0;
     pub const PERM: usize = 2;

@@ -781,6 +781,16 @@ impl<N: Nand> Fs<N> {
     pub fn statfs(&self) -> (u64, u64) {
         self.space()
     }
+
+    /// Files that the free space can still hold, each empty with a short name: its inode
+    /// record and its directory entry, each a node with its header (`statfs`'s free inodes;
+    /// there is no inode table to run out of, only space).
+    pub fn free_inodes(&self) -> u64 {
+        const SHORT_NAME: usize = 16;
+        let empty_file =
+            2 * node::FRAG_HEADER + node::INODE_LEN + node::encode_dirent(0, &[0; SHORT_NAME]).len();
+        self.space().1 / empty_file as u64
+    }
 }
 
 /// A write's data with its whole logical pages copied out and checksummed: the part of a

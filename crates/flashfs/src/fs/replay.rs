@@ -76,15 +76,9 @@ impl<N: Nand> Fs<N> {
         opts: FsOptions,
         dirty: Option<DirtyRecovery>,
     ) -> Result<(Fs<N>, MountReport, DirtyRecoveryReport), FsError> {
-        let (store, m, anchored) = PageStore::open_anchored(nand)?;
-        if let Some(owner) = dirty.as_ref().and_then(|d| d.owner).filter(|&o| o != store.fs_id()) {
-            return Err(FsError::Tier {
-                why: format!(
-                    "it holds the state of file system {owner:016x}, not of this one ({:016x})",
-                    store.fs_id()
-                ),
-            });
-        }
+        let (store, m, anchored) =
+            PageStore::open_anchored(nand, super::checkpoint::segment_info_superblock)?;
+        tier_is_ours(dirty.as_ref(), &store)?;
         let mut fs = Fs::with_store(store, opts)?;
         let mut report = MountReport { store: m, ..MountReport::default() };
         // Start from the anchored checkpoint, or else from the one the newest segment names
@@ -172,8 +166,9 @@ impl<N: Nand> Fs<N> {
                 Ok(())
             };
             match moved.and_then(|()| fs.checkpoint()) {
-                Ok(()) | Err(FsError::NoSpace) => {}
-                Err(e) => return Err(e),
+                // A full chip, or a full disk under a thin image.
+                Err(e) if !e.is_no_space() => return Err(e),
+                _ => {}
             }
         } else if let Some(c) = fs.cp.newest.filter(|c| anchored.is_none_or(|a| a.page != c.page)) {
             fs.store.record_checkpoint(crate::PageAddr(c.page))?;
@@ -474,5 +469,18 @@ impl<N: Nand> Fs<N> {
             self.regroup();
         }
         Ok(())
+    }
+}
+
+/// A tier's dirty state applies only to the file system that wrote it.
+fn tier_is_ours<N: Nand>(dirty: Option<&DirtyRecovery>, store: &PageStore<N>) -> Result<(), FsError> {
+    match dirty.and_then(|d| d.owner).filter(|&o| o != store.fs_id()) {
+        Some(owner) => Err(FsError::Tier {
+            why: format!(
+                "it holds the state of file system {owner:016x}, not of this one ({:016x})",
+                store.fs_id()
+            ),
+        }),
+        None => Ok(()),
     }
 }

@@ -13,7 +13,8 @@
 use bitmend_media::nand::{Nand, NandError};
 
 use super::mount::erased;
-use crate::store::layout::{Anchor, AnchorCkpt, Kind, Spare, Superblock, RESERVED_BLOCKS};
+use crate::store::layout::{Anchor, AnchorCkpt, Kind, Spare, RESERVED_BLOCKS};
+use crate::store::superblock::HeaderCopy;
 use crate::store::{PageAddr, PageStore, Segment};
 use crate::{FsError, StoreMountReport};
 
@@ -25,9 +26,10 @@ impl<N: Nand> PageStore<N> {
     /// segments are in use and none free (a full live segment is sealed, not left).
     pub(crate) fn open_anchored(
         nand: N,
+        header: HeaderCopy,
     ) -> Result<(PageStore<N>, StoreMountReport, Option<AnchorCkpt>), FsError> {
-        let mut store = Self::with_superblock(nand)?;
-        let mut report = StoreMountReport::default();
+        let mut store = Self::with_superblock(nand, header)?;
+        let mut report = StoreMountReport { superblock: store.sb_from, ..StoreMountReport::default() };
         let anchor = store.find_anchor(&mut report)?;
         if let Some(c) = anchor.and_then(|a| a.ckpt) {
             if let Some(chain) = store.walk_chain(c, &mut report)? {
@@ -270,8 +272,13 @@ impl<N: Nand> PageStore<N> {
                 self.w.anchor_chained = a.ckpt.is_some();
                 Some((block, end))
             }
-            // No anchor yet: the log starts in the first reserved block with room.
-            None => positions.first().copied(),
+            // No anchor yet: the log starts in the first reserved block with room that holds
+            // a good superblock; if neither does (both were destroyed), the first anchor is
+            // written into a block erased for it, as if the log were full.
+            None => match positions.iter().find(|p| !self.sb_damaged.contains(&p.0)) {
+                Some(&p) => Some(p),
+                None => positions.first().map(|p| (p.0, g.pages_per_block)),
+            },
         };
         Ok(newest.map(|n| n.0))
     }
@@ -309,88 +316,29 @@ impl<N: Nand> PageStore<N> {
         if self.sb_version >= crate::store::layout::FS_VERSION {
             return Ok(());
         }
+        // Every copy from here on is written as this version.
+        self.sb_version = crate::store::layout::FS_VERSION;
         for _ in 0..RESERVED_BLOCKS {
             self.wrap_anchor_log(page)?;
         }
-        self.sb_version = crate::store::layout::FS_VERSION;
-        self.sb_damaged.clear();
+        // The far copies, of the older version (or none, before version 9), are damaged now.
+        self.check_superblocks()?;
+        for block in self.sb_damaged.clone() {
+            if block >= RESERVED_BLOCKS {
+                self.write_far_copy(block)?;
+            }
+        }
+        self.check_superblocks()?;
         Ok(())
     }
 
     /// Moves the anchor log to the other reserved block, as if its block were full: erases
     /// it, writes the superblock into its page 0 and the anchor of checkpoint `page` after.
-    fn wrap_anchor_log(&mut self, page: PageAddr) -> Result<(), FsError> {
+    pub(crate) fn wrap_anchor_log(&mut self, page: PageAddr) -> Result<(), FsError> {
         if let Some((block, _)) = self.w.anchor {
             self.w.anchor = Some((block, self.layout.g.pages_per_block));
         }
         self.record_checkpoint(page)
-    }
-
-    /// This file system's superblock, as page 0 of each reserved block and every anchor
-    /// carry it.
-    pub(crate) fn superblock(&self) -> Superblock {
-        let (g, cfg) = (self.layout.g, self.layout.cfg);
-        Superblock { g, cfg, fs_id: self.fs_id, compression: self.compression }
-    }
-
-    /// Reserved blocks whose superblock copy is damaged (as of the mount or the last
-    /// [`check_superblocks`](Self::check_superblocks)).
-    pub fn damaged_superblocks(&self) -> &[u32] {
-        &self.sb_damaged
-    }
-
-    /// Reads both superblock copies again (for scrub); returns the damaged ones' blocks.
-    pub fn check_superblocks(&mut self) -> Result<&[u32], FsError> {
-        let g = self.layout.g;
-        let want = self.superblock();
-        let (mut page, mut spare) = (vec![0u8; g.page_size as usize], vec![0u8; g.spare_size as usize]);
-        self.sb_damaged.clear();
-        for b in 0..RESERVED_BLOCKS {
-            if self.nand.is_bad(b)? {
-                continue;
-            }
-            self.nand.read_page(g.first_page(b), &mut page, &mut spare)?;
-            if Superblock::decode(&page).ok() != Some(want) {
-                self.sb_damaged.push(b);
-            }
-        }
-        Ok(&self.sb_damaged)
-    }
-
-    /// Rewrites every damaged superblock copy from the good superblock, by moving the anchor
-    /// log into its block (erased, given the superblock, then the anchor of checkpoint
-    /// `page`). A cut at any point leaves a superblock to mount from: while a block is
-    /// erased, the other's page 0 or, when that is the damaged one, its newest anchor's
-    /// copy. Returns how many were rewritten; a copy in a block whose log has no anchor
-    /// with a copy (written before version 6), or whose partner block is bad, stays damaged.
-    pub fn rewrite_superblocks(&mut self, page: PageAddr) -> Result<u32, FsError> {
-        let mut rewritten = 0;
-        for block in self.sb_damaged.clone() {
-            let other = (block + 1) % RESERVED_BLOCKS;
-            if self.nand.is_bad(other)? {
-                continue;
-            }
-            if self.w.anchor.map(|a| a.0) == Some(block) {
-                // The log is in the damaged block: it moves out first, which erases the
-                // good copy; the newest anchor here must carry the superblock meanwhile.
-                if !self.newest_anchor_carries_superblock()? {
-                    continue;
-                }
-                self.wrap_anchor_log(page)?;
-            }
-            self.wrap_anchor_log(page)?;
-            rewritten += 1;
-        }
-        self.check_superblocks()?;
-        Ok(rewritten)
-    }
-
-    fn newest_anchor_carries_superblock(&mut self) -> Result<bool, FsError> {
-        let Some((block, next)) = self.w.anchor.filter(|a| a.1 > 1) else { return Ok(false) };
-        let g = self.layout.g;
-        let (mut page, mut spare) = (vec![0u8; g.page_size as usize], vec![0u8; g.spare_size as usize]);
-        self.nand.read_page(g.first_page(block) + next - 1, &mut page, &mut spare)?;
-        Ok(Anchor::superblock_in(&page).is_some_and(|(_, sb)| sb == self.superblock()))
     }
 
     /// Appends an anchor; when its block is full, erases the other reserved block, writes
@@ -401,7 +349,7 @@ impl<N: Nand> PageStore<N> {
         let g = self.layout.g;
         let mut page = vec![0u8; g.page_size as usize];
         let anchor = Anchor { seq: self.w.anchor_seq + 1, ckpt };
-        anchor.encode(self.fs_id, &mut page, Some(&self.superblock()));
+        anchor.encode(self.fs_id, &mut page, Some((&self.superblock(), self.sb_version)));
         // Each attempt either programs the anchor or moves on by a page or a block.
         for _ in 0..4 * g.pages_per_block {
             let Some((block, next)) = self.w.anchor else { break };
@@ -428,7 +376,6 @@ impl<N: Nand> PageStore<N> {
     /// Erases the reserved block after `full` (or `full` itself when the other is bad) and
     /// writes the superblock into its page 0; the anchor log goes on at page 1.
     fn fresh_anchor_block(&mut self, full: u32) -> Result<Option<(u32, u32)>, FsError> {
-        let g = self.layout.g;
         let other = (full + 1) % RESERVED_BLOCKS;
         for target in [other, full] {
             if self.nand.is_bad(target)? {
@@ -442,13 +389,7 @@ impl<N: Nand> PageStore<N> {
                 }
                 Err(e) => return Err(e.into()),
             }
-            let mut sb = vec![0u8; g.page_size as usize];
-            self.superblock().encode(&mut sb);
-            let spare = self.spare_for(Kind::Superblock, 0, 0, 0, &sb, g.first_page(target));
-            match self.nand.program(g.first_page(target), &sb, &spare) {
-                Ok(()) | Err(NandError::ProgramFailed { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
+            self.program_superblock(target)?;
             return Ok(Some((target, 1)));
         }
         Ok(None)

@@ -10,7 +10,7 @@ use bitmend_media::nand::Geometry;
 use crate::FsError;
 
 /// The on-media version of the flash layout this build reads and writes.
-pub const FS_VERSION: u32 = 8;
+pub const FS_VERSION: u32 = 9;
 /// The oldest version this build still reads: 1 lacks the recorded compression and the
 /// checkpoint's health section, which read as "not recorded" and zeros; 1 and 2 lack the
 /// anchor log and the successor queue in the spares, and are mounted by scanning; 1 to 3 list
@@ -23,12 +23,18 @@ pub const FS_VERSION: u32 = 8;
 /// stores symlink targets over 1,024 bytes as data and extended attributes as nodes), whose
 /// maps are rebuilt only once a checkpoint here has summarized them; 1 to 7 keep the namespace
 /// and the maps' places in the checkpoint itself (version 8 writes them in group nodes that
-/// the checkpoint names), which the first checkpoint after mounting them writes in groups.
+/// the checkpoint names), which the first checkpoint after mounting them writes in groups;
+/// 1 to 8 keep no erase blocks at the chip's end for far copies of the superblock (version 9
+/// keeps [`FAR_BLOCKS`]; an older image keeps its segments, and its far copies go into the
+/// blocks its segments leave over, if any) and no copy in each segment's first page.
 pub const FS_VERSION_OLDEST: u32 = 1;
 
 const MAGIC: [u8; 8] = *b"BMFLASH\0";
 /// Erase blocks 0 and 1 hold the superblock (page 0 of each) and the anchor log (pages 1 on).
 pub(crate) const RESERVED_BLOCKS: u32 = 2;
+/// Erase blocks kept at the chip's end (version 9) for far copies of the superblock: what
+/// destroys the chip's first blocks (a wild erase, a bad write of a boot loader) leaves them.
+pub(crate) const FAR_BLOCKS: u32 = 2;
 /// Successor slots a spare can carry at most (fewer when the spare is small).
 pub const QUEUE_SLOTS: usize = 4;
 /// Spare bytes the file system needs per page.
@@ -60,10 +66,19 @@ pub(crate) struct Layout {
     pub cfg: FsConfig,
     /// Segments on the chip.
     pub segments: u32,
+    /// Erase blocks at the chip's end kept out of the segments for far superblock copies
+    /// ([`FAR_BLOCKS`] since version 9, 0 before): the superblock records it.
+    pub far_reserved: u32,
 }
 
 impl Layout {
+    /// The layout of a new file system: [`FAR_BLOCKS`] kept at the chip's end.
     pub fn new(g: Geometry, cfg: FsConfig) -> Result<Layout, FsError> {
+        Layout::keeping(g, cfg, FAR_BLOCKS)
+    }
+
+    /// The layout with `far_reserved` blocks kept at the chip's end (as a superblock says).
+    pub fn keeping(g: Geometry, cfg: FsConfig, far_reserved: u32) -> Result<Layout, FsError> {
         let bad = |why: String| Err(FsError::Config { why });
         if g.spare_size < MIN_SPARE {
             return bad(format!("{} spare bytes per page; the file system needs {MIN_SPARE}", g.spare_size));
@@ -83,14 +98,20 @@ impl Layout {
                 cfg.parity_blocks, cfg.blocks_per_segment
             ));
         }
-        let segments = g.blocks.saturating_sub(RESERVED_BLOCKS) / cfg.blocks_per_segment;
+        let segments = g.blocks.saturating_sub(RESERVED_BLOCKS + far_reserved) / cfg.blocks_per_segment;
         if segments < 2 {
             return bad(format!(
                 "{} erase blocks hold fewer than two segments of {}",
                 g.blocks, cfg.blocks_per_segment
             ));
         }
-        Ok(Layout { g, cfg, segments })
+        Ok(Layout { g, cfg, segments, far_reserved })
+    }
+
+    /// The first erase block after the last segment: blocks from here to the chip's end
+    /// hold no segment, and the last good ones of them the far superblock copies.
+    pub fn far_start(&self) -> u32 {
+        RESERVED_BLOCKS + self.segments * self.cfg.blocks_per_segment
     }
 
     /// Data (non-parity) blocks per segment.
@@ -310,11 +331,12 @@ pub(crate) const SUPERBLOCK_LEN: usize = 64;
 const ANCHOR_SUPERBLOCK_AT: usize = anchor_at::SUPERBLOCK;
 
 impl Anchor {
-    /// Encodes the anchor, with a copy of the superblock `sb` when given.
-    pub fn encode(&self, fs_id: u64, page: &mut [u8], sb: Option<&Superblock>) {
+    /// Encodes the anchor, with a copy of the superblock `sb` as version `sb.1` wrote it
+    /// when given.
+    pub fn encode(&self, fs_id: u64, page: &mut [u8], sb: Option<(&Superblock, u32)>) {
         page.fill(0);
-        if let Some(sb) = sb {
-            sb.encode(&mut page[ANCHOR_SUPERBLOCK_AT..ANCHOR_SUPERBLOCK_AT + SUPERBLOCK_LEN]);
+        if let Some((sb, version)) = sb {
+            sb.encode_as(version, &mut page[ANCHOR_SUPERBLOCK_AT..ANCHOR_SUPERBLOCK_AT + SUPERBLOCK_LEN]);
         }
         page[anchor_at::MAGIC..anchor_at::MAGIC + 8].copy_from_slice(&ANCHOR_MAGIC);
         le::put_u64(page, anchor_at::FS_ID, fs_id);
@@ -369,6 +391,8 @@ pub(crate) struct Superblock {
     /// The compression chosen at mkfs for file data (byte 48): 0 not recorded (images made
     /// before it was), 1 none, 2 lz4, 3 zstd.
     pub compression: u8,
+    /// Erase blocks kept at the chip's end for far copies (byte 49; version 9).
+    pub far_reserved: u8,
 }
 
 /// Where the superblock's fields are (FORMAT.md section 7, "Superblock").
@@ -384,6 +408,7 @@ mod superblock_at {
     pub const BLOCKS_PER_SEGMENT: usize = 36;
     pub const FS_ID: usize = 40;
     pub const COMPRESSION: usize = 48;
+    pub const FAR_RESERVED: usize = 49;
     /// CRC-32C of the bytes before it.
     pub const CRC: usize = 60;
 }
@@ -399,11 +424,13 @@ pub(crate) fn anchor_superblock(page: &[u8]) -> &[u8] {
 }
 
 impl Superblock {
-    pub fn encode(&self, page: &mut [u8]) {
+    /// Encodes the superblock as version `version` wrote it (this build's, or an image's
+    /// that it has not yet upgraded: a copy says what the image is).
+    pub fn encode_as(&self, version: u32, page: &mut [u8]) {
         use superblock_at as at;
         page.fill(0);
         page[at::MAGIC..at::MAGIC + 8].copy_from_slice(&MAGIC);
-        le::put_u32(page, at::VERSION, FS_VERSION);
+        le::put_u32(page, at::VERSION, version);
         le::put_u32(page, at::PAGE_SIZE, self.g.page_size);
         le::put_u32(page, at::SPARE_SIZE, self.g.spare_size);
         le::put_u32(page, at::PAGES_PER_BLOCK, self.g.pages_per_block);
@@ -413,6 +440,7 @@ impl Superblock {
         le::put_u32(page, at::BLOCKS_PER_SEGMENT, self.cfg.blocks_per_segment);
         le::put_u64(page, at::FS_ID, self.fs_id);
         page[at::COMPRESSION] = self.compression;
+        page[at::FAR_RESERVED] = self.far_reserved;
         let crc = crc32c(&page[..at::CRC]);
         le::put_u32(page, at::CRC, crc);
         debug_assert_eq!(Superblock::decode(page).ok(), Some(*self), "a superblock reads back as written");
@@ -446,6 +474,7 @@ impl Superblock {
             },
             fs_id: le::get_u64(page, at::FS_ID),
             compression: page[at::COMPRESSION],
+            far_reserved: page[at::FAR_RESERVED],
         })
     }
 }
@@ -503,20 +532,32 @@ mod tests {
         r.encode(5, &mut page, None);
         assert_eq!(Anchor::decode(5, &page), Some(r));
         // Version 6: the anchor carries the superblock, found without knowing the id first.
-        let sb = Superblock { g: Geometry::RCFFS, cfg: FsConfig::default(), fs_id: 5, compression: 2 };
-        a.encode(5, &mut page, Some(&sb));
+        let sb = Superblock {
+            g: Geometry::RCFFS,
+            cfg: FsConfig::default(),
+            fs_id: 5,
+            compression: 2,
+            far_reserved: 0,
+        };
+        a.encode(5, &mut page, Some((&sb, FS_VERSION)));
         assert_eq!(Anchor::decode(5, &page), Some(a));
         assert_eq!(Anchor::superblock_in(&page), Some((a, sb)));
         page[70] ^= 1;
         assert_eq!(Anchor::superblock_in(&page), None, "a damaged copy is no copy");
         let other = Superblock { fs_id: 6, ..sb };
-        a.encode(5, &mut page, Some(&other));
+        a.encode(5, &mut page, Some((&other, FS_VERSION)));
         assert_eq!(Anchor::superblock_in(&page), None, "a copy of another file system's");
     }
 
     #[test]
-    fn superblock_versions_1_to_8_are_read_and_later_ones_refused() {
-        let sb = Superblock { g: Geometry::RCFFS, cfg: FsConfig::default(), fs_id: 7, compression: 2 };
+    fn superblock_versions_1_to_9_are_read_and_later_ones_refused() {
+        let sb = Superblock {
+            g: Geometry::RCFFS,
+            cfg: FsConfig::default(),
+            fs_id: 7,
+            compression: 2,
+            far_reserved: 0,
+        };
         let mut page = vec![0u8; 2048];
         for (version, ok) in [
             (1u32, true),
@@ -527,10 +568,11 @@ mod tests {
             (6, true),
             (7, true),
             (8, true),
-            (9, false),
+            (9, true),
+            (10, false),
             (0, false),
         ] {
-            sb.encode(&mut page);
+            sb.encode_as(FS_VERSION, &mut page);
             page[8..12].copy_from_slice(&version.to_le_bytes());
             let crc = crc32c(&page[..60]);
             page[60..64].copy_from_slice(&crc.to_le_bytes());

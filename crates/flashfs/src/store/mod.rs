@@ -18,11 +18,12 @@ pub(crate) mod layout;
 pub(crate) mod mount;
 mod read;
 mod sigcheck;
+pub(crate) mod superblock;
 
 use crate::FsError;
 pub use sigcheck::SigCheck;
 
-use layout::{FsConfig, Kind, Layout, Spare, Superblock, RESERVED_BLOCKS};
+use layout::{FsConfig, Kind, Layout, Spare, RESERVED_BLOCKS};
 
 /// A segment in use: its logical number (how many segments were opened before it: the log's
 /// order) and the physical segment it occupies on the chip. Named fields, not a tuple: the two
@@ -133,6 +134,8 @@ pub struct PageStore<N: Nand> {
     /// Reserved blocks (good ones) whose page 0 is not a good copy of the superblock: found
     /// at mount and by scrub, rewritten by [`rewrite_superblocks`](Self::rewrite_superblocks).
     pub(crate) sb_damaged: Vec<u32>,
+    /// Where the mounted superblock was read (`None` after a format).
+    pub(crate) sb_from: Option<superblock::SuperblockCopy>,
     /// Bytes of flash pages in the good data blocks of every segment (what the space budget
     /// starts from; it shrinks as blocks are retired).
     good_data_bytes: u64,
@@ -194,6 +197,7 @@ impl<N: Nand> PageStore<N> {
             compression: 0,
             sb_version: layout::FS_VERSION,
             sb_damaged: Vec::new(),
+            sb_from: None,
             good_data_bytes,
         })
     }
@@ -223,17 +227,11 @@ impl<N: Nand> PageStore<N> {
                 }
             }
         }
-        let mut page = vec![0u8; g.page_size as usize];
-        Superblock { g, cfg, fs_id, compression }.encode(&mut page);
         let mut store = PageStore::assemble(nand, layout, fs_id)?;
         store.compression = compression;
         let mut written = 0;
         for b in 0..RESERVED_BLOCKS {
-            if store.nand.is_bad(b)? {
-                continue;
-            }
-            let spare = store.spare_for(Kind::Superblock, 0, 0, 0, &page, g.first_page(b));
-            if store.nand.program(g.first_page(b), &page, &spare).is_ok() {
+            if !store.nand.is_bad(b)? && store.program_superblock(b)? {
                 written += 1;
                 // The anchor log starts after the first superblock written.
                 store.w.anchor = store.w.anchor.or(Some((b, 1)));
@@ -241,6 +239,9 @@ impl<N: Nand> PageStore<N> {
         }
         if written == 0 {
             return Err(FsError::Config { why: "both superblock blocks are bad".into() });
+        }
+        for b in store.far_blocks()? {
+            store.program_superblock(b)?;
         }
         store.nand.sync()?;
         Ok(store)

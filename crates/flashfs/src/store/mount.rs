@@ -10,7 +10,8 @@
 
 use bitmend_media::nand::Nand;
 
-use crate::store::layout::{Kind, Layout, Spare, Superblock, RESERVED_BLOCKS};
+use crate::store::layout::{Kind, Spare};
+use crate::store::superblock::SuperblockCopy;
 use crate::store::{PageAddr, PageStore, Segment};
 use crate::FsError;
 
@@ -39,6 +40,8 @@ pub struct StoreMountReport {
     /// Segments the checkpoint's table said were in use, found erased (the cleaner released
     /// them after that checkpoint), and free again. Looked for only when too few are free.
     pub segments_reclaimed: u32,
+    /// Where the superblock was read.
+    pub superblock: Option<SuperblockCopy>,
 }
 
 /// Whether bytes read back are all ones: an erased page (or spare).
@@ -120,81 +123,11 @@ impl<N: Nand> PageStore<N> {
     /// any version of the format, on its own; the file system mounts through the anchor
     /// log instead ([`open_anchored`](Self::open_anchored)) when it can.
     pub fn open(nand: N) -> Result<(PageStore<N>, StoreMountReport), FsError> {
-        let mut store = Self::with_superblock(nand)?;
-        let mut report = StoreMountReport::default();
+        // The store alone does not know the file system's segment headers.
+        let mut store = Self::with_superblock(nand, |_| None)?;
+        let mut report = StoreMountReport { superblock: store.sb_from, ..StoreMountReport::default() };
         store.scan_segments(&mut report)?;
         Ok((store, report))
-    }
-
-    /// Reads the superblock (from whichever reserved block has a good one, else from the
-    /// newest anchor that carries a copy) and assembles the store, with nothing known yet
-    /// about its segments. Notes which reserved blocks hold a damaged copy.
-    pub(crate) fn with_superblock(mut nand: N) -> Result<PageStore<N>, FsError> {
-        let g = nand.geometry();
-        let mut page = vec![0u8; g.page_size as usize];
-        let mut spare = vec![0u8; g.spare_size as usize];
-        let mut why = FsError::NotAFs { why: "no readable superblock".into() };
-        let mut copies = Vec::new();
-        for b in 0..RESERVED_BLOCKS.min(g.blocks) {
-            if nand.is_bad(b)? {
-                continue;
-            }
-            nand.read_page(g.first_page(b), &mut page, &mut spare)?;
-            match Superblock::decode(&page) {
-                Ok(sb) if sb.g == g => {
-                    copies.push((b, Some((sb, crate::store::layout::superblock_version(&page)))))
-                }
-                Ok(_) => {
-                    why = FsError::NotAFs { why: "superblock geometry differs from the chip's".into() };
-                    copies.push((b, None));
-                }
-                Err(e) => {
-                    why = e;
-                    copies.push((b, None));
-                }
-            }
-        }
-        let found = copies.iter().find_map(|c| c.1);
-        let Some((sb, version)) = found.or(Self::superblock_from_anchors(&mut nand)?) else {
-            return Err(why);
-        };
-        let layout = Layout::new(g, sb.cfg)?;
-        let mut store = PageStore::assemble(nand, layout, sb.fs_id)?;
-        store.compression = sb.compression;
-        store.sb_version = version;
-        // A copy that is not this superblock (an erased, zeroed or random page 0, or another
-        // file system's) is damaged; a copy of an older version is not.
-        store.sb_damaged =
-            copies.iter().filter(|c| c.1.is_none_or(|(other, _)| other != sb)).map(|c| c.0).collect();
-        Ok(store)
-    }
-
-    /// The superblock as the newest anchor carrying a copy has it (version 6), with its
-    /// version; `None` if no anchor does.
-    fn superblock_from_anchors(nand: &mut N) -> Result<Option<(Superblock, u32)>, FsError> {
-        let g = nand.geometry();
-        let mut page = vec![0u8; g.page_size as usize];
-        let mut spare = vec![0u8; g.spare_size as usize];
-        let mut newest: Option<(u64, Superblock, u32)> = None;
-        for b in 0..RESERVED_BLOCKS.min(g.blocks) {
-            if nand.is_bad(b)? {
-                continue;
-            }
-            for i in 1..g.pages_per_block {
-                nand.read_page(g.first_page(b) + i, &mut page, &mut spare)?;
-                if let Some((a, sb)) =
-                    crate::store::layout::Anchor::superblock_in(&page).filter(|(_, sb)| sb.g == g)
-                {
-                    if newest.as_ref().is_none_or(|n| a.seq > n.0) {
-                        let version = crate::store::layout::superblock_version(
-                            crate::store::layout::anchor_superblock(&page),
-                        );
-                        newest = Some((a.seq, sb, version));
-                    }
-                }
-            }
-        }
-        Ok(newest.map(|(_, sb, v)| (sb, v)))
     }
 
     /// Finds the segments in use from the first written page of every segment, then the
@@ -312,8 +245,14 @@ impl<N: Nand> PageStore<N> {
         self.w.block = layout.data_blocks();
         self.w.next = 0;
         if layout.cfg.parity_blocks > 0 && !self.segment_sealed(phys)? {
-            report.resealed = true;
-            self.reseal()?;
+            // A host with no room for the parity (a thin image on a full disk) is a state,
+            // not a failed mount: the segment stays unsealed, and the next append seals it
+            // (and is refused with ENOSPC while the host is still full).
+            match self.reseal() {
+                Ok(()) => report.resealed = true,
+                Err(e) if e.is_no_space() => self.w.sealed = false,
+                Err(e) => return Err(e),
+            }
         } else {
             self.w.sealed = true;
         }
