@@ -631,8 +631,13 @@ pub fn fsck(a: &CheckArgs) -> Result<u8, CliError> {
     let st = fs.store().stats();
     if a.json {
         let problems: Vec<String> = c.problems.iter().map(|p| json_str(p)).collect();
+        let unreadable: Vec<String> = c
+            .unreadable_files
+            .iter()
+            .map(|(p, n)| format!("{{\"path\": {}, \"pages\": {n}}}", json_str(p)))
+            .collect();
         println!(
-            "{{\"image\": {}, \"files\": {}, \"dirs\": {}, \"symlinks\": {}, \"data_pages\": {}, \"unreadable_pages\": {}, \
+            "{{\"image\": {}, \"files\": {}, \"dirs\": {}, \"symlinks\": {}, \"data_pages\": {}, \"unreadable_pages\": {}, \"unreadable_files\": [{}], \
              \"repaired_pages\": {}, \"maps_rebuilt\": {}, \"repaired_by_group\": {}, \"repaired_by_segment\": {}, \"pages_lost_at_mount\": {}, \
              \"superblock_from\": {}, \"superblocks_damaged\": {}, \"superblocks_rewritten\": {}, \"problems\": [{}], \"clean\": {}}}",
             json_str(&a.image.display().to_string()),
@@ -641,6 +646,7 @@ pub fn fsck(a: &CheckArgs) -> Result<u8, CliError> {
             c.symlinks,
             c.data_pages,
             c.unreadable_pages,
+            unreadable.join(", "),
             c.repaired_pages,
             c.maps_rebuilt,
             st.repaired_by_group,
@@ -683,6 +689,9 @@ pub fn fsck(a: &CheckArgs) -> Result<u8, CliError> {
                 rep.superblocks_rewritten,
                 superblock_source(&rep)
             );
+        }
+        for (path, pages) in &c.unreadable_files {
+            println!("  unreadable: {path} ({pages} logical pages beyond repair)");
         }
         for p in &c.problems {
             println!("  problem: {p}");

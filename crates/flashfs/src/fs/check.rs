@@ -23,6 +23,9 @@ pub struct CheckReport {
     /// Index chunks whose map node was lost and rebuilt from the data nodes (written again
     /// by the next checkpoint: `fsck --repair`, a sync, an unmount).
     pub maps_rebuilt: u64,
+    /// Files with logical pages that could not be read back: path (one of its names; the
+    /// inode number when it has none) and how many pages.
+    pub unreadable_files: Vec<(String, u64)>,
     pub problems: Vec<String>,
 }
 
@@ -133,6 +136,7 @@ impl<N: Nand> Fs<N> {
         let chunks = self.index.all_chunks();
         let total = self.index.totals.pages;
         let mut done = 0u64;
+        let mut unreadable: std::collections::BTreeMap<u64, u64> = Default::default();
         for ck in chunks {
             match self.load_chunk(ck) {
                 Ok(true) => {}
@@ -165,12 +169,45 @@ impl<N: Nand> Fs<N> {
                     let before = self.stats.relocated;
                     match self.page(ino, index) {
                         Ok(_) => c.repaired_pages += self.stats.relocated - before,
-                        Err(_) => c.unreadable_pages += 1,
+                        Err(_) => {
+                            c.unreadable_pages += 1;
+                            *unreadable.entry(ino).or_insert(0) += 1;
+                        }
                     }
                 }
             }
         }
+        c.unreadable_files = self.name_files(&unreadable);
         done
+    }
+
+    /// A path for each inode of `counts` (with its count): what a user can act on.
+    fn name_files(&self, counts: &std::collections::BTreeMap<u64, u64>) -> Vec<(String, u64)> {
+        if counts.is_empty() {
+            return Vec::new();
+        }
+        let mut parent: HashMap<u64, (u64, &[u8])> = HashMap::new();
+        for (&dir, entries) in &self.ns.dirs {
+            for (name, &child) in entries {
+                parent.entry(child).or_insert((dir, name));
+            }
+        }
+        let path = |mut ino: u64| {
+            let mut parts: Vec<&[u8]> = Vec::new();
+            // A bound on the walk: a damaged namespace must not loop.
+            while ino != ROOT.0 && parts.len() <= parent.len() {
+                let &(up, name) = parent.get(&ino)?;
+                parts.push(name);
+                ino = up;
+            }
+            let names: Vec<String> =
+                parts.iter().rev().map(|n| String::from_utf8_lossy(n).into_owned()).collect();
+            Some(format!("/{}", names.join("/")))
+        };
+        counts
+            .iter()
+            .map(|(&ino, &n)| (path(ino).unwrap_or_else(|| format!("inode {ino} (no name)")), n))
+            .collect()
     }
 
     /// The segment usage table and the totals kept as the index changed must be what the
