@@ -165,6 +165,17 @@ impl Allocator {
         self.sb.first_run + run as u64 * RUN
     }
 
+    /// Where the headers are that read as free or unassigned: what a damaged header looks
+    /// like when its bytes are zeros (its block, or a whole run, then seems free). A pool
+    /// that heals checks their lines at open.
+    pub(crate) fn free_looking_headers(&self) -> Vec<u64> {
+        let blocks =
+            self.free.iter().flatten().chain(self.cooling.iter().map(|(_, p)| p)).map(|p| p.header());
+        let spans = self.free_spans.values().flatten().map(|p| p.header());
+        let runs = self.unassigned.iter().map(|&r| self.run_base(r));
+        blocks.chain(spans).chain(runs).collect()
+    }
+
     /// The run and block index of payload `p`, if it is the start of a block's payload.
     fn locate(&self, p: Ptr) -> Option<(u32, usize)> {
         let off = p.0.checked_sub(self.sb.first_run + RUN_HEADER + BLOCK_HEADER)?;

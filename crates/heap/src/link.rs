@@ -142,7 +142,7 @@ impl<R: Region> Pool<R> {
             if let Some(plan) = plan {
                 self.alloc.unplan(plan);
             }
-            return self.tx(|tx| {
+            return self.tx_healing(|tx| {
                 let p = tx.alloc(len)?;
                 tx.set(slot, p)?;
                 Ok(p)
@@ -183,6 +183,11 @@ impl<R: Region> Pool<R> {
     }
 
     fn free_from_unsealed(&mut self, slot: Slot) -> Result<(), HeapError> {
+        // The slot decides what is freed: in a pool that heals, its line is checked first
+        // and rebuilt if damaged (a slot that reads null would free nothing, silently).
+        if let Err(HeapError::Damaged { at, len, .. }) = self.check_tx_read(slot.at, 8) {
+            self.verify(at, len)?;
+        }
         let p = self.get(slot);
         if p == Ptr::NULL {
             return Ok(());
@@ -192,8 +197,12 @@ impl<R: Region> Pool<R> {
         // The block's capacity, not its length: no header read (slots lie within lengths).
         let end = p.0 + self.alloc.capacity(p).unwrap_or(0);
         if !linked || (p.0..end).contains(&slot.at) {
-            return self.tx(|tx| {
-                tx.free(p)?;
+            // The slot read again inside, checked: a damaged pointer must not free a block.
+            return self.tx_healing(|tx| {
+                let p = tx.get_checked(slot)?;
+                if p != Ptr::NULL {
+                    tx.free(p)?;
+                }
                 tx.set(slot, Ptr::NULL)
             });
         }

@@ -166,6 +166,9 @@ fn journal_config(len: usize) -> Result<LogConfig, HeapError> {
     Ok(LogConfig { k: 4, m: 1, chunk_size, block_size: 64, segments: 0 }.fit(bytes)?)
 }
 
+/// Pages a healing transaction rebuilds at most before it gives up (each round one or more).
+const HEALING_ROUNDS: usize = 16;
+
 impl<R: Region> Pool<R> {
     /// Makes a pool of `region`: the journal, the pool header and every run unassigned.
     pub fn create(region: R, opts: PoolOptions) -> Result<Pool<R>, HeapError> {
@@ -357,13 +360,25 @@ impl<R: Region> Pool<R> {
     /// healed headers (its state is DRAM only), so that their blocks are not quarantined
     /// for a whole session.
     fn heal_headers(&mut self, report: &mut OpenReport, opts: &PoolOptions) -> Result<(), HeapError> {
-        if !self.heals() || !opts.rebuild_headers || report.bad_headers.is_empty() {
+        if !self.heals() || !opts.rebuild_headers {
+            return Ok(());
+        }
+        // Headers that read as free may be zeroed damage (a block that seems free, a run
+        // that seems unassigned): those whose lines fail their checks are healed too.
+        let mut suspects: Vec<u64> = report.bad_headers.iter().map(|b| b.at).collect();
+        suspects.extend(
+            self.alloc
+                .free_looking_headers()
+                .into_iter()
+                .filter(|&at| self.check_tx_read(at, crate::layout::BLOCK_HEADER).is_err()),
+        );
+        if suspects.is_empty() {
             return Ok(());
         }
         let before = self.heal_stats().pages_repaired;
-        for b in report.bad_headers.clone() {
+        for at in suspects {
             // A page beyond repair keeps its quarantine.
-            let _ = self.verify(b.at, 64);
+            let _ = self.verify(at, 64);
         }
         report.header_pages_rebuilt = self.heal_stats().pages_repaired - before;
         if report.header_pages_rebuilt > 0 {
@@ -381,12 +396,38 @@ impl<R: Region> Pool<R> {
     }
 
     /// Runs `f` as one transaction: all of its writes, allocations and frees, or none. An
-    /// error from `f`, or a failure before the commit record is durable, rolls it back.
-    pub fn tx<T>(&mut self, f: impl FnOnce(&mut Tx<R>) -> Result<T, HeapError>) -> Result<T, HeapError> {
+    /// error from `f`, or a failure before the commit record is durable, rolls it back. In a
+    /// pool that heals, every read `f` makes is checked, and a transaction that met damage
+    /// is rolled back, the page rebuilt, and `f` run again from the start
+    /// ([`tx_healing`](Self::tx_healing)): `f` may run more than once.
+    pub fn tx<T>(&mut self, f: impl FnMut(&mut Tx<R>) -> Result<T, HeapError>) -> Result<T, HeapError> {
+        self.tx_healing(f)
+    }
+
+    /// One run of a transaction (see [`tx`](Self::tx)).
+    fn tx_once<T>(&mut self, f: impl FnOnce(&mut Tx<R>) -> Result<T, HeapError>) -> Result<T, HeapError> {
         let r = self.tx_unsealed(f);
         // The pages it wrote may be protected again (a guarded region).
         self.log.region_mut().seal()?;
         r
+    }
+
+    /// [`tx`](Self::tx), healing what its reads refuse: a transaction that read a damaged
+    /// page is aborted (it changed nothing), the page rebuilt from its stripe
+    /// ([`verify`](Self::verify)), and the transaction run again. Beyond repair, the error
+    /// names the pages, and nothing changed.
+    pub fn tx_healing<T>(
+        &mut self,
+        mut f: impl FnMut(&mut Tx<R>) -> Result<T, HeapError>,
+    ) -> Result<T, HeapError> {
+        // Each round rebuilds at least one page or fails; a transaction reads a few pages.
+        for _ in 0..HEALING_ROUNDS {
+            match self.tx_once(&mut f) {
+                Err(HeapError::Damaged { at, len, .. }) if self.heals() => self.verify(at, len)?,
+                r => return r,
+            }
+        }
+        self.tx_once(f)
     }
 
     fn tx_unsealed<T>(&mut self, f: impl FnOnce(&mut Tx<R>) -> Result<T, HeapError>) -> Result<T, HeapError> {
@@ -636,7 +677,7 @@ impl<R: Region> Pool<R> {
 
     /// The 8-byte pointer slot at `off` of the object at `obj`.
     pub fn slot(&self, obj: Ptr, off: u64) -> Result<Slot, HeapError> {
-        self.check(obj, off, 8)?;
+        self.check(obj, off, 8).map_err(|e| self.damaged_header_or(obj, e))?;
         if !(obj.0 + off).is_multiple_of(8) {
             return Err(HeapError::Misaligned { at: obj.0 + off });
         }
@@ -650,10 +691,21 @@ impl<R: Region> Pool<R> {
 
     /// `len` bytes at `off` of the object at `p`.
     pub fn read(&self, p: Ptr, off: u64, len: u64) -> Result<&[u8], HeapError> {
-        self.check(p, off, len)?;
+        self.check(p, off, len).map_err(|e| self.damaged_header_or(p, e))?;
         let at = (p.0 + off) as usize;
-        self.check_read(at as u64, len)?;
+        // The header (whose length bounded the read) and the bytes read, as one read.
+        let header = crate::layout::BLOCK_HEADER as usize;
+        self.check_parts_from(p.header(), &[(0, header), (header + off as usize, len as usize)])?;
         Ok(&self.log.region().bytes()[at..at + len as usize])
+    }
+
+    /// `e`, an object's bounds refused, unless its header's line fails its check (in a pool
+    /// that heals): then the damage, which a caller that heals rebuilds.
+    fn damaged_header_or(&self, p: Ptr, e: HeapError) -> HeapError {
+        match self.check_tx_read(p.header(), crate::layout::BLOCK_HEADER) {
+            Err(damaged) => damaged,
+            Ok(()) => e,
+        }
     }
 
     /// The whole object at `p`, not checked: the caller checks what it reads of it
@@ -666,7 +718,8 @@ impl<R: Region> Pool<R> {
     /// The whole object at `p`.
     pub fn object(&self, p: Ptr) -> Result<&[u8], HeapError> {
         let len = self.size_of(p)?;
-        self.check_read(p.0, len)?;
+        // The header with the object, as one read: its length bounds what is returned.
+        self.check_read(p.header(), crate::layout::BLOCK_HEADER + len)?;
         Ok(&self.log.region().bytes()[p.0 as usize..(p.0 + len) as usize])
     }
 

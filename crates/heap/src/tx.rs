@@ -268,7 +268,11 @@ impl<'p, R: Region> Tx<'p, R> {
     fn size_of(&self, p: Ptr) -> Result<u64, HeapError> {
         match self.fresh_len(p) {
             Some(len) => Ok(len),
-            None => self.pool.size_of(p),
+            None => {
+                // The header's length bounds what the transaction reads and writes.
+                self.pool.check_tx_read(p.header(), crate::layout::BLOCK_HEADER)?;
+                self.pool.size_of(p)
+            }
         }
     }
 
@@ -485,9 +489,16 @@ impl<'p, R: Region> Tx<'p, R> {
         self.pool.root_slot()
     }
 
-    /// What a pointer slot holds.
+    /// What a pointer slot holds, unchecked (see [`get_checked`](Self::get_checked)).
     pub fn get(&self, slot: Slot) -> Ptr {
         Ptr(bitmend_code::le::get_u64(self.pool.log.region().bytes(), slot.at as usize))
+    }
+
+    /// What a pointer slot holds, its bytes checked as every read of a transaction is: a
+    /// damaged pointer followed would lead the transaction to write where it must not.
+    pub fn get_checked(&self, slot: Slot) -> Result<Ptr, HeapError> {
+        self.pool.check_tx_read(slot.at, 8)?;
+        Ok(self.get(slot))
     }
 
     /// Points `slot` at `p` (the slot's old value data-logged).
@@ -600,7 +611,7 @@ impl<'p, R: Region> Tx<'p, R> {
     /// The whole object at `p`, through the pool (this transaction's writes included).
     pub fn object(&self, p: Ptr) -> Result<&[u8], HeapError> {
         let len = self.size_of(p)?;
-        self.pool.check_read(p.0, len)?;
+        self.pool.check_tx_read(p.0, len)?;
         Ok(&self.pool.log.region().bytes()[p.0 as usize..(p.0 + len) as usize])
     }
 
@@ -608,7 +619,7 @@ impl<'p, R: Region> Tx<'p, R> {
     pub fn read(&self, p: Ptr, off: u64, len: u64) -> Result<&[u8], HeapError> {
         self.check(p, off, len)?;
         let at = (p.0 + off) as usize;
-        self.pool.check_read(at as u64, len)?;
+        self.pool.check_tx_read(at as u64, len)?;
         Ok(&self.pool.log.region().bytes()[at..at + len as usize])
     }
 

@@ -149,23 +149,41 @@ impl<R: Region> Pool<R> {
     /// Checks the pages under `[at, at + len)` that the read strategy says are due: the
     /// read's bytes are returned only if they pass.
     pub(crate) fn check_read(&self, at: u64, len: u64) -> Result<(), HeapError> {
-        self.check_spans(at, &[(0, len as usize)])
+        self.check_spans(at, &[(0, len as usize)], false)
+    }
+
+    /// Checks every page under `[at, at + len)`, whatever the read strategy: a transaction
+    /// decides what to write from what it reads, and damaged bytes read there would be
+    /// written back as if committed (and the damage then lost to the scrubber for good).
+    pub(crate) fn check_tx_read(&self, at: u64, len: u64) -> Result<(), HeapError> {
+        self.check_spans(at, &[(0, len as usize)], true)
     }
 
     /// Checks, as [`Pool::check_read`] does, the parts of the object at `p` that a search
     /// read: `(offset, length)` pairs.
     pub(crate) fn check_parts(&self, p: crate::Ptr, parts: &[(usize, usize)]) -> Result<(), HeapError> {
-        self.check_spans(p.0, parts)
+        // With the block's header, whose length bounded the search: one read.
+        let header = crate::layout::BLOCK_HEADER as usize;
+        let mut all = Vec::with_capacity(parts.len() + 1);
+        all.push((0, header));
+        all.extend(parts.iter().map(|&(off, len)| (off + header, len)));
+        self.check_spans(p.header(), &all, false)
+    }
+
+    /// Checks `parts` (`(offset, len)` from `base`) as one read, as the strategy says.
+    pub(crate) fn check_parts_from(&self, base: u64, parts: &[(usize, usize)]) -> Result<(), HeapError> {
+        self.check_spans(base, parts, false)
     }
 
     /// Checks the bytes of `parts` (`(offset, len)` from `base`, one read's) on the pages
     /// that are due. Which pages are due is decided once for the whole read, page by page in
     /// order, before any is stamped, so that the read's later parts on a page are checked
     /// with its first. A read whose pages are all within their interval (nearly every read
-    /// under LC and LU) costs a clock read and a stamp per page, nothing per part.
-    fn check_spans(&self, base: u64, parts: &[(usize, usize)]) -> Result<(), HeapError> {
+    /// under LC and LU) costs a clock read and a stamp per page, nothing per part. `always`:
+    /// every page is due (a transaction's read), and none is stamped.
+    fn check_spans(&self, base: u64, parts: &[(usize, usize)], always: bool) -> Result<(), HeapError> {
         let r = &self.reads;
-        if r.mode == ReadCheck::Background {
+        if r.mode == ReadCheck::Background && !always {
             return Ok(());
         }
         let Some(shield) = self.log.region().shield.as_ref() else {
@@ -189,20 +207,24 @@ impl<R: Region> Pool<R> {
         let mut due = [0u64; 8];
         let mut n = 0;
         for p in first..=last {
-            if !touches(p) || !r.due(p as usize, now) {
+            if !touches(p) || !(always || r.due(p as usize, now)) {
                 continue;
             }
             due[n] = p;
             n += 1;
             if n == due.len() {
                 self.check_pages(&due[..n], base, parts)?;
-                due[..n].iter().for_each(|&p| r.passed(p as usize, now));
+                if !always {
+                    due[..n].iter().for_each(|&p| r.passed(p as usize, now));
+                }
                 n = 0;
             }
         }
         if n > 0 {
             self.check_pages(&due[..n], base, parts)?;
-            due[..n].iter().for_each(|&p| r.passed(p as usize, now));
+            if !always {
+                due[..n].iter().for_each(|&p| r.passed(p as usize, now));
+            }
         }
         Ok(())
     }

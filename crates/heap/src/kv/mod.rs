@@ -252,23 +252,24 @@ impl Kv {
         })
     }
 
-    /// Sets `key` to `value`, one transaction.
+    /// Sets `key` to `value`, one transaction (healing what it reads: [`Pool::tx_healing`]).
     pub fn put<R: Region>(&self, pool: &mut Pool<R>, key: &[u8], value: &[u8]) -> Result<(), HeapError> {
-        pool.tx(|tx| self.put_in(tx, key, value))
+        pool.tx_healing(|tx| self.put_in(tx, key, value))
     }
 
     /// Removes `key`, one transaction; whether it was there.
     pub fn delete<R: Region>(&self, pool: &mut Pool<R>, key: &[u8]) -> Result<bool, HeapError> {
-        pool.tx(|tx| self.delete_in(tx, key))
+        pool.tx_healing(|tx| self.delete_in(tx, key))
     }
 
-    /// Many puts and deletes, all in one transaction.
+    /// Many puts and deletes, all in one transaction (run again after a rebuild when what it
+    /// read was damaged: `f` may be called more than once, each time from the start).
     pub fn batch<R: Region, T>(
         &self,
         pool: &mut Pool<R>,
-        f: impl FnOnce(&Kv, &mut Tx<R>) -> Result<T, HeapError>,
+        mut f: impl FnMut(&Kv, &mut Tx<R>) -> Result<T, HeapError>,
     ) -> Result<T, HeapError> {
-        pool.tx(|tx| f(self, tx))
+        pool.tx_healing(|tx| f(self, tx))
     }
 
     /// The path from the root to the leaf for `key`: each inner node's slot and place,
@@ -288,7 +289,7 @@ impl Kv {
     ) -> Result<Leaf, HeapError> {
         let mut slot = tx.slot(self.header, HEADER_ROOT)?;
         loop {
-            let p = tx.get(slot);
+            let p = tx.get_checked(slot)?;
             let b = tx.object(p)?;
             let Some((at, _)) = child_for(b, key) else { return Ok((slot, p)) };
             let next = tx.slot(p, at as u64)?;
@@ -391,7 +392,7 @@ impl Kv {
             Some((pslot, pp)) => self.insert_child(tx, path, pslot, pp, sep, right_at),
             None => {
                 // The root split: a new root over the two halves.
-                let left_at = tx.get(slot);
+                let left_at = tx.get_checked(slot)?;
                 let root = Node { leaf: false, keys: vec![sep], vals: vec![], kids: vec![left_at, right_at] };
                 let at = tx.alloc(NODE)?;
                 tx.write(at, 0, &root.encode())?;
