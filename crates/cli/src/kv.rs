@@ -182,7 +182,9 @@ fn scan(
     limit: Option<usize>,
     json: bool,
 ) -> Result<(), CliError> {
-    let (pool, _, kv) = open(file)?;
+    let (mut pool, _, kv) = open(file)?;
+    // Every node and value checked before it is printed, as `get` reads.
+    pool.set_read_check(ReadCheck::Every);
     let mut n = 0usize;
     let limit = limit.unwrap_or(usize::MAX);
     let mut out = std::io::stdout().lock();
@@ -197,10 +199,16 @@ fn scan(
         writeln!(out, "{line}").is_ok() && n < limit
     };
     match prefix {
-        Some(p) => kv.scan_prefix(&pool, p.as_bytes(), &mut emit)?,
-        None => {
-            kv.scan(&pool, from.as_deref().map(str::as_bytes), to.as_deref().map(str::as_bytes), &mut emit)?
+        Some(p) => {
+            let p = p.as_bytes();
+            kv.scan_healing(&mut pool, Some(p), None, &mut |k, v| k.starts_with(p) && emit(k, v))?
         }
+        None => kv.scan_healing(
+            &mut pool,
+            from.as_deref().map(str::as_bytes),
+            to.as_deref().map(str::as_bytes),
+            &mut emit,
+        )?,
     }
     Ok(())
 }

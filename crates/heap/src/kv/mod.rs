@@ -537,6 +537,40 @@ impl Kv {
         Ok(true)
     }
 
+    /// [`Kv::scan`] that returns only checked bytes and heals what its checks refuse: with
+    /// the read strategy `Every` set by the caller, each node and value is checked before
+    /// `f` sees it; a damaged page is rebuilt from its stripe and the scan goes on after the
+    /// last key handed out (never twice, never one left out). Beyond repair, the error
+    /// names the pages, after the entries before them.
+    pub fn scan_healing<R: Region>(
+        &self,
+        pool: &mut Pool<R>,
+        from: Option<&[u8]>,
+        to: Option<&[u8]>,
+        f: &mut dyn FnMut(&[u8], Vec<u8>) -> bool,
+    ) -> Result<(), HeapError> {
+        let mut after: Option<Vec<u8>> = None;
+        for _ in 0..32 {
+            let mut last: Option<Vec<u8>> = None;
+            let start = after.clone().or_else(|| from.map(<[u8]>::to_vec));
+            let r = self.scan(pool, start.as_deref(), to, &mut |k, v| {
+                if after.as_deref() == Some(k) {
+                    return true;
+                }
+                last = Some(k.to_vec());
+                f(k, v)
+            });
+            match r {
+                Err(HeapError::Damaged { at, len, .. }) => {
+                    pool.verify(at, len)?;
+                    after = last.or(after);
+                }
+                r => return r,
+            }
+        }
+        Err(HeapError::Corrupt { at: self.header.0, what: "a scan that kept meeting damage" })
+    }
+
     /// Every entry whose key starts with `prefix`.
     pub fn scan_prefix<R: Region>(
         &self,
