@@ -69,8 +69,9 @@ fn fs_code(e: &FsError) -> u8 {
 fn heap_code(e: &HeapError) -> u8 {
     match e {
         HeapError::NotAPool { .. } | HeapError::Version { .. } | HeapError::RegionTooSmall { .. } => 3,
-        HeapError::TooLarge { .. } => 2,
-        HeapError::Corrupt { .. } => 5,
+        HeapError::TooLarge { .. } | HeapError::KeyTooLong { .. } => 2,
+        // Data beyond repair (what healing could not rebuild).
+        HeapError::Corrupt { .. } | HeapError::Damaged { .. } => 5,
         _ => 1,
     }
 }

@@ -113,8 +113,12 @@ pub fn run(a: KvArgs) -> Result<u8, CliError> {
         KvCommand::Create { file, size, stripes } => {
             let region = MmapRegion::create(&file, size as usize)
                 .map_err(|e| CliError::Target(format!("{}: {e}", file.display())))?;
-            let mut pool = Pool::create(region, PoolOptions { stripes, ..PoolOptions::default() })?;
-            Kv::create(&mut pool)?;
+            let made = Pool::create(region, PoolOptions { stripes, ..PoolOptions::default() })
+                .and_then(|mut pool| Kv::create(&mut pool).map(|_| pool));
+            // A create that fails leaves no file behind (it made the file).
+            let pool = made.inspect_err(|_| {
+                let _ = std::fs::remove_file(&file);
+            })?;
             pool.close();
             let heals = stripes.map_or(String::new(), |s| format!(", healing in stripes of {}+{}", s.k, s.m));
             println!(
@@ -151,8 +155,12 @@ pub fn run(a: KvArgs) -> Result<u8, CliError> {
                     json_str(&String::from_utf8_lossy(&v))
                 );
             } else {
-                std::io::stdout().write_all(&v).map_err(|e| CliError::Failed(e.to_string()))?;
-                println!();
+                // The value's bytes exactly; a newline after them only for a person.
+                let mut out = std::io::stdout().lock();
+                out.write_all(&v).map_err(|e| CliError::Failed(e.to_string()))?;
+                if out.is_terminal() {
+                    let _ = writeln!(out);
+                }
             }
         }
         KvCommand::Del { file, key } => {
@@ -189,6 +197,9 @@ fn scan(
     let limit = limit.unwrap_or(usize::MAX);
     let mut out = std::io::stdout().lock();
     let mut emit = |k: &[u8], v: Vec<u8>| {
+        if n >= limit {
+            return false;
+        }
         n += 1;
         let (k, v) = (String::from_utf8_lossy(k), String::from_utf8_lossy(&v));
         let line = if json {
@@ -199,9 +210,12 @@ fn scan(
         writeln!(out, "{line}").is_ok() && n < limit
     };
     match prefix {
+        // With --from and --to: the keys in both (from the later start, to the earlier end).
         Some(p) => {
             let p = p.as_bytes();
-            kv.scan_healing(&mut pool, Some(p), None, &mut |k, v| k.starts_with(p) && emit(k, v))?
+            let start = from.as_deref().map(str::as_bytes).filter(|f| *f > p).unwrap_or(p);
+            let end = to.as_deref().map(str::as_bytes);
+            kv.scan_healing(&mut pool, Some(start), end, &mut |k, v| k.starts_with(p) && emit(k, v))?
         }
         None => kv.scan_healing(
             &mut pool,

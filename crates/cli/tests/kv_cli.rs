@@ -33,7 +33,7 @@ fn a_store_is_made_filled_scanned_and_checked() {
     let pool = temp("a.pool");
     ok(&["kv", "create", &pool, "--size", "8MiB"]);
     ok(&["kv", "put", &pool, "apple", "red"]);
-    assert_eq!(ok(&["kv", "get", &pool, "apple"]), "red\n");
+    assert_eq!(ok(&["kv", "get", &pool, "apple"]), "red", "the bytes, no newline added");
     let input = temp("in.tsv");
     let lines: String = (0..2500).map(|i| format!("k{i:05}\tv{i}\n")).collect();
     std::fs::write(&input, lines).unwrap();
@@ -46,7 +46,7 @@ fn a_store_is_made_filled_scanned_and_checked() {
     let big = temp("big.bin");
     std::fs::write(&big, vec![b'x'; 300_000]).unwrap();
     ok(&["kv", "put", &pool, "big", "--value-file", &big]);
-    assert_eq!(ok(&["kv", "get", &pool, "big"]).len(), 300_001);
+    assert_eq!(ok(&["kv", "get", &pool, "big"]).len(), 300_000);
     ok(&["kv", "del", &pool, "apple"]);
     assert_eq!(bitmend(&["kv", "get", &pool, "apple"]).status.code(), Some(1));
     let check = ok(&["kv", "check", &pool, "--json"]);
@@ -133,7 +133,7 @@ fn a_healing_store_names_the_keys_on_a_wild_write_and_scrub_rebuilds_them() {
     assert!(scrub.contains(&repaired) && scrub.contains("\"beyond_repair\": []"), "{scrub}");
     assert_eq!(&std::fs::read(&pool).unwrap()[at..at + 10], b"value-1000", "the page was rebuilt");
     assert!(ok(&["kv", "check", &pool, "--json"]).contains("\"clean\": true"));
-    assert_eq!(ok(&["kv", "get", &pool, "k01000"]), "value-1000\n");
+    assert_eq!(ok(&["kv", "get", &pool, "k01000"]), "value-1000");
     assert_eq!(ok(&["kv", "scan", &pool]).lines().count(), 2000);
     // bitmend inject learns pools: lost pages and flipped bits, named, then rebuilt.
     let lost = ok(&["inject", &pool, "lose", "--pages", "2", "--seed", "9"]);
@@ -220,4 +220,38 @@ fn scan_prints_only_checked_bytes() {
         assert_eq!(ok(&["kv", "scan", &pool]), want, "a byte of {key}'s value flipped");
     }
     assert!(ok(&["kv", "check", &pool]).contains("clean"));
+}
+
+/// What a script relies on: `get` writes the value's bytes exactly (no newline added when
+/// stdout is not a terminal), `--limit 0` prints nothing, `--prefix` with `--from`/`--to`
+/// takes the keys in both, a key over the limit is named as such (exit 2), a closed stdout
+/// ends `get` quietly, and a `create` that fails leaves no file behind.
+#[test]
+fn the_cli_a_script_relies_on() {
+    let pool = temp("script.pool");
+    ok(&["kv", "create", &pool, "--size", "4MiB"]);
+    for k in ["a1", "a2", "a3", "b1"] {
+        ok(&["kv", "put", &pool, k, &format!("v{k}")]);
+    }
+    assert_eq!(bitmend(&["kv", "get", &pool, "a1"]).stdout, b"va1");
+    assert_eq!(ok(&["kv", "scan", &pool, "--limit", "0"]), "");
+    assert_eq!(ok(&["kv", "scan", &pool, "--prefix", "a", "--from", "a2"]), "a2\tva2\na3\tva3\n");
+    assert_eq!(ok(&["kv", "scan", &pool, "--prefix", "a", "--to", "a2"]), "a1\tva1\n");
+    assert_eq!(ok(&["kv", "scan", &pool, "--prefix", "a", "--from", "b"]), "");
+    let long = "k".repeat(1025);
+    let out = bitmend(&["kv", "put", &pool, &long, "v"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("a key of 1025 bytes") && err.contains("1024"), "{err}");
+    let script =
+        format!("'{}' kv get '{pool}' a1 | true; echo ${{PIPESTATUS[0]}}", env!("CARGO_BIN_EXE_bitmend"));
+    let out = Command::new("bash").arg("-c").arg(&script).output().unwrap();
+    // Ended as any Unix tool is by a closed pipe (SIGPIPE, 141) or not at all: never a panic.
+    let status = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(status == "0" || status == "141", "exit {status}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+    let small = temp("too-small.pool");
+    let out = bitmend(&["kv", "create", &small, "--size", "1KiB"]);
+    assert!(!out.status.success());
+    assert!(!std::path::Path::new(&small).exists(), "a failed create leaves no file");
 }

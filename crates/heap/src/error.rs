@@ -31,6 +31,9 @@ pub enum HeapError {
     /// An object larger than the pool could ever hold.
     #[error("an object of {len} bytes is over the limit of {max}")]
     TooLarge { len: u64, max: u64 },
+    /// A key longer than a store takes.
+    #[error("a key of {len} bytes is over the limit of {max} bytes a key may have")]
+    KeyTooLong { len: u64, max: u64 },
     /// A pointer that is not the payload of an allocated block.
     #[error("{at:#x} is not an allocated block")]
     NotAllocated { at: u64 },

@@ -300,11 +300,11 @@ impl Kv {
 
     /// `put` inside transaction `tx`.
     pub fn put_in<R: Region>(&self, tx: &mut Tx<R>, key: &[u8], value: &[u8]) -> Result<(), HeapError> {
-        if key.len() > KEY_MAX || value.len() > VALUE_MAX {
-            return Err(HeapError::TooLarge {
-                len: key.len().max(value.len()) as u64,
-                max: VALUE_MAX as u64,
-            });
+        if key.len() > KEY_MAX {
+            return Err(HeapError::KeyTooLong { len: key.len() as u64, max: KEY_MAX as u64 });
+        }
+        if value.len() > VALUE_MAX {
+            return Err(HeapError::TooLarge { len: value.len() as u64, max: VALUE_MAX as u64 });
         }
         // The path is kept only when the leaf must be repacked (one put in dozens).
         let (_, p) = self.leaf_for(tx, key, |_| {})?;
