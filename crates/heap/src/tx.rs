@@ -55,6 +55,9 @@ pub struct LogBytes {
 pub struct Tx<'p, R: Region> {
     pool: &'p mut Pool<R>,
     id: u64,
+    /// Ranges this transaction's reads have checked (a pool that heals): read again, they
+    /// are not checked again (what the transaction wrote there since carries fresh checks).
+    checked: std::cell::RefCell<Vec<(u64, u64)>>,
     pub(crate) state: TxState,
     /// Blocks allocated by this transaction, with their lengths (written without undo:
     /// rollback frees them). Few per transaction: a vector is faster to search than a set.
@@ -146,6 +149,7 @@ impl<'p, R: Region> Tx<'p, R> {
         Tx {
             pool,
             id,
+            checked: Default::default(),
             state: TxState::Begin,
             fresh: b.fresh,
             headers_due: b.headers_due,
@@ -270,10 +274,25 @@ impl<'p, R: Region> Tx<'p, R> {
             Some(len) => Ok(len),
             None => {
                 // The header's length bounds what the transaction reads and writes.
-                self.pool.check_tx_read(p.header(), crate::layout::BLOCK_HEADER)?;
+                self.check_once(p.header(), crate::layout::BLOCK_HEADER)?;
                 self.pool.size_of(p)
             }
         }
+    }
+
+    /// Checks `[at, at + len)` as a transaction's read (always, in a pool that heals),
+    /// unless this transaction checked it already.
+    fn check_once(&self, at: u64, len: u64) -> Result<(), HeapError> {
+        if !self.pool.heals() {
+            return Ok(());
+        }
+        let mut checked = self.checked.borrow_mut();
+        if checked.iter().any(|&(a, l)| a <= at && at + len <= a + l) {
+            return Ok(());
+        }
+        self.pool.check_tx_read(at, len)?;
+        checked.push((at, len));
+        Ok(())
     }
 
     fn check(&self, p: Ptr, off: u64, len: u64) -> Result<(), HeapError> {
@@ -497,7 +516,7 @@ impl<'p, R: Region> Tx<'p, R> {
     /// What a pointer slot holds, its bytes checked as every read of a transaction is: a
     /// damaged pointer followed would lead the transaction to write where it must not.
     pub fn get_checked(&self, slot: Slot) -> Result<Ptr, HeapError> {
-        self.pool.check_tx_read(slot.at, 8)?;
+        self.check_once(slot.at, 8)?;
         Ok(self.get(slot))
     }
 
@@ -611,15 +630,30 @@ impl<'p, R: Region> Tx<'p, R> {
     /// The whole object at `p`, through the pool (this transaction's writes included).
     pub fn object(&self, p: Ptr) -> Result<&[u8], HeapError> {
         let len = self.size_of(p)?;
-        self.pool.check_tx_read(p.0, len)?;
+        self.check_once(p.0, len)?;
         Ok(&self.pool.log.region().bytes()[p.0 as usize..(p.0 + len) as usize])
+    }
+
+    /// The whole object at `p`, its bytes not checked (its header is): the caller checks
+    /// the parts it reads with [`check_parts`](Self::check_parts) before it uses them.
+    pub(crate) fn object_unchecked(&self, p: Ptr) -> Result<&[u8], HeapError> {
+        let len = self.size_of(p)?;
+        Ok(&self.pool.log.region().bytes()[p.0 as usize..(p.0 + len) as usize])
+    }
+
+    /// Checks the parts (`(offset, len)` pairs) of the object at `p` that a search read.
+    pub(crate) fn check_parts(&self, p: Ptr, parts: &[(usize, usize)]) -> Result<(), HeapError> {
+        if !self.pool.heals() {
+            return Ok(());
+        }
+        self.pool.check_tx_parts(p, parts)
     }
 
     /// Reads through the pool (this transaction's writes included).
     pub fn read(&self, p: Ptr, off: u64, len: u64) -> Result<&[u8], HeapError> {
         self.check(p, off, len)?;
         let at = (p.0 + off) as usize;
-        self.pool.check_tx_read(at as u64, len)?;
+        self.check_once(at as u64, len)?;
         Ok(&self.pool.log.region().bytes()[at..at + len as usize])
     }
 

@@ -136,7 +136,7 @@ fn over_the_limits_is_an_error_and_changes_nothing() {
     let mut pool = Pool::create(CrashRegion::new(8 << 20), opts()).unwrap();
     let kv = Kv::create(&mut pool).unwrap();
     kv.put(&mut pool, b"a", b"1").unwrap();
-    assert!(matches!(kv.put(&mut pool, &[7; 1025], b"x"), Err(HeapError::TooLarge { .. })));
+    assert!(matches!(kv.put(&mut pool, &[7; 1025], b"x"), Err(HeapError::KeyTooLong { len: 1025, max: 1024 })));
     assert!(matches!(kv.put(&mut pool, b"b", &vec![0; (1 << 20) + 1]), Err(HeapError::TooLarge { .. })));
     // A full pool: the transaction fails whole.
     let mut n = 0;
@@ -178,7 +178,7 @@ fn a_failed_batch_rolls_back_its_spliced_puts() {
         kv.delete_in(tx, b"k0100")?;
         kv.put_in(tx, &[0; 2000], b"a key over the limit")
     });
-    assert!(matches!(r, Err(HeapError::TooLarge { .. })));
+    assert!(matches!(r, Err(HeapError::KeyTooLong { .. })));
     for i in 0..300u32 {
         assert_eq!(kv.get(&pool, format!("k{i:04}").as_bytes()).unwrap(), Some(vec![i as u8; 60]), "k{i:04}");
     }

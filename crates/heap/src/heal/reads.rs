@@ -170,6 +170,12 @@ impl<R: Region> Pool<R> {
         self.check_spans(p.header(), &all, false)
     }
 
+    /// Checks the `parts` of the object at `p` a transaction's search read, always (see
+    /// [`Pool::check_tx_read`]): a few lines of a node, not its pages.
+    pub(crate) fn check_tx_parts(&self, p: crate::Ptr, parts: &[(usize, usize)]) -> Result<(), HeapError> {
+        self.check_spans(p.0, parts, true)
+    }
+
     /// Checks `parts` (`(offset, len)` from `base`) as one read, as the strategy says.
     pub(crate) fn check_parts_from(&self, base: u64, parts: &[(usize, usize)]) -> Result<(), HeapError> {
         self.check_spans(base, parts, false)

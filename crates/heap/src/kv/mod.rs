@@ -288,10 +288,26 @@ impl Kv {
         mut step: impl FnMut((Slot, Ptr)),
     ) -> Result<Leaf, HeapError> {
         let mut slot = tx.slot(self.header, HEADER_ROOT)?;
+        let mut parts: Vec<(usize, usize)> = Vec::with_capacity(16);
         loop {
             let p = tx.get_checked(slot)?;
-            let b = tx.object(p)?;
-            let Some((at, _)) = child_for(b, key) else { return Ok((slot, p)) };
+            // A slotted inner node: the lines its search read are checked, as a get's are.
+            let at = match Slotted::parse(tx.object_unchecked(p)?).filter(|s| !s.leaf) {
+                Some(s) => {
+                    let bad = || tx.object(p).err().unwrap_or(not_a_node(p));
+                    parts.clear();
+                    parts.push((0, s.index_end()));
+                    let found = s.search_seen(key, &mut |at, len| parts.push((at, len))).ok_or_else(bad)?;
+                    let (at, _) = s.kid(found.map_or_else(|j| j, |j| j + 1)).ok_or_else(bad)?;
+                    parts.push((at, 8));
+                    tx.check_parts(p, &parts)?;
+                    at
+                }
+                None => match child_for(tx.object(p)?, key) {
+                    Some((at, _)) => at,
+                    None => return Ok((slot, p)),
+                },
+            };
             let next = tx.slot(p, at as u64)?;
             step((slot, p));
             slot = next;
@@ -315,10 +331,17 @@ impl Kv {
             tx.write(b, 0, value)?;
             leaf_entry(key, &Val::Out(b, value.len() as u32))
         };
-        // The common case: the entry fits in the leaf's gap.
-        if let Some(s) = Slotted::parse(tx.object(p)?).filter(|s| s.leaf) {
-            let corrupt = || not_a_node(p);
-            let found = s.search(key).ok_or_else(corrupt)?;
+        // The common case: the entry fits in the leaf's gap. What the search read (the
+        // header and index, the keys it compared, the entry it replaces) is checked before
+        // anything is written from it.
+        if let Some(s) = Slotted::parse(tx.object_unchecked(p)?).filter(|s| s.leaf) {
+            let corrupt = || tx.object(p).err().unwrap_or(not_a_node(p));
+            let mut parts = vec![(0, s.index_end())];
+            let found = s.search_seen(key, &mut |at, len| parts.push((at, len))).ok_or_else(corrupt)?;
+            if let Ok(i) = found {
+                parts.push(s.span(i).ok_or_else(corrupt)?);
+            }
+            tx.check_parts(p, &parts)?;
             // The entry it replaces: its length, and its value's block.
             let old = match found {
                 Ok(i) => Some((s.span(i).ok_or_else(corrupt)?.1, s.value_block(i).ok_or_else(corrupt)?)),
