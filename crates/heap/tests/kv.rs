@@ -136,7 +136,10 @@ fn over_the_limits_is_an_error_and_changes_nothing() {
     let mut pool = Pool::create(CrashRegion::new(8 << 20), opts()).unwrap();
     let kv = Kv::create(&mut pool).unwrap();
     kv.put(&mut pool, b"a", b"1").unwrap();
-    assert!(matches!(kv.put(&mut pool, &[7; 1025], b"x"), Err(HeapError::KeyTooLong { len: 1025, max: 1024 })));
+    assert!(matches!(
+        kv.put(&mut pool, &[7; 1025], b"x"),
+        Err(HeapError::KeyTooLong { len: 1025, max: 1024 })
+    ));
     assert!(matches!(kv.put(&mut pool, b"b", &vec![0; (1 << 20) + 1]), Err(HeapError::TooLarge { .. })));
     // A full pool: the transaction fails whole.
     let mut n = 0;
