@@ -66,7 +66,8 @@ pub enum KvCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Put every line `KEY<TAB>VALUE` of INPUT, a transaction per 1,000 lines.
+    /// Put every line `KEY<TAB>VALUE` of INPUT (`-`: standard input), a transaction per
+    /// 1,000 lines. A bad line stops it and is named, with what was loaded before.
     Load { file: PathBuf, input: PathBuf },
     /// Check every block header, every tree invariant and the journal; in a pool that heals,
     /// sign every page too and name the keys on damaged pages. Writes nothing but what
@@ -229,18 +230,39 @@ fn scan(
 
 fn load(file: &Path, input: &Path) -> Result<(), CliError> {
     let (mut pool, _, kv) = open(file)?;
-    let f = std::fs::File::open(input).map_err(|e| CliError::Usage(format!("{}: {e}", input.display())))?;
-    let total = f.metadata().map(|m| m.len()).unwrap_or(0).max(1);
-    let tty = std::io::stderr().is_terminal();
-    let mut lines = std::io::BufReader::new(f).lines();
+    let stdin = input == Path::new("-");
+    let (reader, total): (Box<dyn BufRead>, u64) = if stdin {
+        (Box::new(std::io::stdin().lock()), 0)
+    } else {
+        let f =
+            std::fs::File::open(input).map_err(|e| CliError::Usage(format!("{}: {e}", input.display())))?;
+        let total = f.metadata().map(|m| m.len()).unwrap_or(0);
+        (Box::new(std::io::BufReader::new(f)), total)
+    };
+    let tty = std::io::stderr().is_terminal() && total > 0;
+    let mut lines = reader.lines().enumerate();
     let (mut done_bytes, mut entries) = (0u64, 0u64);
+    // A bad line stops the load: what was committed before its batch stays, and is said.
+    let bad = |n: usize, why: &str, entries: u64| {
+        CliError::Usage(format!(
+            "{}: line {}: {why}; {entries} entries were loaded before the batch of up to 1,000 lines that holds it, which was not",
+            input.display(),
+            n + 1
+        ))
+    };
     loop {
         let mut batch = Vec::with_capacity(1000);
-        for line in lines.by_ref().take(1000) {
-            let line = line.map_err(|e| CliError::Failed(format!("{}: {e}", input.display())))?;
+        for (n, line) in lines.by_ref().take(1000) {
+            let line = match line {
+                Ok(line) => line,
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                    return Err(bad(n, "not UTF-8 text", entries));
+                }
+                Err(e) => return Err(CliError::Failed(format!("{}: {e}", input.display()))),
+            };
             done_bytes += line.len() as u64 + 1;
             let Some((k, v)) = line.split_once('\t') else {
-                return Err(CliError::Usage(format!("{}: a line without a tab: {line:?}", input.display())));
+                return Err(bad(n, "no tab between key and value", entries));
             };
             batch.push((k.to_string(), v.to_string()));
         }
@@ -250,7 +272,7 @@ fn load(file: &Path, input: &Path) -> Result<(), CliError> {
         put_all(&mut pool, &kv, &batch)?;
         entries += batch.len() as u64;
         if tty {
-            let pct = (done_bytes * 100 / total).min(100);
+            let pct = (done_bytes * 100 / total.max(1)).min(100);
             eprint!("\rload: [{:<25}] {pct}%, {entries} entries", "#".repeat(pct as usize / 4));
         }
     }

@@ -255,3 +255,40 @@ fn the_cli_a_script_relies_on() {
     assert!(!out.status.success());
     assert!(!std::path::Path::new(&small).exists(), "a failed create leaves no file");
 }
+
+/// `load -` reads standard input; a line without a tab, or bytes that are not UTF-8, stop
+/// the load with the line's number and what was loaded before it (exit 2).
+#[test]
+fn load_reads_stdin_and_names_a_bad_line() {
+    use std::io::Write as _;
+    let pool = temp("load.pool");
+    ok(&["kv", "create", &pool, "--size", "4MiB"]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bitmend"))
+        .args(["kv", "load", &pool, "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"a\t1\nb\t2\n").unwrap();
+    assert!(child.wait_with_output().unwrap().status.success());
+    assert_eq!(ok(&["kv", "scan", &pool]), "a\t1\nb\t2\n");
+    let mut text: Vec<String> = (0..1500).map(|i| format!("k{i:04}\tv{i}")).collect();
+    text[1200] = "no tab here".into();
+    let bad = temp("bad.tsv");
+    std::fs::write(&bad, text.join("\n") + "\n").unwrap();
+    let out = bitmend(&["kv", "load", &pool, &bad]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("line 1201") && err.contains("1000 entries were loaded"), "{err}");
+    assert_eq!(
+        ok(&["kv", "scan", &pool]).lines().count(),
+        1002,
+        "the first batch, and nothing of the second"
+    );
+    let not_utf8 = temp("bad8.tsv");
+    std::fs::write(&not_utf8, b"x\t1\n\xff\xfe\t2\n").unwrap();
+    let out = bitmend(&["kv", "load", &pool, &not_utf8]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("line 2") && err.contains("not UTF-8"), "{err}");
+}
