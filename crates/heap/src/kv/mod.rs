@@ -190,18 +190,13 @@ impl Kv {
             if let Some(s) = Slotted::parse(b) {
                 parts.clear();
                 parts.push((0, s.index_end()));
-                let found = s.search_seen(key, &mut |at, len| parts.push((at, len))).ok_or_else(bad)?;
                 if !s.leaf {
-                    let i = match found {
-                        Ok(j) => j + 1,
-                        Err(j) => j,
-                    };
-                    let (at, kid) = s.kid(i).ok_or_else(bad)?;
-                    parts.push((at, 8));
+                    let (_, kid) = s.kid_seen(key, &mut |at, len| parts.push((at, len))).ok_or_else(bad)?;
                     pool.check_parts(p, &parts)?;
                     p = kid;
                     continue;
                 }
+                let found = s.search_seen(key, &mut |at, len| parts.push((at, len))).ok_or_else(bad)?;
                 let Ok(i) = found else {
                     pool.check_parts(p, &parts)?;
                     return Ok(None);
@@ -297,9 +292,7 @@ impl Kv {
                     let bad = || tx.object(p).err().unwrap_or(not_a_node(p));
                     parts.clear();
                     parts.push((0, s.index_end()));
-                    let found = s.search_seen(key, &mut |at, len| parts.push((at, len))).ok_or_else(bad)?;
-                    let (at, _) = s.kid(found.map_or_else(|j| j, |j| j + 1)).ok_or_else(bad)?;
-                    parts.push((at, 8));
+                    let (at, _) = s.kid_seen(key, &mut |at, len| parts.push((at, len))).ok_or_else(bad)?;
                     tx.check_parts(p, &parts)?;
                     at
                 }

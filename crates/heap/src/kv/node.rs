@@ -411,6 +411,16 @@ impl<'a> Slotted<'a> {
         self.search_seen(key, &mut |_, _| {})
     }
 
+    /// The child of this inner node that holds `key`: where its pointer is, and the
+    /// pointer; `seen` is told every part the search read, the pointer's 8 bytes last.
+    pub fn kid_seen(&self, key: &[u8], seen: &mut dyn FnMut(usize, usize)) -> Option<(usize, Ptr)> {
+        // Child j holds the keys from key j - 1 on.
+        let i = self.search_seen(key, seen)?.map_or_else(|j| j, |j| j + 1);
+        let (at, kid) = self.kid(i)?;
+        seen(at, 8);
+        Some((at, kid))
+    }
+
     /// [`Slotted::search`], telling `seen` the bytes of each entry whose key it reads (on a
     /// prefix tie), as (offset, length): with the header and index, all that the search
     /// read, for a read check of those bytes alone.
