@@ -289,6 +289,9 @@ impl<N: Nand> Fs<N> {
         if self.ns.inodes.get(&ino).is_some_and(|i| i.attr.nlink == 0) {
             self.ns.inodes.remove(&ino);
             self.ns.dirs.remove(&ino);
+            // Its group may have been written since the node with no link (by a checkpoint
+            // the cleaner wrote inside the operation): written again, without it.
+            self.groups.mark_inode(ino);
             // A map beyond repair cannot stop the file's removal (its chunks go whole).
             let _ = self.remove_pages(ino, 0, None);
             self.wb.dirty.retain(|k, _| k.0 != ino);
