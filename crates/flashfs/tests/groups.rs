@@ -284,11 +284,11 @@ fn a_group_beyond_repair_is_no_starting_point() {
 #[test]
 fn files_unlinked_while_the_cleaner_checkpoints_stay_gone_after_mount() {
     let opts = FsOptions { compression: Compression::Lz4, ..FsOptions::default() };
-    let mut fs = Fs::format(chip(256), cfg(), opts.clone()).expect("mkfs");
+    let mut fs = Fs::format(chip(256), cfg(), opts).expect("mkfs");
     let mut rng = bitmend_media::rng::Rng::new(5);
     let mut live: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     let mut gone = Vec::new();
-    let mut write = |fs: &mut Fs<RamNand>, name: String, rng: &mut bitmend_media::rng::Rng| {
+    let write = |fs: &mut Fs<RamNand>, name: String, rng: &mut bitmend_media::rng::Rng| {
         let data: Vec<u8> = (0..4096).map(|_| rng.next_u64() as u8).collect();
         let f = fs.create(ROOT, name.as_bytes(), 0o644, 0, 0).expect("create");
         fs.write(f.ino, 0, &data).expect("write");
