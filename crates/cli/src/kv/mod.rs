@@ -12,6 +12,9 @@ use clap::{Args, Subcommand};
 use crate::error::{CliError, EXIT_PROBLEMS};
 use crate::json::json_str;
 
+mod opened;
+use opened::Opened;
+
 #[derive(Args, Debug)]
 pub struct KvArgs {
     #[command(subcommand)]
@@ -95,18 +98,8 @@ pub enum KvCommand {
     },
 }
 
-fn open(file: &Path) -> Result<(Pool<MmapRegion>, bitmend_heap::OpenReport, Kv), CliError> {
-    open_with(file, PoolOptions::default())
-}
-
-fn open_with(
-    file: &Path,
-    opts: PoolOptions,
-) -> Result<(Pool<MmapRegion>, bitmend_heap::OpenReport, Kv), CliError> {
-    let region = MmapRegion::open(file).map_err(|e| CliError::Target(format!("{}: {e}", file.display())))?;
-    let (pool, report) = Pool::open(region, opts)?;
-    let kv = Kv::open(&pool)?;
-    Ok((pool, report, kv))
+fn open(file: &Path) -> Result<(Opened, bitmend_heap::OpenReport, Kv), CliError> {
+    Opened::open(file, PoolOptions::default())
 }
 
 pub fn run(a: KvArgs) -> Result<u8, CliError> {
@@ -117,10 +110,10 @@ pub fn run(a: KvArgs) -> Result<u8, CliError> {
             let made = Pool::create(region, PoolOptions { stripes, ..PoolOptions::default() })
                 .and_then(|mut pool| Kv::create(&mut pool).map(|_| pool));
             // A create that fails leaves no file behind (it made the file).
-            let pool = made.inspect_err(|_| {
+            made.inspect_err(|_| {
                 let _ = std::fs::remove_file(&file);
-            })?;
-            pool.close();
+            })?
+            .close();
             let heals = stripes.map_or(String::new(), |s| format!(", healing in stripes of {}+{}", s.k, s.m));
             println!(
                 "{}: a key-value store in a pool of {}{heals}",
@@ -138,14 +131,12 @@ pub fn run(a: KvArgs) -> Result<u8, CliError> {
             };
             let (mut pool, _, kv) = open(&file)?;
             kv.put(&mut pool, key.as_bytes(), &value)?;
-            pool.close();
         }
         KvCommand::Get { file, key, json } => {
             let (mut pool, _, kv) = open(&file)?;
             // One read: checking every page it reads costs nothing a person would notice.
             pool.set_read_check(ReadCheck::Every);
             let got = kv.get_healing(&mut pool, key.as_bytes())?;
-            pool.close();
             let Some(v) = got else {
                 return Err(CliError::Failed(format!("no key {key:?}")));
             };
@@ -167,7 +158,6 @@ pub fn run(a: KvArgs) -> Result<u8, CliError> {
         KvCommand::Del { file, key } => {
             let (mut pool, _, kv) = open(&file)?;
             let found = kv.delete(&mut pool, key.as_bytes())?;
-            pool.close();
             if !found {
                 return Err(CliError::Failed(format!("no key {key:?}")));
             }
@@ -280,7 +270,6 @@ fn load(file: &Path, input: &Path) -> Result<(), CliError> {
         eprintln!();
     }
     println!("{}: {entries} entries loaded; the store holds {}", file.display(), kv.len(&pool)?);
-    pool.close();
     Ok(())
 }
 
@@ -344,7 +333,7 @@ fn shown(lines: &[String]) -> Vec<String> {
 fn check(file: &Path, json: bool) -> Result<u8, CliError> {
     // Recovery writes what a crash left; damage is only reported.
     let (mut pool, report, kv) =
-        open_with(file, PoolOptions { rebuild_headers: false, ..PoolOptions::default() })?;
+        Opened::open(file, PoolOptions { rebuild_headers: false, ..PoolOptions::default() })?;
     let damage = if pool.heals() { Some(pool.check_damage(ScrubPass::Full)?) } else { None };
     let damage_lines = match &damage {
         Some(d) => damage_lines(&pool, &kv, d)?,
@@ -442,7 +431,6 @@ fn scrub(file: &Path, full: bool, json: bool) -> Result<u8, CliError> {
             println!("  {l}");
         }
     }
-    pool.close();
     Ok(if r.beyond_repair.is_empty() { 0 } else { EXIT_PROBLEMS })
 }
 
