@@ -7,8 +7,10 @@ use bitmend_code::sig::{Sig64, Signer};
 
 use crate::LogError;
 
-/// The on-media version of the log layout this build reads and writes.
-pub const LOG_VERSION: u32 = 1;
+/// The on-media version of the log layout this build writes (it reads 1 too).
+pub const LOG_VERSION: u32 = 2;
+/// Version 1: two superblock copies and one pair of head slots, in three pages.
+pub const LOG_VERSION_TWO_COPIES: u32 = 1;
 
 const MAGIC: [u8; 8] = *b"BMNVLOG\0";
 /// Superblock copies, one page apart so that one stray write rarely hits both.
@@ -19,6 +21,19 @@ pub(crate) const SUPERBLOCK_SIZE: usize = 128;
 /// Two head slots, a cache line each.
 pub(crate) const HEAD_SLOTS: usize = 8192;
 pub(crate) const HEAD_SLOT_SIZE: usize = 64;
+/// Version 2: a third superblock copy after the head slots, so that each of the first three
+/// pages holds a copy, and a copy of the head slots after the superblock in pages 0 and 1:
+/// a log loses neither its shape nor its head with any two of those pages.
+pub(crate) const SUPERBLOCK_C: usize = HEAD_SLOTS + 2 * HEAD_SLOT_SIZE;
+
+/// Where a log of `version` keeps its superblock copies, the first read first.
+pub(crate) fn superblock_copies(version: u32) -> &'static [usize] {
+    if version == LOG_VERSION_TWO_COPIES {
+        &[SUPERBLOCK_A, SUPERBLOCK_B]
+    } else {
+        &[SUPERBLOCK_A, SUPERBLOCK_B, SUPERBLOCK_C]
+    }
+}
 /// Segments start here.
 pub(crate) const SEGMENTS_START: usize = 12288;
 
@@ -191,6 +206,7 @@ mod head_at {
 /// The superblock: the log's shape and identity, in two signed copies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Superblock {
+    pub version: u32,
     pub cfg: LogConfig,
     pub log_id: u64,
     pub region_len: u64,
@@ -201,7 +217,7 @@ impl Superblock {
         let mut b = [0u8; SUPERBLOCK_SIZE];
         use superblock_at as at;
         b[at::MAGIC..at::MAGIC + 8].copy_from_slice(&MAGIC);
-        put_u32(&mut b, at::VERSION, LOG_VERSION);
+        put_u32(&mut b, at::VERSION, self.version);
         put_u16(&mut b, at::K, self.cfg.k as u16);
         put_u16(&mut b, at::M, self.cfg.m as u16);
         put_u32(&mut b, at::CHUNK, self.cfg.chunk_size as u32);
@@ -232,7 +248,7 @@ impl Superblock {
             return not("superblock signature mismatch");
         }
         let version = get_u32(b, at::VERSION);
-        if version != LOG_VERSION {
+        if !(LOG_VERSION_TWO_COPIES..=LOG_VERSION).contains(&version) {
             return Err(LogError::Version { found: version, supported: LOG_VERSION });
         }
         let cfg = LogConfig {
@@ -248,7 +264,12 @@ impl Superblock {
         {
             return not("superblock layout fields disagree with its shape");
         }
-        Ok(Superblock { cfg, log_id: get_u64(b, at::LOG_ID), region_len: get_u64(b, at::REGION_LEN) })
+        Ok(Superblock {
+            version,
+            cfg,
+            log_id: get_u64(b, at::LOG_ID),
+            region_len: get_u64(b, at::REGION_LEN),
+        })
     }
 }
 
@@ -338,8 +359,15 @@ impl HeadSlot {
         Some(HeadSlot { seq: get_u64(b, head_at::SEQ), head: get_u64(b, head_at::HEAD) })
     }
 
-    pub fn offset(seq: u64) -> usize {
-        HEAD_SLOTS + (seq % 2) as usize * HEAD_SLOT_SIZE
+    /// Where slot `seq mod 2` is, in a log of `version`: the first written first.
+    pub fn offsets(seq: u64, version: u32) -> impl Iterator<Item = usize> {
+        let within = (seq % 2) as usize * HEAD_SLOT_SIZE;
+        let copies: &[usize] = if version == LOG_VERSION_TWO_COPIES {
+            &[HEAD_SLOTS]
+        } else {
+            &[HEAD_SLOTS, SUPERBLOCK_A + SUPERBLOCK_SIZE, SUPERBLOCK_B + SUPERBLOCK_SIZE]
+        };
+        copies.iter().map(move |at| at + within)
     }
 }
 
@@ -351,6 +379,7 @@ mod tests {
     fn forms_round_trip_and_reject_damage() {
         let signer = Signer::<4>::new();
         let sb = Superblock {
+            version: LOG_VERSION,
             cfg: LogConfig { segments: 10, ..LogConfig::default() },
             log_id: 77,
             region_len: 1 << 20,

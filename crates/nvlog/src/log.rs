@@ -7,7 +7,7 @@ use bitmend_code::rs::Codec;
 use bitmend_code::sig::{Sig64, Signer};
 use bitmend_media::pmem::Region;
 
-use crate::layout::{HeadSlot, Layout, LogConfig, SegmentHeader, Superblock, SUPERBLOCK_A, SUPERBLOCK_B};
+use crate::layout::{superblock_copies, HeadSlot, Layout, LogConfig, SegmentHeader, Superblock, LOG_VERSION};
 use crate::record::{self, align, At, HEADER};
 use crate::repair::{Cause, Repair};
 use crate::{LogError, RecordId};
@@ -51,6 +51,8 @@ pub struct NvLog<R: Region> {
     pub(crate) region: R,
     pub(crate) layout: Layout,
     pub(crate) log_id: u64,
+    /// The on-media version (1 or 2): where the superblock and head slot copies are.
+    pub(crate) version: u32,
     pub(crate) codec: Codec,
     pub(crate) signer: Signer<4>,
     /// Each physical segment's header, as last written (the in-memory copy is a third copy).
@@ -87,12 +89,14 @@ impl<R: Region> std::fmt::Debug for NvLog<R> {
 }
 
 impl<R: Region> NvLog<R> {
-    pub(crate) fn assemble(region: R, cfg: LogConfig, log_id: u64) -> Result<NvLog<R>, LogError> {
+    pub(crate) fn assemble(region: R, sb: &Superblock) -> Result<NvLog<R>, LogError> {
+        let (cfg, log_id, version) = (sb.cfg, sb.log_id, sb.version);
         let codec = Codec::new(cfg.k, cfg.m).map_err(|e| LogError::Config { why: e.to_string() })?;
         Ok(NvLog {
             region,
             layout: Layout::new(cfg),
             log_id,
+            version,
             codec,
             signer: Signer::new(),
             headers: vec![None; cfg.segments as usize],
@@ -136,23 +140,27 @@ impl<R: Region> NvLog<R> {
             }
         }
         region.fence()?;
-        let mut log = NvLog::assemble(region, cfg, log_id)?;
+        let sb = Superblock { version: LOG_VERSION, cfg, log_id, region_len: region.len() as u64 };
+        let mut log = NvLog::assemble(region, &sb)?;
         log.write_head_slot(0, 0)?;
         log.write_head_slot(1, 0)?;
         log.head_seq = 1;
-        let sb = Superblock { cfg, log_id, region_len: log.region.len() as u64 }.encode(&log.signer);
-        for at in [SUPERBLOCK_A, SUPERBLOCK_B] {
-            log.region.write(at, &sb)?;
-            log.region.persist(at, sb.len())?;
+        let bytes = sb.encode(&log.signer);
+        for &at in superblock_copies(LOG_VERSION) {
+            log.region.write(at, &bytes)?;
+            log.region.persist(at, bytes.len())?;
         }
         Ok(log)
     }
 
     pub(crate) fn write_head_slot(&mut self, seq: u64, head: u64) -> Result<(), LogError> {
         let b = HeadSlot { seq, head }.encode(self.log_id);
-        let at = HeadSlot::offset(seq);
-        self.region.write(at, &b)?;
-        self.region.persist(at, b.len())?;
+        // Each copy durable before the next: a crash leaves at most one torn, and the others
+        // each old or new.
+        for at in HeadSlot::offsets(seq, self.version) {
+            self.region.write(at, &b)?;
+            self.region.persist(at, b.len())?;
+        }
         Ok(())
     }
 

@@ -13,7 +13,8 @@
 use bitmend_media::pmem::Region;
 
 use crate::layout::{
-    HeadSlot, Layout, SegmentHeader, Superblock, SUPERBLOCK_A, SUPERBLOCK_B, SUPERBLOCK_SIZE,
+    superblock_copies, HeadSlot, Layout, SegmentHeader, Superblock, SUPERBLOCK_A, SUPERBLOCK_B, SUPERBLOCK_C,
+    SUPERBLOCK_SIZE,
 };
 use crate::log::{NvLog, Tail};
 use crate::record;
@@ -81,27 +82,32 @@ impl std::fmt::Display for RecoveryReport {
 impl<R: Region> NvLog<R> {
     /// Opens the log in `region`, recovering from a crash if there was one.
     pub fn open(mut region: R) -> Result<(NvLog<R>, RecoveryReport), LogError> {
-        if region.len() < SUPERBLOCK_B + SUPERBLOCK_SIZE {
+        if region.len() < SUPERBLOCK_C + SUPERBLOCK_SIZE {
             return Err(LogError::NotALog { why: format!("region of {} bytes", region.len()) });
         }
         let mut report = RecoveryReport { head_from_slot: true, ..RecoveryReport::default() };
         let signer = bitmend_code::sig::Signer::<4>::new();
         let read = |at: usize| Superblock::decode(&region.bytes()[at..at + SUPERBLOCK_SIZE], &signer);
-        let (a, b) = (read(SUPERBLOCK_A), read(SUPERBLOCK_B));
-        let sb = match (&a, &b) {
-            (Ok(sa), _) => *sa,
-            (Err(_), Ok(sb)) => *sb,
-            (Err(LogError::Version { found, supported }), _)
-            | (_, Err(LogError::Version { found, supported })) => {
-                return Err(LogError::Version { found: *found, supported: *supported })
+        // Every place a copy may be (a version 1 log has none at C: it reads as no copy).
+        let copies: Vec<(usize, Result<Superblock, LogError>)> =
+            [SUPERBLOCK_A, SUPERBLOCK_B, SUPERBLOCK_C].into_iter().map(|at| (at, read(at))).collect();
+        let sb = match copies.iter().find_map(|(_, c)| c.as_ref().ok()) {
+            Some(sb) => *sb,
+            None => {
+                for (_, c) in &copies {
+                    if let Err(LogError::Version { found, supported }) = c {
+                        return Err(LogError::Version { found: *found, supported: *supported });
+                    }
+                }
+                let why = copies[0].1.as_ref().err().map_or(String::new(), |e| e.to_string());
+                return Err(LogError::NotALog { why });
             }
-            (Err(e), Err(_)) => return Err(LogError::NotALog { why: e.to_string() }),
         };
         let good = sb.encode(&signer);
-        for (at, copy) in [(SUPERBLOCK_A, &a), (SUPERBLOCK_B, &b)] {
-            if copy.as_ref().ok() != Some(&sb) {
-                region.write(at, &good)?;
-                region.persist(at, good.len())?;
+        for (at, copy) in &copies {
+            if superblock_copies(sb.version).contains(at) && copy.as_ref().ok() != Some(&sb) {
+                region.write(*at, &good)?;
+                region.persist(*at, good.len())?;
                 report.superblock_repaired += 1;
             }
         }
@@ -109,7 +115,7 @@ impl<R: Region> NvLog<R> {
         if region.len() < layout.needed() {
             return Err(LogError::RegionTooSmall { len: region.len(), needed: layout.needed() });
         }
-        let mut log = NvLog::assemble(region, sb.cfg, sb.log_id)?;
+        let mut log = NvLog::assemble(region, &sb)?;
         log.load_headers(&mut report)?;
         let Some(live) = log.headers.iter().flatten().map(|h| h.seg).max() else {
             log.load_head(None, &mut report)?;
@@ -168,11 +174,20 @@ impl<R: Region> NvLog<R> {
     }
 
     fn load_head(&mut self, live: Option<u64>, report: &mut RecoveryReport) -> Result<(), LogError> {
-        let slot = |seq: u64| {
-            let at = HeadSlot::offset(seq);
-            HeadSlot::decode(&self.region.bytes()[at..at + 64], self.log_id)
+        let slots = |seq: u64| -> Vec<Option<HeadSlot>> {
+            HeadSlot::offsets(seq, self.version)
+                .map(|at| HeadSlot::decode(&self.region.bytes()[at..at + 64], self.log_id))
+                .collect()
         };
-        let best = [slot(0), slot(1)].into_iter().flatten().max_by_key(|s| s.seq);
+        let best = [slots(0), slots(1)].into_iter().flatten().flatten().max_by_key(|s| s.seq);
+        // A copy of the newest slot that was lost (or never written: a crash between the
+        // copies) is written again from the one that holds.
+        if let Some(b) = best {
+            if slots(b.seq).iter().any(|c| *c != Some(b)) {
+                self.write_head_slot(b.seq, b.head)?;
+                self.note(Repair { segment: 0, chunk: usize::MAX, cause: Cause::HeadSlot, tags: vec![] });
+            }
+        }
         let s = self.layout.cfg.segments as u64;
         let oldest = live.map_or(0, |l| {
             let mut o = l;

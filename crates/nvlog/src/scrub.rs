@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use bitmend_code::sig::Sig64;
 use bitmend_media::pmem::Region;
 
-use crate::layout::{HeadSlot, Superblock, SUPERBLOCK_A, SUPERBLOCK_B, SUPERBLOCK_SIZE};
+use crate::layout::{superblock_copies, HeadSlot, Superblock, SUPERBLOCK_SIZE};
 use crate::log::NvLog;
 use crate::repair::{Cause, Repair};
 use crate::LogError;
@@ -162,10 +162,11 @@ impl<R: Region> NvLog<R> {
     /// The superblock copies and the current head slot, rewritten if damaged.
     fn scrub_metadata(&mut self) -> Result<LogScrubReport, LogError> {
         let mut report = LogScrubReport::default();
-        let sb = Superblock { cfg: self.layout.cfg, log_id: self.log_id, region_len: 0 };
-        for at in [SUPERBLOCK_A, SUPERBLOCK_B] {
+        let sb =
+            Superblock { version: self.version, cfg: self.layout.cfg, log_id: self.log_id, region_len: 0 };
+        for &at in superblock_copies(self.version) {
             let ok = Superblock::decode(&self.region.bytes()[at..at + SUPERBLOCK_SIZE], &self.signer)
-                .is_ok_and(|s| s.cfg == sb.cfg && s.log_id == sb.log_id);
+                .is_ok_and(|s| s.cfg == sb.cfg && s.log_id == sb.log_id && s.version == sb.version);
             if !ok {
                 let region_len = self.region.len() as u64;
                 let bytes = Superblock { region_len, ..sb }.encode(&self.signer);
@@ -176,9 +177,10 @@ impl<R: Region> NvLog<R> {
                 self.note(r);
             }
         }
-        let at = HeadSlot::offset(self.head_seq);
         let want = HeadSlot { seq: self.head_seq, head: self.head };
-        if HeadSlot::decode(&self.region.bytes()[at..at + 64], self.log_id) != Some(want) {
+        let lost = HeadSlot::offsets(self.head_seq, self.version)
+            .any(|at| HeadSlot::decode(&self.region.bytes()[at..at + 64], self.log_id) != Some(want));
+        if lost {
             self.write_head_slot(self.head_seq, self.head)?;
             let r = Repair { segment: 0, chunk: usize::MAX, cause: Cause::HeadSlot, tags: vec![] };
             report.repairs.push(r.clone());

@@ -331,10 +331,61 @@ fn damaged_superblock_headers_and_head_are_repaired() {
     let report = log.scrub_cheap().unwrap();
     assert_eq!(report.count(Cause::SegmentHeader), 1, "{report}");
 
-    // Both superblock copies: not a log any more, said clearly.
+    // Two of the three superblock copies, and the head slots' page: the third copy and the
+    // head slots' copies in the first two pages keep the log whole, and are copied back.
     let mut region = log.into_region();
-    faults.wild_write_at(&mut region, 0, 128).unwrap();
-    faults.wild_write_at(&mut region, 4096, 128).unwrap();
+    zero(&mut region, 8192, 4096);
+    faults.wild_write_at(&mut region, 4096, 4096).unwrap();
+    let (mut log, rec) = NvLog::open(region).unwrap();
+    assert_eq!(rec.superblock_repaired, 2, "{rec}");
+    assert!(rec.head_from_slot, "{rec}");
+    assert_eq!(log.head(), head);
+    check_all(&mut log, &model);
+
+    // All three copies: not a log any more, said clearly.
+    let mut region = log.into_region();
+    for at in [0, 4096, 8192 + 128] {
+        faults.wild_write_at(&mut region, at, 128).unwrap();
+    }
+    assert!(matches!(NvLog::open(region), Err(LogError::NotALog { .. })));
+}
+
+fn zero(region: &mut RamRegion, at: usize, len: usize) {
+    region.update(at, len, &mut |b| b.fill(0)).unwrap();
+}
+
+/// Any one of the first three pages lost (a superblock copy and a set of head slots in
+/// each), or any two: the log opens with its shape and its head, and copies them back.
+#[test]
+fn any_two_of_the_first_three_pages_lost_lose_nothing() {
+    let cfg = small(1);
+    let mut log = NvLog::format(RamRegion::new(region_len(cfg)), cfg).unwrap();
+    let mut model = Model::default();
+    workload(&mut log, &mut model, 8, 0, 200, 60, 30).unwrap();
+    let head = log.head();
+    let mut region = log.into_region();
+    let mut cases = 0;
+    for lost in [[0, 0], [1, 1], [2, 2], [0, 1], [0, 2], [1, 2]] {
+        let mut r = region.clone();
+        for p in lost {
+            zero(&mut r, p * 4096, 4096);
+        }
+        let (mut log, rec) = NvLog::open(r).unwrap();
+        assert!(rec.head_from_slot && rec.superblock_repaired >= 1, "pages {lost:?}: {rec}");
+        assert_eq!(log.head(), head, "pages {lost:?}");
+        check_all(&mut log, &model);
+        // Everything lost was written back: each page alone is enough again.
+        let mut r = log.into_region();
+        for p in [0, 1, 2].into_iter().filter(|p| !lost.contains(p)) {
+            zero(&mut r, p * 4096, 4096);
+        }
+        let (log, rec) = NvLog::open(r).unwrap();
+        assert!(rec.head_from_slot, "pages {lost:?}, then the others: {rec}");
+        assert_eq!(log.head(), head);
+        cases += 1;
+    }
+    assert_eq!(cases, 6);
+    zero(&mut region, 0, 3 * 4096);
     assert!(matches!(NvLog::open(region), Err(LogError::NotALog { .. })));
 }
 
@@ -347,7 +398,10 @@ fn a_lost_head_slot_resets_the_head_to_the_oldest_segment() {
     let head = log.head();
     let mut region = log.into_region();
     let mut faults = RegionFaults::new(2);
-    faults.wild_write_at(&mut region, 8192, 128).unwrap();
+    // Every copy of both slots (version 2 keeps one set in each of the first three pages).
+    for at in [8192, 128, 4096 + 128] {
+        faults.wild_write_at(&mut region, at, 128).unwrap();
+    }
     let (mut log, rec) = NvLog::open(region).unwrap();
     assert!(!rec.head_from_slot, "{rec}");
     assert!(log.head() <= head, "the head may only move back: records are never lost");

@@ -3,15 +3,35 @@
 use bitmend_media::pmem::{RamRegion, Region};
 use bitmend_nvlog::{LogConfig, NvLog, RecordId};
 
-fn golden_path() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/nvlog-v1.bin")
+fn golden_path(version: u32) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/golden/nvlog-v{version}.bin"))
 }
 
 const CFG: LogConfig = LogConfig { k: 2, m: 1, chunk_size: 256, block_size: 8, segments: 3 };
 
+/// Version 1: two superblock copies, one set of head slots.
 #[test]
-fn golden_log_reads_back() {
-    let bytes = std::fs::read(golden_path()).unwrap();
+fn golden_log_v1_reads_back() {
+    let bytes = std::fs::read(golden_path(1)).unwrap();
+    assert_eq!(&bytes[8..12], &1u32.to_le_bytes());
+    assert!(bytes[128..4096].iter().all(|&b| b == 0) && bytes[8192 + 128..12288].iter().all(|&b| b == 0));
+    reads_back(bytes);
+}
+
+/// Version 2: a third superblock copy after the head slots, the head slots copied after the
+/// superblock in the first two pages.
+#[test]
+fn golden_log_v2_reads_back() {
+    let bytes = std::fs::read(golden_path(2)).unwrap();
+    assert_eq!(&bytes[8..12], &2u32.to_le_bytes());
+    assert_eq!(bytes[..128], bytes[8192 + 128..8192 + 256], "the third superblock copy");
+    for page in [0, 4096] {
+        assert_eq!(bytes[page + 128..page + 256], bytes[8192..8192 + 128], "head slots copied at {page}");
+    }
+    reads_back(bytes);
+}
+
+fn reads_back(bytes: Vec<u8>) {
     assert_eq!(bytes.len(), 12288 + 3 * (2 * 64 + 3 * 256));
     // Byte-level spot checks of the layout.
     assert_eq!(&bytes[0..8], b"BMNVLOG\0");
@@ -43,5 +63,5 @@ fn write_golden_log() {
     log.append(1, b"alpha").unwrap();
     log.append(2, &[0xAB; 200]).unwrap();
     log.append(3, b"gamma: chunk 1").unwrap();
-    std::fs::write(golden_path(), log.region().bytes()).unwrap();
+    std::fs::write(golden_path(bitmend_nvlog::LOG_VERSION), log.region().bytes()).unwrap();
 }
