@@ -319,6 +319,23 @@ fn damage_lines<R: Region>(pool: &Pool<R>, kv: &Kv, report: &ScrubReport) -> Res
     Ok(lines)
 }
 
+/// What a check found besides damaged data pages, all of it repairable by a scrub: parity
+/// pages, signature table entries and line checks (their own pages damaged; the data pages
+/// they describe sound).
+fn protection_lines(report: &ScrubReport) -> Vec<String> {
+    let parity = report.bad_pages.saturating_sub(report.damaged.len() as u64);
+    let counted = [
+        (parity, "parity pages damaged"),
+        (report.sigs_rewritten, "signature table entries wrong"),
+        (report.checks_rewritten, "line checks wrong"),
+    ];
+    counted
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| format!("{n} {what}, repairable (bitmend kv scrub)"))
+        .collect()
+}
+
 /// The lines of a report for a terminal: the first `SHOWN`, then how many more (`--json`
 /// has them all).
 fn shown(lines: &[String]) -> Vec<String> {
@@ -336,7 +353,7 @@ fn check(file: &Path, json: bool) -> Result<u8, CliError> {
         Opened::open(file, PoolOptions { rebuild_headers: false, ..PoolOptions::default() })?;
     let damage = if pool.heals() { Some(pool.check_damage(ScrubPass::Full)?) } else { None };
     let damage_lines = match &damage {
-        Some(d) => damage_lines(&pool, &kv, d)?,
+        Some(d) => [damage_lines(&pool, &kv, d)?, protection_lines(d)].concat(),
         None => Vec::new(),
     };
     let tree = kv.check(&pool);

@@ -114,8 +114,7 @@ impl<R: Region> Pool<R> {
             report.sigs_rewritten += check.sigs_rewritten as u64;
             report.checks_rewritten += check.checks_rewritten as u64;
             if check.repaired {
-                report.pages_repaired +=
-                    (check.bad_pages.len() + check.bad_parity.len()) as u64 - check.sigs_rewritten as u64;
+                report.pages_repaired += u64::from(check.rebuilt);
             } else {
                 report.beyond_repair.extend(&check.bad_pages);
             }
@@ -136,7 +135,10 @@ impl<R: Region> Pool<R> {
         };
         let mut beyond = Vec::new();
         for p in first..=last {
-            if self.log.region_mut().page_matches(p) {
+            // A page whose lines fail their checks though it matches its signature is
+            // checked with its stripe too: the page may have been damaged together with its
+            // entry (zeroed, both), which only the parity tells from a damaged check table.
+            if self.log.region_mut().page_matches(p) && self.log.region().lines_sound(p) {
                 continue;
             }
             let (stripe, _) = geo.locate(p);
