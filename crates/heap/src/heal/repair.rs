@@ -110,7 +110,7 @@ impl<R: Region> Healed<R> {
         if m == 0 {
             check.repaired = erased.is_empty();
             if check.repaired {
-                check.checks_rewritten = self.rewrite_checks(stripe, repair)?;
+                check.checks_rewritten = self.rewrite_checks(stripe, repair, &[])?;
             }
             return Ok(check);
         }
@@ -309,7 +309,9 @@ impl<R: Region> Healed<R> {
         check.rebuilt = pages.len() as u32;
         if !repair || (entries.is_empty() && pages.is_empty()) {
             check.sigs_rewritten = entries.len() as u32;
-            check.checks_rewritten = self.rewrite_checks(stripe, repair)?;
+            // Checking only: the lines of pages a scrub would rebuild are not counted (they
+            // come back with their checks).
+            check.checks_rewritten = self.rewrite_checks(stripe, repair, &pages)?;
             return Ok(());
         }
         for &c in entries.iter().chain(&pages) {
@@ -327,7 +329,7 @@ impl<R: Region> Healed<R> {
                 s.set_sig(&mut self.inner, n, sig)?;
             }
         }
-        check.checks_rewritten = self.rewrite_checks(stripe, true)?;
+        check.checks_rewritten = self.rewrite_checks(stripe, true, &[])?;
         let s = self.shield.as_mut().expect("protected");
         s.flush_pending(&mut self.inner)?;
         self.inner.fence()?;
@@ -352,11 +354,12 @@ impl<R: Region> Healed<R> {
     }
 
     /// Rewrites the line checks of `stripe`'s data pages (all matching their signatures)
-    /// that disagree with their lines (with `write` false, only counts them); how many.
-    fn rewrite_checks(&mut self, stripe: u64, write: bool) -> Result<u32, RegionError> {
+    /// that disagree with their lines (with `write` false, only counts them), but those of
+    /// the members in `skip`; how many.
+    fn rewrite_checks(&mut self, stripe: u64, write: bool, skip: &[usize]) -> Result<u32, RegionError> {
         let s = self.shield.as_mut().expect("protected");
         let mut rewritten = 0;
-        for i in 0..s.geo.shape.k as usize {
+        for i in (0..s.geo.shape.k as usize).filter(|i| !skip.contains(i)) {
             let Some(p) = s.geo.member(stripe, i) else { continue };
             let at = s.geo.page_at(p) as usize;
             for line in (at..at + PAGE as usize).step_by(LINE as usize) {
