@@ -53,7 +53,7 @@ fn a_store_is_made_filled_scanned_and_checked() {
     assert!(check.contains("\"clean\": true") && check.contains("\"entries\": 2501"), "{check}");
     let stat = ok(&["kv", "stat", &pool, "--json"]);
     assert!(stat.contains("\"value_blocks\": 1") && stat.contains("\"wear_histogram\": ["), "{stat}");
-    assert!(stat.contains("\"version\": 7, \"stripes\": null"), "{stat}");
+    assert!(stat.contains("\"version\": 8, \"stripes\": null"), "{stat}");
 }
 
 #[test]
@@ -103,7 +103,7 @@ fn a_healing_store_names_the_keys_on_a_wild_write_and_scrub_rebuilds_them() {
     assert!(ok(&["kv", "check", &pool, "--json"]).contains("\"clean\": true"));
     let stat = ok(&["kv", "stat", &pool, "--json"]);
     assert!(
-        stat.contains("\"version\": 7, \"stripes\": \"8+2\"") && !stat.contains("\"protected_pages\": 0"),
+        stat.contains("\"version\": 8, \"stripes\": \"8+2\"") && !stat.contains("\"protected_pages\": 0"),
         "{stat}"
     );
     // A wild write over every copy of k01000's value in the file, straight into it (the live

@@ -34,11 +34,16 @@ const BY_SIZE: [u8; CLASSES as usize] = [1, 2, 3, 4, 5, 6, 7, PAGE_CLASS, 8, 9, 
 /// ranges, version 4 block headers of two words checked apart, which can link a block to the
 /// slot that points at it (FORMAT.md section 9), version 5 stripes (version 4 stays a pool
 /// without), version 6 line checks over the stripes, and version 7 the page class, with
-/// stripes or without (their two bytes zero). This build reads versions 1 to 6 too, and
+/// stripes or without (their two bytes zero), version 8 a third superblock copy in the
+/// region's last page, far from the header page that holds the other two (a lost header
+/// page is rebuilt from its stripe, whose shape that copy gives). This build reads versions
+/// 1 to 7 too, and
 /// marks a version 1 or 2 pool version 3 when it opens it, before it writes a record or a
 /// node that an older reader would misread. A pool keeps the version it was made with
-/// otherwise: only pools made as version 7 get runs of the page class.
-pub const HEAP_VERSION: u32 = 7;
+/// otherwise: only pools made as version 7 or later get runs of the page class.
+pub const HEAP_VERSION: u32 = 8;
+/// The first version with the superblock copy in the region's last page.
+pub const HEAP_VERSION_FAR_COPY: u32 = 8;
 /// The first version whose runs may be of the page class.
 pub const HEAP_VERSION_PAGE_CLASS: u32 = 7;
 /// Stripes without line checks: read and written as they are (a store's old bytes are not
@@ -588,7 +593,7 @@ mod tests {
         };
         let e = sb.encode();
         assert_eq!(Superblock::decode(&e).unwrap(), sb);
-        // Version 7 without stripes: their bytes zero.
+        // Without stripes: their bytes zero.
         let plain = Superblock { shape: None, closed: false, ..sb };
         assert_eq!(Superblock::decode(&plain.encode()).unwrap(), plain);
         // Versions outside what this build reads are refused by number; version 1 reads.
@@ -599,7 +604,7 @@ mod tests {
             b[60..].copy_from_slice(&crc.to_le_bytes());
             b
         };
-        assert!(matches!(Superblock::decode(&with_version(8)), Err(HeapError::Version { found: 8, .. })));
+        assert!(matches!(Superblock::decode(&with_version(9)), Err(HeapError::Version { found: 9, .. })));
         assert_eq!(
             Superblock::decode(&with_version(5)).unwrap(),
             Superblock { version: 5, closed: false, ..sb }

@@ -20,6 +20,7 @@ mod link;
 mod pool;
 mod record;
 mod recover;
+mod superblocks;
 mod tx;
 
 pub use alloc::{AllocStats, BadHeader, Clock, Ptr};

@@ -9,7 +9,8 @@ use bitmend_nvlog::{LogConfig, NvLog, RecordId, RecoveryReport};
 use crate::alloc::{AllocStats, Allocator, BadHeader, Clock, Plan, Ptr};
 use crate::heal::{Geometry, Healed, StripeShape, PAGE};
 use crate::layout::{
-    recorded_len, Superblock, HEAP_VERSION, HEAP_VERSION_UNCHECKED, HEAP_VERSION_UPGRADED, POOL_HEADER, RUN,
+    recorded_len, Superblock, HEAP_VERSION, HEAP_VERSION_FAR_COPY, HEAP_VERSION_UNCHECKED,
+    HEAP_VERSION_UPGRADED, POOL_HEADER, RUN,
 };
 use crate::record::{self, Rec};
 use crate::tx::{LogBytes, Slot, Tx, TxBuffers, TxState, Undo};
@@ -94,9 +95,7 @@ fn header_page(journal: usize) -> u64 {
     (journal as u64).div_ceil(4096) * 4096
 }
 
-/// Offsets within the pool header page.
-const SUPERBLOCK_A: u64 = 0;
-const SUPERBLOCK_B: u64 = 64;
+use crate::superblocks::{far_copy_at, SUPERBLOCK_A, SUPERBLOCK_B};
 /// The root slot: the payload offset of the pool's root object (0: none).
 const ROOT_SLOT: u64 = 128;
 
@@ -178,15 +177,20 @@ impl<R: Region> Pool<R> {
         let mut log = NvLog::format(Healed::new(region), cfg)?;
         let header = header_page(log.footprint());
         let first_run = header + POOL_HEADER;
-        let mut runs = len.saturating_sub(first_run as usize) as u64 / RUN;
+        // The region's last page holds the far superblock copy.
+        let room = far_copy_at(len);
+        let mut runs = room.saturating_sub(first_run) / RUN;
         if let Some(shape) = shape {
-            while runs > 0 && first_run + runs * RUN + Geometry::overhead(shape, pages(runs)) > len as u64 {
+            while runs > 0 && first_run + runs * RUN + Geometry::overhead(shape, pages(runs)) > room {
                 runs -= 1;
             }
         }
         if runs == 0 {
             let overhead = shape.map_or(0, |s| Geometry::overhead(s, pages(1)));
-            return Err(HeapError::RegionTooSmall { len, needed: (first_run + RUN + overhead) as usize });
+            return Err(HeapError::RegionTooSmall {
+                len,
+                needed: (first_run + RUN + overhead + PAGE) as usize,
+            });
         }
         let pool_id = random_id();
         let sb = Superblock {
@@ -220,6 +224,7 @@ impl<R: Region> Pool<R> {
             region.write((header + copy) as usize, &sb.encode())?;
             region.persist((header + copy) as usize, 64)?;
         }
+        crate::superblocks::keep_far_copy(&mut log, &sb)?;
         let alloc = Allocator::rebuild(log.region(), sb, opts.reuse_after, opts.clock);
         let mut pool = Pool::assemble(log, sb, alloc, header);
         pool.guard()?;
@@ -257,24 +262,14 @@ impl<R: Region> Pool<R> {
             e => e.into(),
         })?;
         let header = header_page(log.footprint());
-        let read = |log: &NvLog<Healed<R>>, copy: u64| {
-            let at = (header + copy) as usize;
-            let bytes = log.region().bytes();
-            if at + 64 > bytes.len() {
-                return Err(HeapError::NotAPool { why: "the region ends inside the journal".into() });
-            }
-            Superblock::decode(&bytes[at..at + 64])
-        };
-        let (a, b) = (read(&log, SUPERBLOCK_A), read(&log, SUPERBLOCK_B));
-        let (mut sb, damaged) = match (a, b) {
-            (Ok(a), Ok(b)) if a == b => (a, vec![]),
-            (Ok(a), _) => (a, vec![SUPERBLOCK_B]),
-            (_, Ok(b)) => (b, vec![SUPERBLOCK_A]),
-            (Err(e), _) => return Err(e),
-        };
+        let (mut sb, damaged) = crate::superblocks::read(&mut log, header, |sb| geometry(sb, header))?;
         let geo = geometry(&sb, header);
         let end = geo.map_or(sb.first_run + sb.runs as u64 * RUN, |g| g.end());
-        if sb.journal as usize != log.footprint() || end as usize > log.region().len() {
+        let room = match sb.version >= HEAP_VERSION_FAR_COPY {
+            true => far_copy_at(log.region().len()),
+            false => log.region().len() as u64,
+        };
+        if sb.journal as usize != log.footprint() || end > room {
             return Err(HeapError::NotAPool { why: "the superblock disagrees with the region".into() });
         }
         // A pool closed cleanly needs no recompute of its parity and signatures (nothing was
@@ -309,6 +304,7 @@ impl<R: Region> Pool<R> {
                 log.region_mut().persist(at, 64)?;
             }
         }
+        let far_rewritten = crate::superblocks::keep_far_copy(&mut log, &sb)?;
         let mut recs = crate::recover::heap_records(&mut log)?;
         let journal_repairs = log.take_repairs().len();
         // A closed pool's journal was emptied at close; one that is not was never closed
@@ -338,7 +334,7 @@ impl<R: Region> Pool<R> {
         let mut report = OpenReport {
             journal,
             bad_headers: alloc.faults.clone(),
-            superblocks_rewritten: damaged.len() as u32,
+            superblocks_rewritten: damaged.len() as u32 + u32::from(far_rewritten),
             journal_repairs,
             torn_commit,
             upgraded_from,

@@ -55,7 +55,7 @@ fn busy<R: Region>(pool: &mut Pool<R>, rng: &mut Rng, txs: usize) -> Result<Ptr,
 fn parity_and_signatures_follow_every_store_and_survive_reopening() {
     for (k, m) in [(4, 0), (8, 1), (4, 2), (3, 4)] {
         let mut pool = Pool::create(RamRegion::new(6 << 20), opts(k, m)).unwrap();
-        assert!(pool.heals() && pool.version() == 7);
+        assert!(pool.heals() && pool.version() == 8);
         busy(&mut pool, &mut Rng::new(k as u64 * 10 + m as u64), 300).unwrap();
         let full = pool.scrub(ScrubPass::Full).unwrap();
         assert_eq!(

@@ -319,6 +319,22 @@ fn damage_lines<R: Region>(pool: &Pool<R>, kv: &Kv, report: &ScrubReport) -> Res
     Ok(lines)
 }
 
+/// Damage the open itself repaired (the superblock copies, the journal's own parts): found,
+/// so reported, though already mended.
+fn repaired_at_open(report: &bitmend_heap::OpenReport) -> Vec<String> {
+    let mut lines = Vec::new();
+    if report.superblocks_rewritten > 0 {
+        lines.push(format!(
+            "{} superblock copies were damaged, rewritten at open",
+            report.superblocks_rewritten
+        ));
+    }
+    if report.journal_repairs > 0 {
+        lines.push(format!("the journal had {} damaged parts, rebuilt at open", report.journal_repairs));
+    }
+    lines
+}
+
 /// What a check found besides damaged data pages, all of it repairable by a scrub: parity
 /// pages, signature table entries and line checks (their own pages damaged; the data pages
 /// they describe sound).
@@ -361,6 +377,7 @@ fn check(file: &Path, json: bool) -> Result<u8, CliError> {
     let problems: Vec<String> =
         damage_lines
             .into_iter()
+            .chain(repaired_at_open(&report))
             .chain(report.bad_headers.iter().map(|b| {
                 format!("{} header at {:#x}: {}", if b.run { "run" } else { "block" }, b.at, b.fault)
             }))
