@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use bitmend_heap::kv::Kv;
 use bitmend_heap::{HeapError, Pool, PoolOptions, ReadCheck, ScrubPass, ScrubReport, StripeShape};
-use bitmend_media::pmem::{MmapRegion, Region};
+use bitmend_media::pmem::{MmapRegion, RamRegion, Region};
 use clap::{Args, Subcommand};
 
 use crate::error::{CliError, EXIT_PROBLEMS};
@@ -319,6 +319,21 @@ fn damage_lines<R: Region>(pool: &Pool<R>, kv: &Kv, report: &ScrubReport) -> Res
     Ok(lines)
 }
 
+/// A copy of the pool in memory with every page that can be rebuilt rebuilt, for naming
+/// the keys on damaged pages: a wiped leaf read as it is names none of its keys, rebuilt it
+/// names all those on the damage. The file is not written. `None` when nothing is
+/// repairable, or the copy does not open.
+fn rebuilt_copy<R: Region>(pool: &Pool<R>, d: &ScrubReport) -> Option<(Pool<RamRegion>, Kv)> {
+    if d.damaged.iter().all(|p| d.beyond_repair.contains(p)) {
+        return None;
+    }
+    let copy = RamRegion::from_bytes(pool.region().bytes().to_vec());
+    let (mut copy, _) = Pool::open(copy, PoolOptions::default()).ok()?;
+    copy.scrub(ScrubPass::Full).ok()?;
+    let kv = Kv::open(&copy).ok()?;
+    Some((copy, kv))
+}
+
 /// Damage the open itself repaired (the superblock copies, the journal's own parts): found,
 /// so reported, though already mended.
 fn repaired_at_open(report: &bitmend_heap::OpenReport) -> Vec<String> {
@@ -369,7 +384,13 @@ fn check(file: &Path, json: bool) -> Result<u8, CliError> {
         Opened::open(file, PoolOptions { rebuild_headers: false, ..PoolOptions::default() })?;
     let damage = if pool.heals() { Some(pool.check_damage(ScrubPass::Full)?) } else { None };
     let damage_lines = match &damage {
-        Some(d) => [damage_lines(&pool, &kv, d)?, protection_lines(d)].concat(),
+        Some(d) => {
+            let named = match rebuilt_copy(&pool, d) {
+                Some((copy, copy_kv)) => damage_lines(&copy, &copy_kv, d)?,
+                None => damage_lines(&pool, &kv, d)?,
+            };
+            [named, protection_lines(d)].concat()
+        }
         None => Vec::new(),
     };
     let tree = kv.check(&pool);
