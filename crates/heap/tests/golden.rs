@@ -155,13 +155,7 @@ fn the_version_8_golden_pool_survives_the_loss_of_its_header_page() {
     let (pool, report) = Pool::open(region, PoolOptions::default()).unwrap();
     assert_eq!(pool.version(), 8);
     assert!(report.bad_headers.is_empty(), "{report:?}");
-    let kv = Kv::open(&pool).unwrap();
-    let mut got = Vec::new();
-    kv.scan(&pool, None, None, &mut |k, v| {
-        got.push((k.to_vec(), v));
-        true
-    })
-    .unwrap();
+    let got = store_entries(&pool);
     assert!(got == entries(), "the store after its header page was rebuilt: {} entries", got.len());
     // Copy C lost too (with A and B whole): written back at open.
     let mut region = pool.close();
@@ -336,6 +330,19 @@ fn packed_nodes_of_older_pools_take_puts_and_deletes() {
     }
 }
 
+/// Every entry of the pool's store, in key order.
+fn store_entries(pool: &Pool<CrashRegion>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut got = Vec::new();
+    Kv::open(pool)
+        .unwrap()
+        .scan(pool, None, None, &mut |k, v| {
+            got.push((k.to_vec(), v));
+            true
+        })
+        .unwrap();
+    got
+}
+
 fn open_golden(path: &str) -> Pool<CrashRegion> {
     let bytes = std::fs::read(path).expect("the golden pool is checked in");
     let mut region = CrashRegion::new(bytes.len());
@@ -352,12 +359,7 @@ fn read_golden(path: &str) -> Option<u32> {
     let (pool, report) = Pool::open(region, PoolOptions::default()).unwrap();
     assert!(report.bad_headers.is_empty() && report.rolled_back == 0, "{report:?}");
     let kv = Kv::open(&pool).unwrap();
-    let mut got = Vec::new();
-    kv.scan(&pool, None, None, &mut |k, v| {
-        got.push((k.to_vec(), v));
-        true
-    })
-    .unwrap();
+    let got = store_entries(&pool);
     assert!(got == entries(), "the golden store holds {} entries", got.len());
     assert_eq!(kv.get(&pool, b"gone").unwrap(), None);
     assert_eq!(kv.len(&pool).unwrap(), entries().len() as u64, "{path}: the count");
