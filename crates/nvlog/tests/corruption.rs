@@ -350,6 +350,15 @@ fn damaged_superblock_headers_and_head_are_repaired() {
     assert!(matches!(NvLog::open(region), Err(LogError::NotALog { .. })));
 }
 
+/// A small log after a workload that trimmed and wrapped it, and what it holds.
+fn worked_small_log() -> (NvLog<RamRegion>, Model) {
+    let cfg = small(1);
+    let mut log = NvLog::format(RamRegion::new(region_len(cfg)), cfg).unwrap();
+    let mut model = Model::default();
+    workload(&mut log, &mut model, 8, 0, 200, 60, 30).unwrap();
+    (log, model)
+}
+
 fn zero(region: &mut RamRegion, at: usize, len: usize) {
     region.update(at, len, &mut |b| b.fill(0)).unwrap();
 }
@@ -358,10 +367,7 @@ fn zero(region: &mut RamRegion, at: usize, len: usize) {
 /// each), or any two: the log opens with its shape and its head, and copies them back.
 #[test]
 fn any_two_of_the_first_three_pages_lost_lose_nothing() {
-    let cfg = small(1);
-    let mut log = NvLog::format(RamRegion::new(region_len(cfg)), cfg).unwrap();
-    let mut model = Model::default();
-    workload(&mut log, &mut model, 8, 0, 200, 60, 30).unwrap();
+    let (log, model) = worked_small_log();
     let head = log.head();
     let mut region = log.into_region();
     let mut cases = 0;
@@ -391,10 +397,7 @@ fn any_two_of_the_first_three_pages_lost_lose_nothing() {
 
 #[test]
 fn a_lost_head_slot_resets_the_head_to_the_oldest_segment() {
-    let cfg = small(1);
-    let mut log = NvLog::format(RamRegion::new(region_len(cfg)), cfg).unwrap();
-    let mut model = Model::default();
-    workload(&mut log, &mut model, 8, 0, 200, 60, 30).unwrap();
+    let (log, model) = worked_small_log();
     let head = log.head();
     let mut region = log.into_region();
     let mut faults = RegionFaults::new(2);
