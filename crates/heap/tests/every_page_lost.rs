@@ -2,7 +2,8 @@
 //! stripes (the journal's superblocks and head slots, the pool header page, the runs, the
 //! parity, the signature and line check tables, the far superblock copy), the page is
 //! zeroed, the pool opened and scrubbed, and every key compared with the model; then a put
-//! and a reopen. `EVERY_PAGE_STRIDE` (default 1: every page) takes every n-th page.
+//! and a reopen. `EVERY_PAGE_STRIDE` (default 1: every page) takes every n-th page;
+//! `EVERY_PAGE_POOL_MIB` (default 2) sets the pool's size, and the keys grow with it.
 
 use std::collections::BTreeMap;
 
@@ -10,11 +11,15 @@ use bitmend_heap::kv::Kv;
 use bitmend_heap::{Pool, PoolOptions, ScrubPass, StripeShape};
 use bitmend_media::pmem::{RamRegion, Region};
 
-fn model() -> BTreeMap<Vec<u8>, Vec<u8>> {
-    (0..300u32)
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
+fn model(keys: u32) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    (0..keys)
         .map(|i| {
             (
-                format!("key{i:04}").into_bytes(),
+                format!("key{i:06}").into_bytes(),
                 format!("value-{i}-{}", "x".repeat(i as usize % 50)).into_bytes(),
             )
         })
@@ -35,11 +40,12 @@ fn store(pool: &Pool<RamRegion>) -> BTreeMap<Vec<u8>, Vec<u8>> {
 
 #[test]
 fn any_one_page_zeroed_loses_nothing() {
-    let stride: usize = std::env::var("EVERY_PAGE_STRIDE").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
-    let want = model();
+    let stride = env("EVERY_PAGE_STRIDE", 1);
+    let mib = env("EVERY_PAGE_POOL_MIB", 2);
+    let want = model(150 * mib as u32);
     for (k, m) in [(4u8, 2u8), (8, 1)] {
         let opts = PoolOptions { stripes: Some(StripeShape { k, m }), ..PoolOptions::default() };
-        let mut pool = Pool::create(RamRegion::new(2 << 20), opts).unwrap();
+        let mut pool = Pool::create(RamRegion::new(mib << 20), opts).unwrap();
         let kv = Kv::create(&mut pool).unwrap();
         for (key, v) in &want {
             kv.put(&mut pool, key, v).unwrap();

@@ -7,10 +7,16 @@ use bitmend_code::sig::{Sig64, Signer};
 
 use crate::LogError;
 
-/// The on-media version of the log layout this build writes (it reads 1 too).
-pub const LOG_VERSION: u32 = 2;
+/// The on-media version of the log layout this build writes (it reads 1 and 2 too).
+pub const LOG_VERSION: u32 = 3;
 /// Version 1: two superblock copies and one pair of head slots, in three pages.
 pub const LOG_VERSION_TWO_COPIES: u32 = 1;
+/// Version 3: chunks of whole pages start on a page, with the segment headers in pages of
+/// their own, so that one lost 4 KiB page costs at most one chunk of a segment (before, a
+/// page across a chunk boundary cost two, beyond a segment with m = 1).
+pub const LOG_VERSION_PAGED_CHUNKS: u32 = 3;
+/// The page the paged layout keeps chunks and headers apart by.
+const PAGE: usize = 4096;
 
 const MAGIC: [u8; 8] = *b"BMNVLOG\0";
 /// Superblock copies, one page apart so that one stray write rarely hits both.
@@ -66,14 +72,19 @@ impl LogConfig {
         LogConfig { k, m, chunk_size, block_size: 8, segments: 0 }
     }
 
+    /// Bytes of region a log of this shape takes, as this build formats it.
+    pub fn region_len(&self) -> usize {
+        Layout::new(*self, LOG_VERSION).needed()
+    }
+
     /// The same shape with as many segments as fit in `region_len` bytes.
     pub fn fit(mut self, region_len: usize) -> Result<LogConfig, LogError> {
         self.segments = 2;
         self.validate()?;
-        let stride = Layout::stride_of(&self);
-        let n = region_len.saturating_sub(SEGMENTS_START) / stride;
+        let two = Layout::new(self, LOG_VERSION);
+        let n = region_len.saturating_sub(two.needed() - 2 * two.stride) / two.stride;
         if n < 2 {
-            return Err(LogError::RegionTooSmall { len: region_len, needed: SEGMENTS_START + 2 * stride });
+            return Err(LogError::RegionTooSmall { len: region_len, needed: two.needed() });
         }
         self.segments = n.min(u32::MAX as usize) as u32;
         Ok(self)
@@ -122,35 +133,43 @@ pub(crate) struct Layout {
     pub header_size: usize,
     /// Bytes from one segment to the next.
     pub stride: usize,
+    /// Chunks on pages of their own (version 3, chunks of whole pages): each segment starts
+    /// with a page that holds its header copy A at its start and the previous segment's
+    /// copy B at its end; the last segment's copy B ends the page after the ring.
+    paged: bool,
 }
 
 impl Layout {
-    pub fn new(cfg: LogConfig) -> Layout {
-        Layout { cfg, header_size: SegmentHeader::size(cfg.n()), stride: Layout::stride_of(&cfg) }
-    }
-
-    fn stride_of(cfg: &LogConfig) -> usize {
-        2 * SegmentHeader::size(cfg.n()) + cfg.n() * cfg.chunk_size
+    /// The layout of a log of `cfg` made by `version`.
+    pub fn new(cfg: LogConfig, version: u32) -> Layout {
+        let header_size = SegmentHeader::size(cfg.n());
+        let paged = version >= LOG_VERSION_PAGED_CHUNKS
+            && cfg.chunk_size.is_multiple_of(PAGE)
+            && 2 * header_size <= PAGE;
+        let chunks = cfg.n() * cfg.chunk_size;
+        let stride = if paged { PAGE + chunks } else { 2 * header_size + chunks };
+        Layout { cfg, header_size, stride, paged }
     }
 
     /// Region bytes the log needs.
     pub fn needed(&self) -> usize {
-        SEGMENTS_START + self.cfg.segments as usize * self.stride
+        SEGMENTS_START + self.cfg.segments as usize * self.stride + if self.paged { PAGE } else { 0 }
     }
 
     /// Header copy `copy` (0 before the chunks, 1 after them) of physical segment `p`.
     pub fn header(&self, p: usize, copy: usize) -> usize {
         let base = SEGMENTS_START + p * self.stride;
-        if copy == 0 {
-            base
-        } else {
-            base + self.header_size + self.cfg.n() * self.cfg.chunk_size
+        match (copy, self.paged) {
+            (0, _) => base,
+            (_, true) => base + self.stride + PAGE - self.header_size,
+            (_, false) => base + self.header_size + self.cfg.n() * self.cfg.chunk_size,
         }
     }
 
     /// Chunk `i` (data 0..k, then parity) of physical segment `p`.
     pub fn chunk(&self, p: usize, i: usize) -> usize {
-        SEGMENTS_START + p * self.stride + self.header_size + i * self.cfg.chunk_size
+        let headers = if self.paged { PAGE } else { self.header_size };
+        SEGMENTS_START + p * self.stride + headers + i * self.cfg.chunk_size
     }
 
     /// All chunks of physical segment `p`, as one range.
@@ -224,7 +243,7 @@ impl Superblock {
         put_u32(&mut b, at::BLOCK, self.cfg.block_size as u32);
         put_u32(&mut b, at::SEGMENTS, self.cfg.segments);
         put_u32(&mut b, at::HEADER, SegmentHeader::size(self.cfg.n()) as u32);
-        put_u64(&mut b, at::STRIDE, Layout::stride_of(&self.cfg) as u64);
+        put_u64(&mut b, at::STRIDE, Layout::new(self.cfg, self.version).stride as u64);
         put_u64(&mut b, at::LOG_ID, self.log_id);
         put_u64(&mut b, at::REGION_LEN, self.region_len);
         let sig = signer.sign(&b[..at::SIG]).to_u64();
@@ -260,7 +279,7 @@ impl Superblock {
         };
         cfg.validate().map_err(|e| LogError::NotALog { why: format!("superblock shape: {e}") })?;
         if get_u32(b, at::HEADER) as usize != SegmentHeader::size(cfg.n())
-            || get_u64(b, at::STRIDE) as usize != Layout::stride_of(&cfg)
+            || get_u64(b, at::STRIDE) as usize != Layout::new(cfg, version).stride
         {
             return not("superblock layout fields disagree with its shape");
         }
@@ -415,7 +434,15 @@ mod tests {
         assert!(LogConfig::new(4, 2, 100).fit(1 << 20).is_err());
         assert!(LogConfig::new(4, 2, 4096).fit(20_000).is_err());
         let c = LogConfig::new(4, 2, 4096).fit(1 << 20).unwrap();
-        assert!(Layout::new(c).needed() <= 1 << 20);
-        assert_eq!(c.segments as usize, (((1 << 20) - SEGMENTS_START) / Layout::new(c).stride));
+        let l = Layout::new(c, LOG_VERSION);
+        assert!(l.needed() <= 1 << 20 && l.needed() + l.stride > 1 << 20, "as many segments as fit");
+        // Page-sized chunks each on pages of their own, the headers of neighbours in one page.
+        assert_eq!(l.stride, 4096 + 6 * 4096);
+        assert!((0..6).all(|i| l.chunk(3, i).is_multiple_of(4096)));
+        assert_eq!(l.header(3, 1) + l.header_size, l.header(4, 0) + 4096);
+        let old = Layout::new(c, 2);
+        assert_eq!(old.chunk(0, 0), SEGMENTS_START + old.header_size);
+        let small = Layout::new(LogConfig::new(4, 2, 256).fit(1 << 16).unwrap(), LOG_VERSION);
+        assert_eq!(small.stride, 2 * small.header_size + 6 * 256, "small chunks are packed");
     }
 }

@@ -94,7 +94,7 @@ impl<R: Region> NvLog<R> {
         let codec = Codec::new(cfg.k, cfg.m).map_err(|e| LogError::Config { why: e.to_string() })?;
         Ok(NvLog {
             region,
-            layout: Layout::new(cfg),
+            layout: Layout::new(cfg, version),
             log_id,
             version,
             codec,
@@ -120,7 +120,7 @@ impl<R: Region> NvLog<R> {
     pub fn format(mut region: R, cfg: LogConfig) -> Result<NvLog<R>, LogError> {
         let cfg = if cfg.segments == 0 { cfg.fit(region.len())? } else { cfg };
         cfg.validate()?;
-        let layout = Layout::new(cfg);
+        let layout = Layout::new(cfg, LOG_VERSION);
         if region.len() < layout.needed() {
             return Err(LogError::RegionTooSmall { len: region.len(), needed: layout.needed() });
         }

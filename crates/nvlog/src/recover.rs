@@ -111,7 +111,7 @@ impl<R: Region> NvLog<R> {
                 report.superblock_repaired += 1;
             }
         }
-        let layout = Layout::new(sb.cfg);
+        let layout = Layout::new(sb.cfg, sb.version);
         if region.len() < layout.needed() {
             return Err(LogError::RegionTooSmall { len: region.len(), needed: layout.needed() });
         }
@@ -129,6 +129,14 @@ impl<R: Region> NvLog<R> {
             log.recover_sealed(seg, &mut report)?;
         }
         log.recover_live(live, &mut report)?;
+        // Damage beyond the redundancy cut the live chunk short of the head: the records
+        // from the head on are lost (named in `unrecoverable`). The head comes back to the
+        // tail, so that the log stays one (head <= tail) and appends go on after it.
+        if log.tail().0 < log.head {
+            log.head_seq += 1;
+            log.write_head_slot(log.head_seq, log.tail().0)?;
+            log.head = log.tail().0;
+        }
         log.region.fence()?;
         report.repairs = log.repairs.clone();
         report.unrecoverable = log.lost.iter().copied().collect();

@@ -12,8 +12,7 @@ pub fn small(m: usize) -> LogConfig {
 
 /// A region size that holds `cfg` exactly (segments included).
 pub fn region_len(cfg: LogConfig) -> usize {
-    let header = (28 + 8 * cfg.n()).div_ceil(64) * 64;
-    12288 + cfg.segments as usize * (2 * header + cfg.n() * cfg.chunk_size)
+    cfg.region_len()
 }
 
 /// The payload of the i-th record of stream `seed`: 0..=max bytes, all derived from i.
