@@ -21,6 +21,24 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     n.checked_mul(1 << shift).ok_or_else(|| format!("'{s}' is too large"))
 }
 
+/// A size for people, to three figures: `2.23 MiB`, `310 B`.
+pub fn show_about(n: u64) -> String {
+    for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if n >= 1 << shift {
+            let v = n as f64 / (1u64 << shift) as f64;
+            let places = if v >= 100.0 {
+                0
+            } else if v >= 10.0 {
+                1
+            } else {
+                2
+            };
+            return format!("{v:.places$} {unit}");
+        }
+    }
+    format!("{n} B")
+}
+
 /// A size for people: `128 MiB`, `2 KiB`, `100 B`.
 pub fn show_size(n: u64) -> String {
     for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
@@ -55,6 +73,9 @@ mod tests {
     #[test]
     fn sizes() {
         assert_eq!(parse_size("128MiB"), Ok(128 << 20));
+        assert_eq!(show_about(2342784), "2.23 MiB");
+        assert_eq!(show_about(310), "310 B");
+        assert_eq!(show_about(150 << 10), "150 KiB");
         assert_eq!(parse_size("2KiB"), Ok(2048));
         assert_eq!(parse_size("2k"), Ok(2048));
         assert_eq!(parse_size("64"), Ok(64));

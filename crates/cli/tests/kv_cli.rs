@@ -217,8 +217,14 @@ fn scan_prints_only_checked_bytes() {
         let at = b.windows(needle.len()).rposition(|w| w == needle.as_bytes()).expect("the value") + 50 + n;
         b[at] ^= 0x5A;
         std::fs::write(&pool, b).unwrap();
-        assert_eq!(ok(&["kv", "scan", &pool]), want, "a byte of {key}'s value flipped");
+        let out = bitmend(&["kv", "scan", &pool]);
+        assert_eq!(String::from_utf8_lossy(&out.stdout), want, "a byte of {key}'s value flipped");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && err.contains("rebuilt for this read, in memory only"), "{err}");
     }
+    // A reader writes nothing: the damage stays in the file until a scrub mends it.
+    assert_eq!(bitmend(&["kv", "check", &pool]).status.code(), Some(4));
+    ok(&["kv", "scrub", &pool, "--full"]);
     assert!(ok(&["kv", "check", &pool]).contains("clean"));
 }
 
@@ -348,6 +354,128 @@ fn check_names_the_keys_of_a_wiped_leaf() {
     let named = text.matches("is on a damaged page").count();
     assert!(text.contains("key \\\"k01000\\\" is on a damaged page") && named >= 10, "{named} keys: {text}");
     assert_eq!(std::fs::read(&pool).unwrap()[page..page + 4096], [0u8; 4096], "check wrote nothing there");
+    // The tree is counted as a reader finds it, the wiped leaf rebuilt: every entry.
+    assert!(text.contains("\"entries\": 2000"), "{text}");
+    let stat = ok(&["kv", "stat", &pool, "--json"]);
+    assert!(stat.contains("\"entries\": 2000"), "{stat}");
+    assert_eq!(ok(&["kv", "count", &pool]), "2000\n");
+    assert_eq!(std::fs::read(&pool).unwrap()[page..page + 4096], [0u8; 4096], "readers wrote nothing there");
     ok(&["kv", "scrub", &pool, "--full"]);
     assert_eq!(ok(&["kv", "scan", &pool]).lines().count(), 2000);
+}
+
+/// Any bytes in and out: keys and values in hex (tabs, newlines, invalid UTF-8), `--json`
+/// that carries them as `key_hex` / `value_hex` and never alters them, a text scan that
+/// refuses an entry it cannot carry, `dump` and `load --hex` that copy a store exactly,
+/// `count`, a delete by prefix and by range, `--json` on writes, and keys and values from
+/// files.
+#[test]
+fn any_bytes_round_trip_and_ranges_are_counted_and_deleted() {
+    let pool = temp("bytes.pool");
+    let made = ok(&["kv", "create", &pool, "--size", "4MiB", "--json"]);
+    assert!(made.contains("\"size\": 4194304") && made.contains("\"stripes\": null"), "{made}");
+    let put = ok(&["kv", "--hex", "put", &pool, "00ff09", "0a0d00", "--json"]);
+    assert!(put.contains("\"key_hex\": \"00ff09\"") && put.contains("\"value_bytes\": 3"), "{put}");
+    let key_file = temp("key.bin");
+    std::fs::write(&key_file, b"k\tab\n").unwrap();
+    let value_file = temp("value.bin");
+    let all: Vec<u8> = (0..=255).collect();
+    std::fs::write(&value_file, &all).unwrap();
+    ok(&["kv", "put", &pool, "--key-file", &key_file, "--value-file", &value_file]);
+    ok(&["kv", "put", &pool, "--key-file", &key_file, "--value-file", &value_file]);
+    for i in 0..30 {
+        ok(&["kv", "put", &pool, &format!("p{i:02}"), &format!("v{i}")]);
+    }
+    assert_eq!(bitmend(&["kv", "get", &pool, "--key-file", &key_file]).stdout, all, "bytes exactly");
+    assert_eq!(ok(&["kv", "--hex", "get", &pool, "00ff09"]), "0a0d00\n");
+    assert_eq!(
+        ok(&["kv", "--hex", "get", &pool, "00ff09", "--json"]),
+        "{\"key_hex\": \"00ff09\", \"value_hex\": \"0a0d00\"}\n"
+    );
+    assert_eq!(ok(&["kv", "get", &pool, "p01", "--json"]), "{\"key\": \"p01\", \"value\": \"v1\"}\n");
+    // A text scan refuses the entries a line cannot carry (exit 2), after none wrong.
+    let out = bitmend(&["kv", "scan", &pool]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("0x00ff09"));
+    let json = ok(&["kv", "scan", &pool, "--json", "--limit", "2"]);
+    // UTF-8 bytes as a JSON string (escaped, exact), others in hex.
+    assert_eq!(
+        json.lines().next().unwrap(),
+        "{\"key_hex\": \"00ff09\", \"value\": \"\\u000a\\u000d\\u0000\"}"
+    );
+    assert!(json.contains("\"key\": \"k\\u0009ab\\u000a\", \"value_hex\": \"000102"), "{json}");
+    // dump, then load --hex into a new pool: the same store, byte for byte.
+    let dump = ok(&["kv", "dump", &pool]);
+    assert_eq!(dump.lines().count(), 32);
+    let copy = temp("bytes-copy.pool");
+    ok(&["kv", "create", &copy, "--size", "4MiB"]);
+    let dump_file = temp("dump.txt");
+    std::fs::write(&dump_file, &dump).unwrap();
+    let loaded = ok(&["kv", "--hex", "load", &copy, &dump_file, "--json"]);
+    assert!(loaded.contains("\"loaded\": 32, \"entries\": 32"), "{loaded}");
+    assert_eq!(ok(&["kv", "dump", &copy]), dump);
+    assert_eq!(bitmend(&["kv", "get", &copy, "--key-file", &key_file]).stdout, all);
+    // Bad hex is named with its line.
+    std::fs::write(&dump_file, "6b\t76\nzz\t00\n").unwrap();
+    let out = bitmend(&["kv", "--hex", "load", &copy, &dump_file]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 2: key \"zz\" is not hex"));
+    // count and delete by prefix and by range.
+    assert_eq!(ok(&["kv", "count", &pool]), "32\n");
+    assert_eq!(ok(&["kv", "count", &pool, "--prefix", "p1"]), "10\n");
+    assert_eq!(
+        ok(&["kv", "count", &pool, "--from", "p05", "--to", "p10", "--json"]).trim_end(),
+        format!("{{\"file\": {pool:?}, \"entries\": 5}}")
+    );
+    assert!(ok(&["kv", "del", &pool, "--prefix", "p1", "--json"]).contains("\"deleted\": 10"));
+    assert!(ok(&["kv", "del", &pool, "--from", "p05", "--to", "p25"]).contains("10 keys deleted"));
+    assert_eq!(ok(&["kv", "count", &pool, "--prefix", "p"]), "10\n");
+    assert_eq!(bitmend(&["kv", "del", &pool, "p01", "--prefix", "p"]).status.code(), Some(2));
+    assert_eq!(bitmend(&["kv", "get", &pool, "p12"]).status.code(), Some(1));
+    assert!(ok(&["kv", "check", &pool]).contains("clean"));
+}
+
+/// Readers share a pool; a writer waits for them (`--wait`) or is refused at once
+/// (`--wait 0`, exit 3); a read-only pool file can be read.
+#[test]
+fn readers_share_and_a_writer_waits_for_them() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let pool = temp("share.pool");
+    ok(&["kv", "create", &pool, "--size", "8MiB"]);
+    let input = temp("share.tsv");
+    let v = "r".repeat(100);
+    std::fs::write(&input, (0..2000).map(|i| format!("k{i:05}\t{v}\n")).collect::<String>()).unwrap();
+    ok(&["kv", "load", &pool, &input]);
+    // A scan whose output nobody reads yet: it holds the pool, blocked on a full pipe.
+    let mut scan = Command::new(env!("CARGO_BIN_EXE_bitmend"))
+        .args(["kv", "scan", &pool])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(scan.try_wait().unwrap().is_none(), "the scan holds the pool");
+    assert_eq!(ok(&["kv", "get", &pool, "k00007", "--wait", "0"]), v, "a second reader at once");
+    let refused = bitmend(&["kv", "put", &pool, "new", "x", "--wait", "0"]);
+    assert_eq!(refused.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("in use by another process"));
+    let mut writer = Command::new(env!("CARGO_BIN_EXE_bitmend"))
+        .args(["kv", "put", &pool, "new", "x", "--wait", "60s"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(writer.try_wait().unwrap().is_none(), "the writer waits for the reader");
+    let mut out = String::new();
+    scan.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    assert!(scan.wait().unwrap().success() && out.lines().count() == 2000);
+    assert!(writer.wait().unwrap().success(), "the writer went on once the reader was done");
+    assert_eq!(ok(&["kv", "get", &pool, "new"]), "x");
+    // A read-only file: read, and left as it was.
+    let before = std::fs::read(&pool).unwrap();
+    let mut perm = std::fs::metadata(&pool).unwrap().permissions();
+    perm.set_readonly(true);
+    std::fs::set_permissions(&pool, perm).unwrap();
+    assert_eq!(ok(&["kv", "count", &pool]), "2001\n");
+    assert!(ok(&["kv", "check", &pool]).contains("clean"));
+    assert!(std::fs::read(&pool).unwrap() == before, "readers wrote nothing");
 }

@@ -417,6 +417,23 @@ impl Allocator {
         }
     }
 
+    /// Bytes a new object could take: free and cooling blocks (each its class's size, a
+    /// span its runs) and unassigned runs, headers included.
+    pub fn free_bytes(&self) -> u64 {
+        let free = |slot: &Slot| matches!(slot, Slot::Free | Slot::Cooling);
+        self.runs
+            .iter()
+            .map(|r| match r {
+                RunUse::Blocks { slots, class } => {
+                    slots.iter().filter(|s| free(s)).count() as u64 * class_size(*class)
+                }
+                RunUse::Span { slot, runs } if free(slot) => *runs as u64 * RUN,
+                RunUse::Unassigned => RUN,
+                _ => 0,
+            })
+            .sum()
+    }
+
     /// Recounts the block states (after a rebuild or a change of many).
     fn recount(&mut self) {
         let mut s = AllocStats {

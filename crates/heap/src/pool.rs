@@ -570,6 +570,12 @@ impl<R: Region> Pool<R> {
         self.alloc.stats
     }
 
+    /// Bytes new objects could take (free blocks, cooling ones, unassigned runs; headers
+    /// included): what `stat` reports as free.
+    pub fn free_bytes(&self) -> u64 {
+        self.alloc.free_bytes()
+    }
+
     /// Every allocated object, in pool order (for checks: each should be reachable).
     pub fn allocated(&self) -> Vec<Ptr> {
         self.alloc.allocated()

@@ -204,3 +204,46 @@ fn streaming_stores_match_plain_stores_at_every_alignment() {
     drop(m);
     std::fs::remove_file(&path).unwrap();
 }
+
+/// A reader's private copy: its stores never reach the file, readers share the file with
+/// each other, and a writer waits for them (or fails at once without a wait).
+#[test]
+fn private_readers_share_the_file_and_never_write_it() {
+    use std::time::{Duration, Instant};
+    let path = temp_path("private.pool");
+    {
+        let mut w = MmapRegion::create(&path, 8192).unwrap();
+        w.write(100, b"kept").unwrap();
+        w.persist(100, 4).unwrap();
+    }
+    let mut a = MmapRegion::open_private(&path, Duration::ZERO).unwrap();
+    let b = MmapRegion::open_private(&path, Duration::ZERO).unwrap();
+    assert_eq!(a.persistence(), Persistence::Private);
+    a.write(100, b"lost").unwrap();
+    a.persist(100, 4).unwrap();
+    assert_eq!(&a.bytes()[100..104], b"lost", "the reader sees its own stores");
+    assert_eq!(&b.bytes()[100..104], b"kept", "another reader does not");
+    assert_eq!(&std::fs::read(&path).unwrap()[100..104], b"kept", "nor does the file");
+    // A writer is refused while readers hold the file, and waits for them when asked to.
+    let e = MmapRegion::open(&path).unwrap_err().to_string();
+    assert!(e.contains("in use by another process"), "{e}");
+    let t = Instant::now();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(150));
+        drop((a, b));
+    });
+    let w = MmapRegion::open_waiting(&path, Duration::from_secs(10)).unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(140), "the writer waited for the readers");
+    release.join().unwrap();
+    // A reader waits for the writer in turn, and gives up after its wait.
+    let e = MmapRegion::open_private(&path, Duration::from_millis(50)).unwrap_err().to_string();
+    assert!(e.contains("waited"), "{e}");
+    drop(w);
+    // A read-only file can be read (and its copy written) by a reader.
+    let mut perm = std::fs::metadata(&path).unwrap().permissions();
+    perm.set_readonly(true);
+    std::fs::set_permissions(&path, perm).unwrap();
+    let mut r = MmapRegion::open_private(&path, Duration::ZERO).unwrap();
+    r.write(0, b"x").unwrap();
+    assert_eq!(&r.bytes()[100..104], b"kept");
+}

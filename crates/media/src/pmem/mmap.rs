@@ -14,6 +14,7 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use super::{check_range, LineCounters, Region, RegionError, LINE};
 
@@ -24,9 +25,20 @@ pub enum Persistence {
     Msync,
     /// Write back each cache line (`clwb` / `clflushopt` / `clflush`), then `sfence`.
     CacheLineFlush,
+    /// Nothing: the mapping is a private copy ([`MmapRegion::open_private`]), whose stores
+    /// never reach the file.
+    Private,
 }
 
-/// A file mapped shared, locked for exclusive use while open.
+/// How a process holds the file of a mapping: alone (a writer), or beside other readers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hold {
+    Exclusive,
+    Shared,
+}
+
+/// A file mapped shared and locked for exclusive use while open, or mapped as a private
+/// copy under a shared lock ([`MmapRegion::open_private`]).
 pub struct MmapRegion {
     ptr: *mut u8,
     len: usize,
@@ -54,16 +66,60 @@ impl MmapRegion {
         MmapRegion::map(file, p, len)
     }
 
-    /// Maps an existing file, all of it.
+    /// Maps an existing file, all of it; an error at once if another process holds it.
     pub fn open(path: impl AsRef<Path>) -> Result<MmapRegion, RegionError> {
+        MmapRegion::open_waiting(path, Duration::ZERO)
+    }
+
+    /// Maps an existing file, all of it, waiting up to `wait` for other processes (readers
+    /// or a writer) to let it go.
+    pub fn open_waiting(path: impl AsRef<Path>, wait: Duration) -> Result<MmapRegion, RegionError> {
         let p = path.as_ref().display().to_string();
         let file = OpenOptions::new().read(true).write(true).open(path.as_ref()).map_err(io(p.clone()))?;
         let len = file.metadata().map_err(io(p.clone()))?.len() as usize;
-        MmapRegion::map(file, p, len)
+        lock(&file, &p, Hold::Exclusive, wait)?;
+        MmapRegion::map_window(file, &p, 0, len)
+    }
+
+    /// Maps an existing file, all of it, as a private copy for a reader: stores (a
+    /// recovery's, a rebuilt page's) land in this process's copy and never in the file,
+    /// which may be read-only. Any number of readers hold the file at once; a writer
+    /// ([`open_waiting`](Self::open_waiting)) waits for them, and they for it, up to `wait`.
+    pub fn open_private(path: impl AsRef<Path>, wait: Duration) -> Result<MmapRegion, RegionError> {
+        let p = path.as_ref().display().to_string();
+        let file = OpenOptions::new().read(true).open(path.as_ref()).map_err(io(p.clone()))?;
+        let len = file.metadata().map_err(io(p.clone()))?.len() as usize;
+        lock(&file, &p, Hold::Shared, wait)?;
+        if len == 0 {
+            return Err(RegionError::Range { offset: 0, len: 0, size: 0 });
+        }
+        // SAFETY: a fresh private mapping of `len` bytes of a file we hold open; the kernel
+        // chooses the address, and copies a page on its first store.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io(format!("{p}: mmap"))(std::io::Error::last_os_error()));
+        }
+        Ok(MmapRegion {
+            ptr: ptr as *mut u8,
+            len,
+            _file: file,
+            dax: false,
+            persistence: Persistence::Private,
+            counters: None,
+        })
     }
 
     fn map(file: File, path: String, len: usize) -> Result<MmapRegion, RegionError> {
-        lock(&file, &path)?;
+        lock(&file, &path, Hold::Exclusive, Duration::ZERO)?;
         MmapRegion::map_window(file, &path, 0, len)
     }
 
@@ -97,7 +153,7 @@ impl MmapRegion {
         if at == 0 || at >= len || !at.is_multiple_of(4096) {
             return Err(RegionError::Misaligned { offset: at, align: 4096 });
         }
-        lock(&file, &path)?;
+        lock(&file, &path, Hold::Exclusive, Duration::ZERO)?;
         // The second window holds a duplicate of the descriptor: the lock (on the open file
         // description they share) is held until both are dropped.
         let second = file.try_clone().map_err(io(format!("{path}: dup")))?;
@@ -282,6 +338,7 @@ impl Region for MmapRegion {
                     line += LINE;
                 }
             }
+            Persistence::Private => {}
         }
         Ok(())
     }
@@ -320,15 +377,29 @@ fn create_file(path: &Path, len: usize) -> Result<(File, String), RegionError> {
     Ok((file, p))
 }
 
-/// Locks `file` for exclusive use by this process (no other mount of it).
-fn lock(file: &File, path: &str) -> Result<(), RegionError> {
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        return Err(
-            io(format!("{path}: lock (in use by another process?)"))(std::io::Error::last_os_error()),
-        );
+/// Locks `file` as `hold` says (exclusive: no other mount or reader of it), trying again
+/// until `wait` has passed.
+fn lock(file: &File, path: &str, hold: Hold, wait: Duration) -> Result<(), RegionError> {
+    let how = match hold {
+        Hold::Exclusive => libc::LOCK_EX,
+        Hold::Shared => libc::LOCK_SH,
+    };
+    let start = Instant::now();
+    loop {
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), how | libc::LOCK_NB) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::WouldBlock {
+            return Err(io(format!("{path}: lock"))(e));
+        }
+        if start.elapsed() >= wait {
+            let waited = if wait.is_zero() { String::new() } else { format!(" (waited {wait:?})") };
+            return Err(io(format!("{path}: in use by another process{waited}"))(e));
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
-    Ok(())
 }
 
 /// Whether `file` lies on a tmpfs (shared memory: a process crash keeps what was stored, a
