@@ -142,6 +142,24 @@ impl Entries {
         self.items.remove(i);
     }
 
+    /// These entries then `right`'s (the next node under the same parent, `sep` the
+    /// parent's key between them), as one node the length of this one: an inner node's
+    /// separator comes down as the entry for `right`'s first child.
+    pub fn merged(mut self, sep: &[u8], right: &Entries) -> Entries {
+        debug_assert_eq!(self.leaf, right.leaf, "a node merges with one of its kind");
+        if !self.leaf {
+            let n = self.len();
+            self.insert(n, sep, &node::inner_entry(sep, right.first));
+        }
+        for i in 0..right.len() {
+            let n = self.len();
+            let item = Item { at: self.bytes.len(), ..right.items[i] };
+            self.bytes.extend_from_slice(right.entry(i));
+            self.items.insert(n, item);
+        }
+        self
+    }
+
     fn index_at(&self) -> usize {
         if self.leaf {
             node::HEAD

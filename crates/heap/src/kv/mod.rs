@@ -5,10 +5,11 @@
 //! pointer slot (MinL2R's pointer logging).
 //!
 //! Values up to [`INLINE_MAX`] bytes live in their leaf; larger ones (up to [`VALUE_MAX`]) in
-//! a block of their own that the leaf points to. Deleting leaves a leaf smaller, never merged:
-//! an empty leaf stays in the tree until a put lands in it.
+//! a block of their own that the leaf points to. A delete that leaves a node less than half
+//! full merges it with a neighbour when the two fit in one ([`merge`]).
 
 mod entries;
+mod merge;
 mod node;
 
 use bitmend_code::le::{self, Put};
@@ -491,6 +492,7 @@ impl Kv {
             if let Val::Out(old, _) = val {
                 tx.free(old)?;
             }
+            self.merge_up(tx, path, p, key)?;
             return Ok(true);
         }
         // A packed leaf: written back slotted.

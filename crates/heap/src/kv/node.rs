@@ -345,6 +345,16 @@ impl<'a> Slotted<'a> {
         self.dead
     }
 
+    /// Bytes in use: the header and index, and the live entries.
+    pub fn used(&self) -> usize {
+        self.index_end() + (self.end - self.low - self.dead)
+    }
+
+    /// The node's length (its block's payload).
+    pub fn len(&self) -> usize {
+        self.end
+    }
+
     /// Where entry `i` is, and its length.
     pub fn span(&self, i: usize) -> Option<(usize, usize)> {
         Some((self.entry(i)?, self.entry_len(i)?))
