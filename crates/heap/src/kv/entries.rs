@@ -221,6 +221,28 @@ impl Entries {
         self.pack(0..self.len(), self.first, self.end)
     }
 
+    /// The split of a node whose last entry was just added at its end, on the tree's right
+    /// edge: the left node keeps every entry it held (it held them before), the last one
+    /// starts the right node. Keys that arrive in ascending order (a sorted load, a dump
+    /// restored) then fill their leaves, where a balanced cut leaves each half empty for
+    /// good, as SQLite's and PostgreSQL's rightmost splits do. `None` when the rest does not
+    /// fit the node.
+    pub fn split_off_last(&self) -> Option<(Vec<u8>, Vec<u8>, Vec<u8>)> {
+        let n = self.len();
+        let at = n.checked_sub(1).filter(|&at| at >= 1 && self.fit(0..at, self.end))?;
+        let sep = self.key(at).to_vec();
+        let (left_first, right_first, right_from) = match self.leaf {
+            true => (Ptr::NULL, Ptr::NULL, at),
+            // The cut entry moves up; its child becomes the right node's first.
+            false => (self.first, Ptr(le::get_u64(self.entry(at), 0)), n),
+        };
+        Some((
+            self.pack(0..at, left_first, self.end),
+            sep,
+            self.pack(right_from..n, right_first, NODE as usize),
+        ))
+    }
+
     /// Two nodes of about equal bytes, and the separator between them: the right node's
     /// first key (leaves), or the key moved up (inner nodes, whose entry's child becomes the
     /// right node's first). The left node keeps the old node's length (it goes where a

@@ -366,19 +366,33 @@ impl Kv {
         entry: &[u8],
     ) -> Result<(), HeapError> {
         let mut leaf = Kv::entries_in(tx, p, true)?;
-        match leaf.search(key) {
+        let at_end = match leaf.search(key) {
             Ok(i) => {
                 if let Val::Out(old, _) = leaf.val(i) {
                     tx.free(old)?;
                 }
                 leaf.replace(i, entry);
+                false
             }
             Err(i) => {
                 leaf.insert(i, key, entry);
                 self.add_count(tx, key, 1)?;
+                i + 1 == leaf.len() && Kv::rightmost(tx, &path, key)?
+            }
+        };
+        self.store(tx, path, slot, leaf, at_end)
+    }
+
+    /// Whether `key` lies past every separator on `path`: its leaf is the tree's last.
+    fn rightmost<R: Region>(tx: &Tx<R>, path: &[(Slot, Ptr)], key: &[u8]) -> Result<bool, HeapError> {
+        for &(_, p) in path {
+            match Slotted::parse(tx.object(p)?).filter(|s| !s.leaf) {
+                Some(s) if s.n == 0 => {}
+                Some(s) if s.key(s.n - 1).ok_or(not_a_node(p))? <= key => {}
+                _ => return Ok(false),
             }
         }
-        self.store(tx, path, slot, leaf)
+        Ok(true)
     }
 
     /// The entries of the node at `p`, read inside `tx`; an error if it is not a node of the
@@ -388,19 +402,22 @@ impl Kv {
     }
 
     /// Writes `node` whole through `slot` (to a new block: pointer logging), splitting it,
-    /// and its parents, when it no longer fits.
+    /// and its parents, when it no longer fits (`at_end`: its last entry was just added, on
+    /// the tree's right edge, and the split leaves the rest together).
     fn store<R: Region>(
         &self,
         tx: &mut Tx<R>,
         mut path: Vec<(Slot, Ptr)>,
         slot: Slot,
         node: Entries,
+        at_end: bool,
     ) -> Result<(), HeapError> {
         if node.fits() {
             tx.rewrite(slot, &written_parts(&node.encode()))?;
             return Ok(());
         }
-        let (left, sep, right) = node.split();
+        let (left, sep, right) =
+            at_end.then(|| node.split_off_last()).flatten().unwrap_or_else(|| node.split());
         let right_at = tx.alloc(NODE)?;
         let [(a, head), (b, tail)] = written_parts(&right);
         tx.write_several(&[(right_at, a, head), (right_at, b, tail)])?;
@@ -440,7 +457,8 @@ impl Kv {
         let mut parent = Kv::entries_in(tx, p, false)?;
         let Err(i) = parent.search(&sep) else { return Err(not_a_node(p)) };
         parent.insert(i, &sep, &entry);
-        self.store(tx, path, slot, parent)
+        let at_end = i + 1 == parent.len() && Kv::rightmost(tx, &path, &sep)?;
+        self.store(tx, path, slot, parent, at_end)
     }
 
     /// Writes a node's header and index as `change` says, and counts `key` in or out (`by`
@@ -503,7 +521,7 @@ impl Kv {
         }
         leaf.remove(i);
         self.add_count(tx, key, -1)?;
-        self.store(tx, path, slot, leaf)?;
+        self.store(tx, path, slot, leaf, false)?;
         Ok(true)
     }
 
