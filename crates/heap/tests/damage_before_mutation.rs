@@ -1,8 +1,8 @@
 //! Damage within the redundancy never costs a write. A pool with stripes of 8+2 is damaged
 //! first (one byte flipped, a page of zeros, or two whole pages of one stripe: m = 2), on
 //! each page in use in turn, and then a mutation runs over it: a put of a new key, a put
-//! over a key, a delete, a batch load, a data-logged write, a pointer-logged write, an
-//! allocation into a slot, a free. The mutation succeeds (what it read was checked, and
+//! over a key, a delete, a batch load, forty deletes that merge leaves, a data-logged write,
+//! a pointer-logged write, an allocation into a slot, a free. The mutation succeeds (what it read was checked, and
 //! rebuilt when it failed), and the store equals a model after it, after a full scrub, and
 //! after reopening. In CI one page in `HEAL_CAMPAIGN_STRIDE` (default 5) is damaged;
 //! `HEAL_CAMPAIGN_STRIDE=1` damages every page in use.
@@ -121,6 +121,8 @@ enum KvMutation {
     PutOver,
     Delete,
     Batch,
+    /// Forty neighbours deleted in one transaction: leaves fall under half full and merge.
+    DeleteMerging,
 }
 
 fn mutate_kv(pool: &mut Pool<RamRegion>, kv: &Kv, model: &mut Model, how: KvMutation, target: u64) {
@@ -146,6 +148,13 @@ fn mutate_kv(pool: &mut Pool<RamRegion>, kv: &Kv, model: &mut Model, how: KvMuta
                 (0..20).map(|i| (key(target + i * 7), value(target + i, &mut rng))).collect();
             kv.batch(pool, |kv, tx| batch.iter().try_for_each(|(k, v)| kv.put_in(tx, k, v))).unwrap();
             model.extend(batch);
+        }
+        KvMutation::DeleteMerging => {
+            let keys: Vec<Vec<u8>> = (0..40).map(|i| key(target + i)).collect();
+            kv.batch(pool, |kv, tx| keys.iter().try_for_each(|k| kv.delete_in(tx, k).map(|_| ()))).unwrap();
+            for k in &keys {
+                model.remove(k);
+            }
         }
     }
 }
@@ -274,7 +283,13 @@ fn kv_mutations_over_damage_within_m_lose_nothing() {
     let (mut runs, mut rng) = (0, Rng::new(3));
     for (n, &at) in pages.iter().enumerate().filter(|(n, _)| n % stride() == 0) {
         for how in [Damage::OneByte, Damage::ZeroPage, Damage::TwoPagesOfAStripe] {
-            for m in [KvMutation::PutNew, KvMutation::PutOver, KvMutation::Delete, KvMutation::Batch] {
+            for m in [
+                KvMutation::PutNew,
+                KvMutation::PutOver,
+                KvMutation::Delete,
+                KvMutation::Batch,
+                KvMutation::DeleteMerging,
+            ] {
                 let mut pool =
                     Pool::open(RamRegion::from_bytes(base.region().bytes().to_vec()), opts()).unwrap().0;
                 let mut want = model.clone();
