@@ -18,6 +18,9 @@
 
 mod error;
 mod fs;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod store;
 
 pub use fs::node::{Attr, FileType};

@@ -6,6 +6,7 @@
 //! memory the image cannot justify. `fuzz/` wraps them for cargo-fuzz (nightly);
 //! `tests/corpus.rs` replays the checked-in corpus, and a sweep of random patches, on stable.
 
+pub mod decoders;
 pub mod flash;
 pub mod heap;
 pub mod nvlog;

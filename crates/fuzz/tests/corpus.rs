@@ -7,7 +7,8 @@ use bitmend_media::rng::Rng;
 /// A target: whether the damaged image opened.
 type Target = fn(&[u8]) -> bool;
 
-const TARGETS: [(&str, Target); 3] = [
+const TARGETS: [(&str, Target); 4] = [
+    ("decoders", bitmend_fuzz::decoders::decoders),
     ("flash_image", bitmend_fuzz::flash::flash_image),
     ("pool_image", bitmend_fuzz::heap::pool_image),
     ("log_image", bitmend_fuzz::nvlog::log_image),

@@ -211,7 +211,8 @@ pub(crate) fn encode_inode_into(out: &mut Vec<u8>, a: &Attr, target: &[u8]) {
 }
 
 pub(crate) fn decode_inode(ino: u64, b: &[u8]) -> Option<(Attr, Vec<u8>)> {
-    if b.len() < inode_at::LEN {
+    // The byte after the type is zero as every version writes it: one spelling per inode.
+    if b.len() < inode_at::LEN || b[inode_at::TYPE + 1] != 0 {
         return None;
     }
     let time = |i: usize| {
@@ -278,7 +279,8 @@ pub(crate) fn decode_xattrs(b: &[u8]) -> Option<Xattrs> {
         let n = r.u8()? as usize;
         let len = r.u16()? as usize;
         let name = r.take(n)?.to_vec();
-        if name.is_empty() {
+        // Names ascend, as they are written: no empty name, none twice (one spelling per set).
+        if name.is_empty() || set.last_key_value().is_some_and(|(last, _)| *last >= name) {
             return None;
         }
         set.insert(name, r.take(len)?.to_vec());

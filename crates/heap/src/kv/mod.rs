@@ -9,6 +9,9 @@
 //! full merges it with a neighbour when the two fit in one ([`merge`]).
 
 mod entries;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod merge;
 mod node;
 
