@@ -1,8 +1,9 @@
 //! # bitmend-tier
 //!
 //! The NVRAM write tier: dirty state of the flash file system, kept durable in a
-//! persistent-memory region instead of process memory (PLAN.md, "One data path"; Loris
-//! section V; PRIMS's argument for an NVRAM tier in front of slow storage).
+//! persistent-memory region instead of process memory (docs/DESIGN.md, "The tier under
+//! write-back"; Loris section V; PRIMS's argument for an NVRAM tier in front of slow
+//! storage).
 //!
 //! Two regions, which may be two windows of one file:
 //! - the **slots**, a `bitmend-heap` pool. Each dirty logical page has a slot, holding the
