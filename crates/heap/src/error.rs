@@ -4,6 +4,7 @@ use bitmend_media::pmem::RegionError;
 use bitmend_nvlog::LogError;
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum HeapError {
     #[error("{0}")]
     Region(#[from] RegionError),

@@ -34,6 +34,7 @@ use bitmend_nvlog::LogError;
 
 /// What can go wrong in the tier.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TierError {
     #[error("dirty state store: {0}")]
     Log(#[from] LogError),

@@ -121,6 +121,7 @@ impl TierWrite {
 
 /// Why a tier did not take something.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DirtyStateError {
     /// No room (or a record too large for it): the file system writes the state to flash
     /// instead, which makes it just as durable.
