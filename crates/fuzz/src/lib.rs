@@ -11,5 +11,6 @@ pub mod flash;
 pub mod heap;
 pub mod nvlog;
 mod patches;
+pub mod tier;
 
 pub use patches::{patches, Patch};

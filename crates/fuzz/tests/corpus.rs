@@ -7,7 +7,8 @@ use bitmend_media::rng::Rng;
 /// A target: whether the damaged image opened.
 type Target = fn(&[u8]) -> bool;
 
-const TARGETS: [(&str, Target); 4] = [
+const TARGETS: [(&str, Target); 5] = [
+    ("tier_image", bitmend_fuzz::tier::tier_image),
     ("decoders", bitmend_fuzz::decoders::decoders),
     ("flash_image", bitmend_fuzz::flash::flash_image),
     ("pool_image", bitmend_fuzz::heap::pool_image),
