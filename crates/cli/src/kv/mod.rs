@@ -50,12 +50,14 @@ pub enum KvCommand {
         /// bench heap`). Without it, damage to live data is not detected.
         #[arg(long, value_name = "K+M", value_parser = parse_stripes)]
         stripes: Option<StripeShape>,
+        /// Print JSON (scan: an object a line) for scripts.
         #[arg(long)]
         json: bool,
     },
     /// Set KEY to VALUE, one transaction. KEY may come from --key-file (then a single
     /// argument after FILE is the value), VALUE from --value-file (`-`: standard input).
     Put {
+        /// The pool file.
         file: PathBuf,
         key: Option<String>,
         value: Option<String>,
@@ -65,6 +67,7 @@ pub enum KvCommand {
         /// The value's bytes, exactly as the file holds them (`-`: standard input).
         #[arg(long, conflicts_with = "value")]
         value_file: Option<PathBuf>,
+        /// Print JSON (scan: an object a line) for scripts.
         #[arg(long)]
         json: bool,
     },
@@ -75,11 +78,13 @@ pub enum KvCommand {
     Get {
         file: PathBuf,
         key: Option<String>,
+        /// The key's bytes, exactly as the file holds them.
         #[arg(long, conflicts_with = "key")]
         key_file: Option<PathBuf>,
         /// No newline after the value, even on a terminal.
         #[arg(long)]
         raw: bool,
+        /// Print JSON (scan: an object a line) for scripts.
         #[arg(long)]
         json: bool,
     },
@@ -88,10 +93,12 @@ pub enum KvCommand {
     Del {
         file: PathBuf,
         key: Option<String>,
+        /// The key's bytes, exactly as the file holds them.
         #[arg(long, conflicts_with = "key")]
         key_file: Option<PathBuf>,
         #[command(flatten)]
         range: Range,
+        /// Print JSON (scan: an object a line) for scripts.
         #[arg(long)]
         json: bool,
     },
@@ -104,6 +111,7 @@ pub enum KvCommand {
         /// Stop after this many.
         #[arg(long)]
         limit: Option<usize>,
+        /// Print JSON (scan: an object a line) for scripts.
         #[arg(long)]
         json: bool,
     },
@@ -112,6 +120,7 @@ pub enum KvCommand {
         file: PathBuf,
         #[command(flatten)]
         range: Range,
+        /// Print JSON (scan: an object a line) for scripts.
         #[arg(long)]
         json: bool,
     },
@@ -128,6 +137,7 @@ pub enum KvCommand {
     Load {
         file: PathBuf,
         input: PathBuf,
+        /// Print JSON (scan: an object a line) for scripts.
         #[arg(long)]
         json: bool,
     },
@@ -135,6 +145,7 @@ pub enum KvCommand {
     /// sign every page too and name the keys on damaged pages. Writes nothing to the file.
     Check {
         file: PathBuf,
+        /// Print JSON (scan: an object a line) for scripts.
         #[arg(long)]
         json: bool,
     },
@@ -145,6 +156,7 @@ pub enum KvCommand {
         file: PathBuf,
         #[arg(long)]
         full: bool,
+        /// Print JSON (scan: an object a line) for scripts.
         #[arg(long)]
         json: bool,
     },
@@ -152,6 +164,7 @@ pub enum KvCommand {
     /// and the journal.
     Stat {
         file: PathBuf,
+        /// Print JSON (scan: an object a line) for scripts.
         #[arg(long)]
         json: bool,
     },
