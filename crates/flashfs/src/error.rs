@@ -49,8 +49,11 @@ pub enum FsError {
     #[error("not supported: {why}")]
     Unsupported { why: String },
     /// The NVRAM tier failed to keep the dirty state (its region failed, or is damaged).
-    #[error("the NVRAM tier: {why}")]
-    Tier { why: String },
+    #[error(transparent)]
+    Tier(#[from] crate::fs::DirtyStateError),
+    /// The NVRAM tier holds the dirty state of another file system: it is not applied.
+    #[error("the NVRAM tier holds the state of file system {found:016x}, not of this one ({ours:016x})")]
+    ForeignTier { found: u64, ours: u64 },
 }
 
 impl FsError {
@@ -74,7 +77,8 @@ impl FsError {
             | FsError::Unrecoverable { .. }
             | FsError::NotWritten { .. }
             | FsError::CorruptInMemory { .. }
-            | FsError::Tier { .. } => libc::EIO,
+            | FsError::Tier(_)
+            | FsError::ForeignTier { .. } => libc::EIO,
             FsError::Config { .. } | FsError::NotAFs { .. } | FsError::Version { .. } => libc::EINVAL,
             FsError::NotFound => libc::ENOENT,
             FsError::Exists => libc::EEXIST,

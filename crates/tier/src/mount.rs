@@ -16,7 +16,7 @@ fn state_error(e: TierError) -> DirtyStateError {
     if e.is_full() || matches!(e, TierError::Log(bitmend_nvlog::LogError::RecordTooLarge { .. })) {
         DirtyStateError::Full
     } else {
-        DirtyStateError::Failed(e.to_string())
+        DirtyStateError::Failed { source: Box::new(e) }
     }
 }
 

@@ -184,7 +184,7 @@ fn a_record_that_does_not_decode_is_refused_and_another_file_systems_tier_too() 
     // State of another file system: the mount refuses it rather than apply it.
     let foreign = DirtyRecovery { owner: Some(id ^ 1), records: Vec::new(), pages: Vec::new() };
     match Fs::open_recovering(nand, opts(), foreign) {
-        Err(FsError::Tier { why }) => assert!(why.contains("not of this one"), "{why}"),
+        Err(e @ FsError::ForeignTier { .. }) => assert!(e.to_string().contains("not of this one"), "{e}"),
         other => panic!("a foreign tier was not refused: {:?}", other.map(|r| r.2)),
     }
 }

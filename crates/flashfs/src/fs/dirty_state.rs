@@ -127,8 +127,13 @@ pub enum DirtyStateError {
     /// instead, which makes it just as durable.
     #[error("the NVRAM tier is full")]
     Full,
-    #[error("the NVRAM tier failed: {0}")]
-    Failed(String),
+    /// The tier's medium failed, or holds damage past its redundancy: what it was asked to
+    /// keep is not kept. `source` is the tier's own error.
+    #[error("the NVRAM tier failed: {source}")]
+    Failed {
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 /// What a tier held at mount, in the order it was recorded.
@@ -259,7 +264,7 @@ impl<N: Nand> Fs<N> {
         match r {
             Ok(()) => Ok(()),
             Err(DirtyStateError::Full) => self.sync(),
-            Err(DirtyStateError::Failed(why)) => Err(FsError::Tier { why }),
+            Err(e @ DirtyStateError::Failed { .. }) => Err(FsError::Tier(e)),
         }
     }
 
@@ -320,7 +325,7 @@ impl<N: Nand> Fs<N> {
     pub(crate) fn tier_checkout(&mut self) -> Result<(), FsError> {
         let Some(t) = self.tier.as_ref().filter(|_| self.tier_used) else { return Ok(()) };
         // Waits for a write putting its pages: they were staged before this checkout's flush.
-        t.lock().checkout().map_err(|e| FsError::Tier { why: e.to_string() })?;
+        t.lock().checkout()?;
         self.tier_used = false;
         Ok(())
     }

@@ -475,12 +475,7 @@ impl<N: Nand> Fs<N> {
 /// A tier's dirty state applies only to the file system that wrote it.
 fn tier_is_ours<N: Nand>(dirty: Option<&DirtyRecovery>, store: &PageStore<N>) -> Result<(), FsError> {
     match dirty.and_then(|d| d.owner).filter(|&o| o != store.fs_id()) {
-        Some(owner) => Err(FsError::Tier {
-            why: format!(
-                "it holds the state of file system {owner:016x}, not of this one ({:016x})",
-                store.fs_id()
-            ),
-        }),
+        Some(found) => Err(FsError::ForeignTier { found, ours: store.fs_id() }),
         None => Ok(()),
     }
 }
