@@ -32,6 +32,25 @@ const NODES: u8 = 5;
 const OWNER: u8 = 6;
 const RUN: u8 = 7;
 
+/// Where each record's fields are, after its kind byte (FORMAT.md, "The NVRAM tier").
+mod at {
+    /// Every record but checkout, nodes and owner: the inode first.
+    pub const INO: usize = 1;
+    /// page: the logical page, its slot, its CRC.
+    pub const INDEX: usize = 9;
+    pub const SLOT: usize = 17;
+    pub const CRC: usize = 25;
+    /// drop, drop range: the first page gone; drop range: the end.
+    pub const FROM: usize = 9;
+    pub const END: usize = 17;
+    /// owner: the file system's id.
+    pub const FS_ID: usize = 1;
+    /// run: its first page, how many, the object holding them.
+    pub const FIRST: usize = 9;
+    pub const COUNT: usize = 17;
+    pub const BLOCK: usize = 21;
+}
+
 /// The most pages one run record names: as many slots as fit a 256 KiB heap run.
 pub const MAX_RUN: u32 = 63;
 
@@ -93,26 +112,25 @@ impl Entry {
     /// `None` for bytes that are no record of ours (the log vouched for them, so only a
     /// newer build's record could be: refused, never guessed at).
     pub fn decode(b: &[u8]) -> Option<Entry> {
+        let u64_at = |at| le::get_u64(b, at);
         match (b.first()?, b.len()) {
             (&PAGE, 29) => Some(Entry::Page {
-                ino: le::get_u64(b, 1),
-                index: le::get_u64(b, 9),
-                slot: le::get_u64(b, 17),
-                crc: le::get_u32(b, 25),
+                ino: u64_at(at::INO),
+                index: u64_at(at::INDEX),
+                slot: u64_at(at::SLOT),
+                crc: le::get_u32(b, at::CRC),
             }),
-            (&DROP, 17) => Some(Entry::Drop { ino: le::get_u64(b, 1), from: le::get_u64(b, 9) }),
+            (&DROP, 17) => Some(Entry::Drop { ino: u64_at(at::INO), from: u64_at(at::FROM) }),
             (&CHECKOUT, 1) => Some(Entry::Checkout),
-            (&DROP_RANGE, 25) => Some(Entry::DropRange {
-                ino: le::get_u64(b, 1),
-                from: le::get_u64(b, 9),
-                end: le::get_u64(b, 17),
-            }),
+            (&DROP_RANGE, 25) => {
+                Some(Entry::DropRange { ino: u64_at(at::INO), from: u64_at(at::FROM), end: u64_at(at::END) })
+            }
             (&NODES, _) => Some(Entry::Nodes(b[1..].to_vec())),
-            (&OWNER, 9) => Some(Entry::Owner { fs_id: le::get_u64(b, 1) }),
+            (&OWNER, 9) => Some(Entry::Owner { fs_id: u64_at(at::FS_ID) }),
             (&RUN, 29) => {
-                let (first, count) = (le::get_u64(b, 9), le::get_u32(b, 17));
+                let (first, count) = (u64_at(at::FIRST), le::get_u32(b, at::COUNT));
                 let valid = (1..=MAX_RUN).contains(&count) && first.checked_add(u64::from(count)).is_some();
-                valid.then(|| Entry::Run { ino: le::get_u64(b, 1), first, count, block: le::get_u64(b, 21) })
+                valid.then(|| Entry::Run { ino: u64_at(at::INO), first, count, block: u64_at(at::BLOCK) })
             }
             _ => None,
         }

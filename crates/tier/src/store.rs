@@ -20,6 +20,14 @@ pub const PAGE: usize = 4096;
 pub const SLOT: usize = PAGE + TRAILER;
 const TRAILER: usize = 24;
 
+/// Where a slot trailer's fields are (FORMAT.md, "The NVRAM tier").
+mod trailer_at {
+    pub const CRC: usize = 0;
+    pub const ZERO: usize = 4;
+    pub const INO: usize = 8;
+    pub const INDEX: usize = 16;
+}
+
 /// A change smaller than this is data-logged in place; a larger one goes to a new slot
 /// (MinL2R: undo the bytes a change overwrites, or log a pointer when it changes most).
 const IN_PLACE_MAX: usize = PAGE / 2;
@@ -280,16 +288,24 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
         }
         let (at, t_at) = (slot.page_at() as usize, slot.trailer_at() as usize);
         let (page, t) = (&b[at..at + PAGE], &b[t_at..t_at + TRAILER]);
-        let crc = le::get_u32(t, 0);
-        let ours = le::get_u32(t, 4) == 0 && le::get_u64(t, 8) == ino && le::get_u64(t, 16) == index;
+        let crc = le::get_u32(t, trailer_at::CRC);
+        let ours = le::get_u32(t, trailer_at::ZERO) == 0
+            && le::get_u64(t, trailer_at::INO) == ino
+            && le::get_u64(t, trailer_at::INDEX) == index;
         (ours && crc32c(page) == crc).then(|| (page.to_vec(), crc))
     }
 
     fn put_trailer(t: &mut Vec<u8>, ino: u64, index: u64, crc: u32) {
+        let start = t.len();
         t.put_u32(crc);
         t.put_u32(0);
         t.put_u64(ino);
         t.put_u64(index);
+        debug_assert_eq!(
+            le::get_u64(&t[start..], trailer_at::INDEX),
+            index,
+            "a trailer reads back as written"
+        );
     }
 
     /// Makes page `index` of `ino` (`page`, whose CRC is `crc`) durable in the region.
