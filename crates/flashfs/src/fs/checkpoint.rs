@@ -154,11 +154,8 @@ fn decode(b: &[u8]) -> Option<State> {
     let next_ino = r.u64()?;
     let mut inodes = HashMap::new();
     for _ in 0..r.u32()? {
-        let ino = r.u64()?;
-        let version = r.u64()?;
-        let len = r.u32()? as usize;
-        let (attr, target) = node::decode_inode(ino, r.take(len)?)?;
-        inodes.insert(ino, Inode::new(attr, target, version));
+        let (ino, inode) = Inode::take_record(&mut r)?;
+        inodes.insert(ino, inode);
     }
     let mut dirs: HashMap<u64, BTreeMap<Vec<u8>, u64>> = HashMap::new();
     for _ in 0..r.u32()? {
@@ -580,13 +577,7 @@ mod tests {
         v.put_u64(ns.next_ino);
         v.put_u32(ns.inodes.len() as u32);
         for (ino, i) in &ns.inodes {
-            v.put_u64(*ino);
-            v.put_u64(i.version);
-            let len_at = v.len();
-            v.put_u32(0);
-            node::encode_inode_into(&mut v, &i.attr, &i.target);
-            let len = (v.len() - len_at - 4) as u32;
-            v[len_at..len_at + 4].copy_from_slice(&len.to_le_bytes());
+            i.put_record(*ino, &mut v);
         }
         v
     }

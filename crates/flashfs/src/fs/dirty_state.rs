@@ -24,7 +24,7 @@ use parking_lot::{ArcMutexGuard, Mutex, RawMutex};
 use bitmend_media::nand::Nand;
 
 use super::cache::DirtyPage;
-use super::node::{Frag, NodeKind, FLAG_LAST, FRAG_HEADER};
+use super::node::{frags, NodeKind, FLAG_LAST, FRAG_HEADER};
 use super::scan::Partial;
 use super::write::Out;
 use super::{Fs, LOGICAL_PAGE};
@@ -343,24 +343,21 @@ impl<N: Nand> Fs<N> {
         let base = self.cp.replayed_version;
         let mut shrunk = BTreeSet::new();
         for rec in records {
-            let mut at = 0;
-            while at < rec.len() {
-                let Ok(Some(head)) = Frag::decode(&rec[at..]) else {
-                    report.nodes_refused += 1;
-                    break;
-                };
-                let end = at + FRAG_HEADER + head.len as usize;
+            let mut nodes = frags(rec);
+            // A record is whole nodes of the kinds a tier may hold, every byte of it: what
+            // is not is refused from there on.
+            let mut refused = false;
+            for (head, _, body) in nodes.by_ref() {
                 let whole = head.flags & FLAG_LAST != 0 && head.total == u32::from(head.len);
                 let allowed = matches!(
                     head.kind,
                     NodeKind::Inode | NodeKind::Dirent | NodeKind::Punch | NodeKind::Xattr
                 );
-                if end > rec.len() || !whole || !allowed {
-                    report.nodes_refused += 1;
+                if !whole || !allowed {
+                    refused = true;
                     break;
                 }
-                let payload = rec[at + FRAG_HEADER..end].to_vec();
-                at = end;
+                let payload = body.to_vec();
                 if head.version <= base {
                     report.nodes_on_flash += 1;
                     continue;
@@ -378,6 +375,9 @@ impl<N: Nand> Fs<N> {
                 } else {
                     report.nodes_refused += 1;
                 }
+            }
+            if refused || nodes.rest() > 0 {
+                report.nodes_refused += 1;
             }
         }
         Ok(shrunk)

@@ -186,13 +186,7 @@ fn encode_group(
     v.put_u32(g.prefix);
     v.put_u32(inodes.len() as u32);
     for (ino, i) in inodes {
-        v.put_u64(ino);
-        v.put_u64(i.version);
-        let len_at = v.len();
-        v.put_u32(0);
-        node::encode_inode_into(&mut v, &i.attr, &i.target);
-        let len = (v.len() - len_at - 4) as u32;
-        v[len_at..len_at + 4].copy_from_slice(&len.to_le_bytes());
+        i.put_record(ino, &mut v);
         v.put_u64(i.xattr_version);
         if i.xattrs.is_empty() {
             v.put_u32(0);
@@ -247,11 +241,7 @@ pub(crate) fn decode_group(b: &[u8], g: GroupId, crc: u32) -> Option<GroupConten
     }
     let mut c = GroupContent::default();
     for _ in 0..r.u32()? {
-        let ino = r.u64()?;
-        let version = r.u64()?;
-        let len = r.u32()? as usize;
-        let (attr, target) = node::decode_inode(ino, r.take(len)?)?;
-        let mut inode = Inode::new(attr, target, version);
+        let (ino, mut inode) = Inode::take_record(&mut r)?;
         inode.xattr_version = r.u64()?;
         let xlen = r.u32()? as usize;
         if xlen > 0 {

@@ -22,7 +22,7 @@ use bitmend_media::nand::Nand;
 use super::rebuild::MapSummary;
 use super::{Fs, Loc, PENDING};
 use crate::fs::node::FileType;
-use crate::fs::node::{Frag, NodeKind, CODEC_FLAGS, FRAG_HEADER};
+use crate::fs::node::{frags, NodeKind, CODEC_FLAGS, FRAG_HEADER};
 use crate::store::PageAddr;
 use crate::FsError;
 use crate::{Ino, LOGICAL_PAGE};
@@ -766,15 +766,9 @@ impl<N: Nand> Fs<N> {
                 }
                 Err(e) => return Err(e),
             }
-            let mut off = 0;
             // The node whose fragment was last looked at: its pages are checked once.
             let mut last_node = None;
-            while off + FRAG_HEADER <= flash.len() {
-                let f = match Frag::decode(&flash[off..]) {
-                    Ok(Some(f)) => f,
-                    Ok(None) | Err(()) => break,
-                };
-                off += FRAG_HEADER + f.len as usize;
+            for (f, _, _) in frags(&flash) {
                 if f.kind != NodeKind::Data || last_node == Some((f.key, f.key2, f.version)) {
                     continue;
                 }

@@ -3,7 +3,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::node::{Attr, Xattrs};
+use bitmend_code::le::{Put, Reader};
+
+use super::node::{self, Attr, Xattrs};
 use super::ROOT;
 
 /// An inode number, as the file system's operations take and return it: its own type, so
@@ -31,6 +33,28 @@ pub(crate) struct Inode {
 impl Inode {
     pub fn new(attr: Attr, target: Vec<u8>, version: u64) -> Inode {
         Inode { attr, target, version, xattrs: Default::default(), xattr_version: 0 }
+    }
+
+    /// This inode (number `ino`) as checkpoints and namespace groups record it: ino u64,
+    /// its node's version u64, the inode payload's length u32, then the payload.
+    pub fn put_record(&self, ino: u64, v: &mut Vec<u8>) {
+        v.put_u64(ino);
+        v.put_u64(self.version);
+        let len_at = v.len();
+        v.put_u32(0);
+        node::encode_inode_into(v, &self.attr, &self.target);
+        let len = (v.len() - len_at - 4) as u32;
+        v[len_at..len_at + 4].copy_from_slice(&len.to_le_bytes());
+    }
+
+    /// An inode record (as [`Inode::put_record`] writes it), and its number; `None` for
+    /// bytes that are not one.
+    pub fn take_record(r: &mut Reader) -> Option<(u64, Inode)> {
+        let ino = r.u64()?;
+        let version = r.u64()?;
+        let len = r.u32()? as usize;
+        let (attr, target) = node::decode_inode(ino, r.take(len)?)?;
+        Some((ino, Inode::new(attr, target, version)))
     }
 }
 

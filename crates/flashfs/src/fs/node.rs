@@ -146,6 +146,40 @@ impl Frag {
     }
 }
 
+/// The fragments of a page, or of a record of whole nodes, in order: each header, where its
+/// body starts, and the body. The one walk over fragments (the mount's scan, the cleaner's
+/// liveness check and the tier's records all take it). It ends at the end of the fragments
+/// (a zero kind byte, or no room for a header), or at bytes that are not a fragment;
+/// [`FragWalk::rest`] says how many bytes it did not take.
+pub(crate) struct FragWalk<'a> {
+    b: &'a [u8],
+    off: usize,
+}
+
+pub(crate) fn frags(b: &[u8]) -> FragWalk<'_> {
+    FragWalk { b, off: 0 }
+}
+
+impl FragWalk<'_> {
+    /// Bytes after the last fragment taken.
+    pub fn rest(&self) -> usize {
+        self.b.len() - self.off
+    }
+}
+
+impl<'a> Iterator for FragWalk<'a> {
+    type Item = (Frag, usize, &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let f = Frag::decode(self.b.get(self.off..)?).ok()??;
+        // `decode` vouched that the body lies within the bytes.
+        let at = self.off + FRAG_HEADER;
+        let body = &self.b[at..at + f.len as usize];
+        self.off = at + f.len as usize;
+        Some((f, at, body))
+    }
+}
+
 byte_enum! {
 /// File types (an inode payload's byte 0).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -1,7 +1,7 @@
 //! Reassembling nodes from the fragments of data pages read in write order: what replay does
 //! from a checkpoint on, and what rebuilding a lost map does over the whole log.
 
-use crate::fs::node::{Frag, NodeKind, FLAG_LAST, FRAG_HEADER};
+use crate::fs::node::{frags, Frag, NodeKind, FLAG_LAST};
 
 /// A node reassembled from its fragments (complete once its last fragment was added).
 pub(crate) struct Partial {
@@ -34,15 +34,8 @@ impl Assembler {
         flash: &[u8],
         mut each: impl FnMut(Partial) -> Result<(), E>,
     ) -> Result<(), E> {
-        let mut off = 0;
-        while off + FRAG_HEADER <= flash.len() {
-            let f = match Frag::decode(&flash[off..]) {
-                Ok(Some(f)) => f,
-                Ok(None) | Err(()) => break,
-            };
-            let body = &flash[off + FRAG_HEADER..off + FRAG_HEADER + f.len as usize];
-            let loc = (addr, (off + FRAG_HEADER) as u16, f.len);
-            off += FRAG_HEADER + f.len as usize;
+        for (f, at, body) in frags(flash) {
+            let loc = (addr, at as u16, f.len);
             // A segment's first page names the checkpoint; it may fall between two
             // fragments of a node that crosses into the segment, and does not cut it.
             if f.kind == NodeKind::SegmentInfo {
