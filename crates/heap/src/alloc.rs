@@ -24,9 +24,10 @@ impl Ptr {
     /// No object.
     pub const NULL: Ptr = Ptr(0);
 
-    /// The block's header.
+    /// The block's header. A pointer too low to have one (damage in what held it) gives
+    /// offset 0, where no block header is: every check of it then fails, none wraps.
     pub(crate) fn header(self) -> u64 {
-        self.0 - BLOCK_HEADER
+        self.0.saturating_sub(BLOCK_HEADER)
     }
 }
 

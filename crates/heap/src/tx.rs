@@ -273,6 +273,11 @@ impl<'p, R: Region> Tx<'p, R> {
         match self.fresh_len(p) {
             Some(len) => Ok(len),
             None => {
+                // A pointer to no block (damage in what held it) is refused before its
+                // header is looked for.
+                if self.pool.alloc.allocated_capacity(p).is_none() {
+                    return Err(HeapError::NotAllocated { at: p.0 });
+                }
                 // The header's length bounds what the transaction reads and writes.
                 self.check_once(p.header(), crate::layout::BLOCK_HEADER)?;
                 self.pool.size_of(p)

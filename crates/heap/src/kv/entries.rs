@@ -36,6 +36,11 @@ struct Item {
 impl Entries {
     /// The entries of the node in `b`, in either format; `None` if an entry lies outside it.
     pub fn of(b: &[u8]) -> Option<Entries> {
+        // A packed node is written back slotted the first time it changes: one too small
+        // (or too large) to be written so is not taken for a node.
+        if !node::slotted_len(b.len()) {
+            return None;
+        }
         let Some(s) = Slotted::parse(b) else {
             return Some(Entries { end: b.len(), ..Entries::from_node(&Node::decode(b)?) });
         };

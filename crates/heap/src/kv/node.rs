@@ -137,6 +137,12 @@ fn inner_entry_len(klen: usize) -> usize {
     (INNER_ENTRY + klen).next_multiple_of(8)
 }
 
+/// Whether a node of `len` bytes can be written slotted (every node is, once it changes):
+/// room for an inner node's header, and offsets that fit the index's 16 bits.
+pub(super) fn slotted_len(len: usize) -> bool {
+    (index_at(false)..=MAX_NODE).contains(&len)
+}
+
 fn index_at(leaf: bool) -> usize {
     if leaf {
         HEAD
@@ -321,7 +327,7 @@ impl<'a> Slotted<'a> {
             _ => return None,
         };
         let end = b.len();
-        if !(index_at(false)..=MAX_NODE).contains(&end) {
+        if !slotted_len(end) {
             return None;
         }
         let field = |at| le::get_u16(b, at) as usize;
