@@ -221,7 +221,8 @@ fn decode_packed(b: &[u8]) -> Option<Node> {
             node.keys.push(r.take(klen)?.to_vec());
         }
     }
-    Some(node)
+    // Keys in order, none twice, as a slotted node's must be (it is written back slotted).
+    node.keys.windows(2).all(|w| w[0] < w[1]).then_some(node)
 }
 
 /// In the encoded inner node `b`: where the pointer to the child whose range holds `key` is
