@@ -138,9 +138,11 @@ fn inner_entry_len(klen: usize) -> usize {
 }
 
 /// Whether a node of `len` bytes can be written slotted (every node is, once it changes):
-/// room for an inner node's header, and offsets that fit the index's 16 bits.
+/// room for an inner node's header, offsets that fit the index's 16 bits, and a whole number
+/// of 8-byte words (an inner node's entries are aligned to them from its end; every node
+/// block's length is).
 pub(super) fn slotted_len(len: usize) -> bool {
-    (index_at(false)..=MAX_NODE).contains(&len)
+    (index_at(false)..=MAX_NODE).contains(&len) && len.is_multiple_of(8)
 }
 
 fn index_at(leaf: bool) -> usize {
