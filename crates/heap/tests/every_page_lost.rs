@@ -11,6 +11,9 @@ use bitmend_heap::kv::Kv;
 use bitmend_heap::{Pool, PoolOptions, ScrubPass, StripeShape};
 use bitmend_media::pmem::{RamRegion, Region};
 
+mod common;
+use common::kv_contents;
+
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
 }
@@ -25,17 +28,6 @@ fn model(keys: u32) -> BTreeMap<Vec<u8>, Vec<u8>> {
         })
         .chain([(b"large".to_vec(), (0..9000u32).map(|i| (i % 253) as u8).collect())])
         .collect()
-}
-
-fn store(pool: &Pool<RamRegion>) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    let kv = Kv::open(pool).unwrap();
-    let mut got = BTreeMap::new();
-    kv.scan(pool, None, None, &mut |k, v| {
-        got.insert(k.to_vec(), v);
-        true
-    })
-    .unwrap();
-    got
 }
 
 #[test]
@@ -62,7 +54,7 @@ fn any_one_page_zeroed_loses_nothing() {
                 .unwrap_or_else(|e| panic!("{k}+{m}, page {p} zeroed: the pool does not open: {e}"));
             let r = pool.scrub(ScrubPass::Full).unwrap();
             assert!(r.beyond_repair.is_empty(), "{k}+{m}, page {p}: {r:?}");
-            assert!(store(&pool) == want, "{k}+{m}, page {p} zeroed: the store differs");
+            assert!(kv_contents(&pool) == want, "{k}+{m}, page {p} zeroed: the store differs");
             let kv = Kv::open(&pool).unwrap();
             kv.put(&mut pool, b"after", b"the loss").unwrap();
             let (pool, report) = Pool::open(pool.close(), PoolOptions::default()).unwrap();

@@ -11,6 +11,9 @@ use bitmend_media::campaign::{self, Schedule};
 use bitmend_media::pmem::{CrashGranularity, CrashRegion};
 use bitmend_media::rng::Rng;
 
+mod common;
+use common::assert_committed;
+
 fn opts() -> PoolOptions {
     PoolOptions { reuse_after: Duration::ZERO, ..PoolOptions::default() }
 }
@@ -244,22 +247,7 @@ fn a_crash_at_every_fence_of_a_batch_keeps_the_store_whole() {
                 }
                 true
             },
-            |r, fence| {
-                let st = states.borrow();
-                let (pool, _) = Pool::open(r, opts()).unwrap_or_else(|e| panic!("{g:?} fence {fence}: {e}"));
-                let kv = Kv::open(&pool).unwrap();
-                kv.check(&pool).unwrap_or_else(|e| panic!("{g:?} fence {fence}: {e}"));
-                let mut got = BTreeMap::new();
-                kv.scan(&pool, None, None, &mut |k, v| {
-                    got.insert(k.to_vec(), v);
-                    true
-                })
-                .unwrap();
-                // The last committed state, or the one in flight (its commit record made it).
-                let n = st.len();
-                let ok = st[n.saturating_sub(2)..].contains(&got);
-                assert!(ok, "{g:?} fence {fence}: {} entries match no committed state", got.len());
-            },
+            |r, fence| assert_committed(r, opts(), &states.borrow(), &format!("{g:?} fence {fence}")),
         );
         cuts += c.cuts;
     }

@@ -13,18 +13,11 @@ use bitmend_media::campaign::{self, Schedule};
 use bitmend_media::pmem::{CrashGranularity, CrashRegion, RamRegion};
 use bitmend_media::rng::Rng;
 
+mod common;
+use common::{assert_committed, kv_contents};
+
 fn opts() -> PoolOptions {
     PoolOptions { reuse_after: Duration::ZERO, ..PoolOptions::default() }
-}
-
-fn store(kv: &Kv, pool: &Pool<RamRegion>) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    let mut got = BTreeMap::new();
-    kv.scan(pool, None, None, &mut |k, v| {
-        got.insert(k.to_vec(), v);
-        true
-    })
-    .unwrap();
-    got
 }
 
 /// Puts `next` keys until the pool is full; how many fit.
@@ -90,11 +83,11 @@ fn a_full_store_takes_new_keys_after_half_are_deleted() {
             "{deleted}, then {order}: {added} of {} fit again",
             gone.len()
         );
-        assert!(store(&kv, &pool) == model);
+        assert!(kv_contents(&pool) == model);
         let (pool, _) = Pool::open(pool.close(), opts()).unwrap();
         let kv = Kv::open(&pool).unwrap();
         assert_eq!(kv.check(&pool).unwrap().entries, model.len() as u64);
-        assert!(store(&kv, &pool) == model);
+        assert!(kv_contents(&pool) == model);
     }
 }
 
@@ -122,7 +115,7 @@ fn a_store_copied_in_key_order_fits_a_pool_of_its_size() {
         sorted_nodes * 10 < random_nodes * 8,
         "{sorted_nodes} nodes in key order, {random_nodes} in random order"
     );
-    assert!(store(&copy_kv, &copy) == model);
+    assert!(kv_contents(&copy) == model);
 }
 
 #[test]
@@ -195,24 +188,7 @@ fn a_crash_at_every_fence_of_merging_deletes_keeps_the_store_whole() {
                 }
                 true
             },
-            |r, fence| {
-                let st = states.borrow();
-                let (pool, _) = Pool::open(r, opts()).unwrap_or_else(|e| panic!("{g:?} fence {fence}: {e}"));
-                let kv = Kv::open(&pool).unwrap();
-                kv.check(&pool).unwrap_or_else(|e| panic!("{g:?} fence {fence}: {e}"));
-                let mut got = BTreeMap::new();
-                kv.scan(&pool, None, None, &mut |k, v| {
-                    got.insert(k.to_vec(), v);
-                    true
-                })
-                .unwrap();
-                let n = st.len();
-                assert!(
-                    st[n.saturating_sub(2)..].contains(&got),
-                    "{g:?} fence {fence}: {} entries match no committed state",
-                    got.len()
-                );
-            },
+            |r, fence| assert_committed(r, opts(), &states.borrow(), &format!("{g:?} fence {fence}")),
         );
         cuts += c.cuts;
     }

@@ -1,8 +1,43 @@
 //! What the crash tests share.
+#![allow(dead_code)]
 
+use std::collections::BTreeMap;
+
+use bitmend_heap::kv::Kv;
 use bitmend_heap::{Pool, PoolOptions};
-use bitmend_media::pmem::{CrashPoint, CrashRegion};
+use bitmend_media::pmem::{CrashPoint, CrashRegion, Region};
 use bitmend_media::rng::Rng;
+
+/// A store's entries, or what a model says they are.
+pub type Entries = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// Every entry of the store in `pool`, read with the pool's checks.
+pub fn kv_contents<R: Region>(pool: &Pool<R>) -> Entries {
+    let kv = Kv::open(pool).unwrap();
+    let mut got = Entries::new();
+    kv.scan(pool, None, None, &mut |k, v| {
+        got.insert(k.to_vec(), v);
+        true
+    })
+    .unwrap();
+    got
+}
+
+/// After a crash (`when` names it): the pool in `region` opens, its store passes its check,
+/// and holds the last committed state of `states` or the one in flight (its commit record
+/// made it): the last two.
+pub fn assert_committed<R: Region>(region: R, opts: PoolOptions, states: &[Entries], when: &str) {
+    let (pool, _) = Pool::open(region, opts).unwrap_or_else(|e| panic!("{when}: {e}"));
+    let kv = Kv::open(&pool).unwrap();
+    kv.check(&pool).unwrap_or_else(|e| panic!("{when}: {e}"));
+    let got = kv_contents(&pool);
+    let n = states.len();
+    assert!(
+        states[n.saturating_sub(2)..].contains(&got),
+        "{when}: {} entries match no committed state",
+        got.len()
+    );
+}
 
 /// Runs `work` on copies of `base`, each cut by a crash at a random store of its run (`cuts`
 /// of them), each crash followed by up to three recoveries themselves cut at a fence; then
