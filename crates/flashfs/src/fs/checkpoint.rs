@@ -11,9 +11,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use bitmend_code::le::{Put, Reader};
 use bitmend_media::nand::Nand;
 
-use super::groups::{GroupAt, GroupId};
-use super::index::{put_frags, read_frags, ChunkKey, MapAt, Totals};
-use super::rebuild::MapSummary;
+use super::groups::GroupAt;
+use super::index::{put_frags, read_frags, MapAt, Totals};
+use super::keys::{ChunkKey, GroupId, MapSummary};
 use super::{Fs, Health, Inode, Loc, PENDING};
 use crate::fs::node::{self, Frag, NodeKind, FLAG_LAST, FLAG_ZSTD, FRAG_HEADER};
 use crate::store::{PageAddr, Segment};

@@ -450,7 +450,7 @@ impl<N: Nand> Fs<N> {
     /// holds a map node a checkpoint that mount may start from refers to.
     pub(super) fn mark_maps_in(&mut self, phys: u32) -> Result<(bool, bool), FsError> {
         let mut readable = true;
-        let in_victim: Vec<super::index::ChunkKey> = self
+        let in_victim: Vec<super::keys::ChunkKey> = self
             .index
             .maps
             .iter()
@@ -471,7 +471,7 @@ impl<N: Nand> Fs<N> {
         }
         // Groups there are written elsewhere by the next checkpoint too.
         let segment_of = |p: u32| self.store.segment_of(PageAddr(p));
-        let groups: Vec<super::groups::GroupId> = (self.groups.at.iter())
+        let groups: Vec<super::keys::GroupId> = (self.groups.at.iter())
             .filter(|(_, a)| a.frags.iter().any(|f| segment_of(f.0) == Some(phys)))
             .map(|(g, _)| *g)
             .collect();

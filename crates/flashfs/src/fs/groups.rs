@@ -24,9 +24,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use bitmend_code::le::{self, Put, Reader};
 use bitmend_media::nand::Nand;
 
-use super::index::{frag_bytes, put_frags, read_frags, ChunkKey, Frags, MapAt};
+use super::index::{put_frags, read_frags, MapAt};
+use super::keys::{frag_bytes, mix, ChunkKey, Frags, GroupId, MapSummary};
 use super::namespace::Namespace;
-use super::rebuild::{mix, MapSummary};
 use super::{Fs, Inode};
 use crate::fs::node::{self, NodeKind};
 use crate::FsError;
@@ -48,38 +48,6 @@ const MAX_DEPTH: u8 = 24;
 /// it leaves for the checkpoint's own hold.
 pub(crate) const GROUPS_PER_STEP: usize = 4;
 pub(crate) const GROUPS_LEFT: usize = 4;
-
-/// A group: the hashes whose first `depth` bits are `prefix`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct GroupId {
-    pub depth: u8,
-    pub prefix: u32,
-}
-
-impl GroupId {
-    /// The first hash in it.
-    fn start(self) -> u64 {
-        if self.depth == 0 {
-            0
-        } else {
-            u64::from(self.prefix) << (64 - self.depth)
-        }
-    }
-
-    /// Hashes in it (2^64 for the whole: as u128).
-    fn span(self) -> u128 {
-        1u128 << (64 - self.depth)
-    }
-
-    fn holds(self, h: u64) -> bool {
-        self.depth == 0 || (h >> (64 - self.depth)) as u32 == self.prefix
-    }
-
-    fn halves(self) -> (GroupId, GroupId) {
-        let depth = self.depth + 1;
-        (GroupId { depth, prefix: self.prefix << 1 }, GroupId { depth, prefix: self.prefix << 1 | 1 })
-    }
-}
 
 /// Where a group's node is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -503,7 +471,7 @@ impl<N: Nand> Fs<N> {
             (u64::from(g.prefix), u64::from(g.depth)),
             version,
             &[&payload],
-            super::write::Pending::Group(g),
+            super::keys::Pending::Group(g),
         )?;
         self.groups.raw_since += raw;
         self.groups.stored_since += payload.len() as u64;

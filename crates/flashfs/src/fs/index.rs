@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use bitmend_code::le::{self, Put, Reader};
 use bitmend_media::nand::Nand;
 
-use super::rebuild::MapSummary;
+use super::keys::{chunk_key, frag_bytes, ChunkKey, Frags, MapSummary, CHUNK_PAGES};
 use super::{Fs, Loc, PENDING};
 use crate::fs::node::FileType;
 use crate::fs::node::{frags, NodeKind, CODEC_FLAGS, FRAG_HEADER};
@@ -27,12 +27,8 @@ use crate::store::PageAddr;
 use crate::FsError;
 use crate::{Ino, LOGICAL_PAGE};
 
-/// Logical pages per chunk of the index (one map node each; 256 KiB of a file).
-pub const CHUNK_PAGES: u64 = 64;
 /// Chunks kept in RAM by default (64 Ki logical pages: 256 MiB of file data mapped).
 pub const DEFAULT_INDEX_CHUNKS: usize = 1024;
-/// Fragments of a node: (flash page, offset in it, length).
-pub(crate) type Frags = Vec<(u32, u16, u16)>;
 
 const MAP_MAGIC: u32 = 0x504D_4E49; // "INMP"
 /// A map payload compressed: this magic, the plain payload's length (u32), one zstd frame.
@@ -110,15 +106,6 @@ pub(crate) struct Index {
     pub map_bytes_since: u64,
 }
 
-/// A chunk of a file's index: [`CHUNK_PAGES`] logical pages of inode `ino`, the `chunk`-th.
-/// A struct where a logical page's key is an (ino, page index) pair, so that the two cannot
-/// be swapped unseen. Ordered by file, then chunk (a file's chunks are a range).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct ChunkKey {
-    pub ino: u64,
-    pub chunk: u64,
-}
-
 /// 512-byte sectors in a logical page (what `st_blocks` counts in).
 const SECTORS_PER_PAGE: u64 = LOGICAL_PAGE as u64 / 512;
 
@@ -187,15 +174,6 @@ pub(crate) fn read_frags(r: &mut Reader) -> Option<Frags> {
         frags.push((r.u32()?, r.u16()?, r.u16()?));
     }
     Some(frags)
-}
-
-/// The chunk that maps logical page `index` of `ino`.
-pub(crate) fn chunk_key(ino: u64, index: u64) -> ChunkKey {
-    ChunkKey { ino, chunk: index / CHUNK_PAGES }
-}
-
-pub(crate) fn frag_bytes(f: &(u32, u16, u16)) -> u64 {
-    f.2 as u64 + FRAG_HEADER as u64
 }
 
 impl Index {
@@ -738,7 +716,7 @@ impl<N: Nand> Fs<N> {
                 (ck.ino, ck.chunk),
                 version,
                 &[&payload],
-                super::write::Pending::Map(ck),
+                super::keys::Pending::Map(ck),
             )?;
             self.index.maps_written += 1;
             if let Some(c) = self.index.loaded.get_mut(&ck) {

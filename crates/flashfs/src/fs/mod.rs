@@ -18,6 +18,7 @@ mod dirty_state;
 mod falloc;
 mod groups;
 pub(crate) mod index;
+pub(crate) mod keys;
 mod namespace;
 pub(crate) mod node;
 mod ops;
@@ -178,7 +179,8 @@ impl Default for FsOptions {
 pub use crate::fs::node::{MAX_LZ4_LEVEL, MAX_NODE_PAGES};
 
 pub use cache::{CacheCheck, CacheStats, Cached, Verify, TICK};
-pub use index::{CHUNK_PAGES, DEFAULT_INDEX_CHUNKS};
+pub use index::DEFAULT_INDEX_CHUNKS;
+pub use keys::CHUNK_PAGES;
 
 /// A directory entry as `readdir` returns it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -725,9 +725,9 @@ impl<N: Nand> Fs<N> {
         // be rewritten without the lost entries, turning them into holes): refused here,
         // not accepted and dropped at write-back.
         for ck in pages.clone().step_by(super::CHUNK_PAGES as usize) {
-            self.load_chunk(super::index::chunk_key(ino, ck))?;
+            self.load_chunk(super::keys::chunk_key(ino, ck))?;
         }
-        self.load_chunk(super::index::chunk_key(ino, pages.end.saturating_sub(1)))?;
+        self.load_chunk(super::keys::chunk_key(ino, pages.end.saturating_sub(1)))?;
         let new = pages.clone().filter(|&i| !self.wb.dirty.contains_key(&(ino, i))).count() as u64;
         // Write-back at the limit comes before this write is staged: a write refused there
         // (the chip or the host under the image full) changes nothing. Staged first, its new

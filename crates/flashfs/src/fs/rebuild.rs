@@ -13,26 +13,12 @@ use std::collections::BTreeMap;
 
 use bitmend_media::nand::Nand;
 
-use super::index::{chunk_key, ChunkKey, MapAt, CHUNK_PAGES};
+use super::index::MapAt;
+use super::keys::{chunk_key, mix, ChunkKey, MapSummary, CHUNK_PAGES};
 use super::scan::{Assembler, Partial};
 use super::{Fs, Loc};
 use crate::fs::node::{NodeKind, CODEC_FLAGS};
 use crate::FsError;
-
-/// What the checkpoint keeps of a map to rebuild it: bit i of `mask` says page i of the
-/// chunk is mapped; `digest` sums a hash of each mapped page's index and version.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct MapSummary {
-    pub mask: u64,
-    pub digest: u64,
-}
-
-/// SplitMix64's finalizer: every input bit moves every output bit.
-pub(crate) fn mix(mut x: u64) -> u64 {
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
 
 impl MapSummary {
     /// The summary of a chunk's pages (none for a chunk without pages, which has no map).

@@ -341,7 +341,7 @@ impl<N: Nand> Fs<N> {
             let crc = n.payload.get(4 * slot..4 * slot + 4).map(|b| bitmend_code::le::get_u32(b, 0));
             let loc =
                 Loc { frags: n.frags.clone(), codec, version: v, crc, slot: slot as u8, count: count as u8 };
-            let ck = super::index::chunk_key(key.0, key.1);
+            let ck = super::keys::chunk_key(key.0, key.1);
             if !self.index.loaded.contains_key(&ck) && self.index.maps.contains_key(&ck) {
                 // Not read at mount: kept beside the chunk's map until it is loaded.
                 self.overlay_loc(key, loc);
@@ -457,7 +457,7 @@ impl<N: Nand> Fs<N> {
         }
         let inodes = &self.ns.inodes;
         let end = |ino: u64| inodes.get(&ino).map_or(0, |i| i.attr.size.div_ceil(super::LOGICAL_PAGE as u64));
-        let past: Vec<(super::index::ChunkKey, Vec<super::Loc>)> = self.index.trim_in_ram(end);
+        let past: Vec<(super::keys::ChunkKey, Vec<super::Loc>)> = self.index.trim_in_ram(end);
         for (_, locs) in past {
             for l in locs {
                 self.count_loc(&l, false);

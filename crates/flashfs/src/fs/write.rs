@@ -3,6 +3,7 @@
 
 use bitmend_media::nand::Nand;
 
+use super::keys::Pending;
 use super::Ino;
 use super::{Fs, Loc, LOGICAL_PAGE, PENDING, SKIP_AFTER_INCOMPRESSIBLE, SKIP_AFTER_INCOMPRESSIBLE_MAX};
 
@@ -28,17 +29,6 @@ const LAST_PAGE_KEPT: usize = 512;
 /// Dirty maps the steps leave for a due checkpoint to write in its one hold: each is a group
 /// it must write too.
 const MAPS_LEFT: usize = 16;
-
-/// Where the fragments of a node being written are recorded.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Pending {
-    /// The locations of the logical pages of a data node: (ino, first page index), pages.
-    Data((u64, u64), usize),
-    /// A chunk's map node (ino, chunk).
-    Map(super::index::ChunkKey),
-    /// A group node (`groups.rs`).
-    Group(super::groups::GroupId),
-}
 
 /// File data and inodes changed but not yet written out.
 #[derive(Debug, Default)]
