@@ -66,12 +66,12 @@ impl<N: Nand> Fs<N> {
     fn check_namespace(&self, c: &mut CheckReport) {
         let mut links: HashMap<u64, u32> = HashMap::new();
         let mut subdirs: HashMap<u64, u32> = HashMap::new();
-        for (dir, entries) in &self.ns.dirs {
-            if !self.ns.inodes.get(dir).is_some_and(|i| i.attr.kind == FileType::Dir) {
+        for (dir, entries) in self.ns.dirs() {
+            if !self.ns.get(*dir).is_some_and(|i| i.attr.kind == FileType::Dir) {
                 c.problems.push(format!("entries for {dir}, which is not a directory"));
             }
             for (name, child) in entries {
-                match self.ns.inodes.get(child) {
+                match self.ns.get(*child) {
                     None => c.problems.push(format!(
                         "{dir}/{}: entry for missing inode {child}",
                         String::from_utf8_lossy(name)
@@ -85,7 +85,7 @@ impl<N: Nand> Fs<N> {
                 }
             }
         }
-        for (ino, i) in &self.ns.inodes {
+        for (ino, i) in self.ns.inodes() {
             let named = links.get(ino).copied().unwrap_or(0);
             match i.attr.kind {
                 FileType::Dir => {
@@ -154,7 +154,7 @@ impl<N: Nand> Fs<N> {
                 }
                 done += 1;
                 c.data_pages += 1;
-                match self.ns.inodes.get(&ino) {
+                match self.ns.get(ino) {
                     Some(i) if i.attr.kind == FileType::File => {
                         if index.saturating_mul(LOGICAL_PAGE as u64) >= i.attr.size {
                             c.problems
@@ -187,7 +187,7 @@ impl<N: Nand> Fs<N> {
             return Vec::new();
         }
         let mut parent: HashMap<u64, (u64, &[u8])> = HashMap::new();
-        for (&dir, entries) in &self.ns.dirs {
+        for (&dir, entries) in self.ns.dirs() {
             for (name, &child) in entries {
                 parent.entry(child).or_insert((dir, name));
             }

@@ -245,7 +245,7 @@ impl<N: Nand> Fs<N> {
     fn state_payload(&self) -> (Vec<u8>, bool, usize) {
         let mut v = Vec::new();
         v.put_u32(MAGIC);
-        v.put_u64(self.ns.next_ino);
+        v.put_u64(self.ns.next_ino());
         // No inode, entry or page here: they are in the groups.
         v.put_u32(0);
         v.put_u32(0);
@@ -307,7 +307,7 @@ impl<N: Nand> Fs<N> {
         let mut table: Vec<(GroupId, GroupAt)> =
             self.groups.at.iter().map(|(g, a)| (*g, a.clone())).collect();
         table.sort_unstable_by_key(|g| g.0);
-        s.next_ino == self.ns.next_ino
+        s.next_ino == self.ns.next_ino()
             && s.totals == self.index.totals
             && s.usage.iter().all(|(p, b)| self.index.usage.get(p) == Some(b))
             && s.groups == Some(table)
@@ -352,7 +352,7 @@ impl<N: Nand> Fs<N> {
         // is due too: the space budget holds the last one's size twice (it and the one a
         // mount may start from stay on flash), which after deleting most files would be
         // free space withheld until the log grew the interval.
-        let shrunk = (self.ns.inodes.len() as u64) < self.budget.checkpoint_inodes() / 2;
+        let shrunk = (self.ns.len() as u64) < self.budget.checkpoint_inodes() / 2;
         self.log_since_checkpoint() >= self.checkpoint_interval() || shrunk
     }
 
@@ -503,7 +503,7 @@ impl<N: Nand> Fs<N> {
         self.stats.checkpoint_bytes = blob.len() as u64;
         // What a mount needs of it: the node and every group it names.
         let on_flash = blob.len() as u64 + pages * FRAG_HEADER as u64 + self.groups.bytes();
-        self.budget.checkpoint(on_flash, self.ns.inodes.len());
+        self.budget.checkpoint(on_flash, self.ns.len());
         Ok(())
     }
 
@@ -572,11 +572,11 @@ mod tests {
     fn encode_inodes(ns: &Namespace) -> Vec<u8> {
         // About what it takes (an inode's record is 84 bytes), so that the vector is not copied
         // as it grows.
-        let mut v = Vec::with_capacity(16 + ns.inodes.len() * 84);
+        let mut v = Vec::with_capacity(16 + ns.len() * 84);
         v.put_u32(MAGIC);
-        v.put_u64(ns.next_ino);
-        v.put_u32(ns.inodes.len() as u32);
-        for (ino, i) in &ns.inodes {
+        v.put_u64(ns.next_ino());
+        v.put_u32(ns.len() as u32);
+        for (ino, i) in ns.inodes() {
             i.put_record(*ino, &mut v);
         }
         v
@@ -584,9 +584,9 @@ mod tests {
 
     /// Version 7's names: its second part's beginning.
     fn encode_names(ns: &Namespace, v: &mut Vec<u8>) {
-        let entries: usize = ns.dirs.values().map(|d| d.len()).sum();
+        let entries: usize = ns.dirs().map(|(_, d)| d.len()).sum();
         v.put_u32(entries as u32);
-        for (parent, d) in &ns.dirs {
+        for (parent, d) in ns.dirs() {
             for (name, child) in d {
                 v.put_u64(*parent);
                 v.put_u64(*child);
@@ -602,11 +602,9 @@ mod tests {
     #[test]
     fn a_state_in_two_frames_reads_back_as_one() {
         let mut ns = Namespace::default();
-        for ino in 2..300u64 {
-            ns.inodes.insert(ino, crate::fs::namespace::sample_file(ino));
-            ns.dirs.entry(1).or_default().insert(format!("file-{ino}").into_bytes(), ino);
-        }
-        ns.next_ino = 300;
+        let inodes = (2..300u64).map(|ino| (ino, crate::fs::namespace::sample_file(ino))).collect();
+        let names = (2..300u64).map(|ino| (format!("file-{ino}").into_bytes(), ino)).collect();
+        ns.replace(inodes, [(1, names)].into(), 300);
         let mut rest = Vec::new();
         encode_names(&ns, &mut rest);
         rest.put_u32(0); // no pages listed (a version 4 state)
@@ -614,8 +612,11 @@ mod tests {
         assert!(zstd && payload.len() < len, "compressed: {} of {len} bytes", payload.len());
         let state = decode_payload(FLAG_ZSTD, &payload).expect("two frames decode");
         assert_eq!((state.next_ino, state.inodes.len()), (300, 298));
-        assert!(state.inodes.iter().all(|(ino, i)| ns.inodes[ino].attr == i.attr && i.version == ino * 3));
-        assert_eq!(state.dirs.get(&1), ns.dirs.get(&1));
+        assert!(state
+            .inodes
+            .iter()
+            .all(|(ino, i)| ns.get(*ino).expect("written").attr == i.attr && i.version == ino * 3));
+        assert_eq!(state.dirs.get(&1), ns.entries(1));
         // The second frame cut off: the length no longer matches, and nothing is returned.
         let short = &payload[..payload.len() - 3];
         assert!(decode_payload(FLAG_ZSTD, short).is_none());

@@ -297,7 +297,7 @@ impl<N: Nand> Fs<N> {
     /// The tier record of inode `ino` as it is now, with a version of its own (empty without
     /// a tier, or if the inode is gone).
     fn inode_record(&mut self, ino: u64) -> Vec<u8> {
-        if self.tier.is_none() || !self.ns.inodes.contains_key(&ino) {
+        if self.tier.is_none() || !self.ns.contains(ino) {
             return Vec::new();
         }
         self.version += 1;
@@ -363,10 +363,10 @@ impl<N: Nand> Fs<N> {
                     continue;
                 }
                 let (kind, ino) = (head.kind, head.key);
-                let size_before = self.ns.inodes.get(&ino).map(|i| i.attr.size);
+                let size_before = self.ns.get(ino).map(|i| i.attr.size);
                 let applied =
                     self.apply(Partial { head, payload, frags: Vec::new() }, dirent_versions, mount)?;
-                let size_after = self.ns.inodes.get(&ino).map(|i| i.attr.size);
+                let size_after = self.ns.get(ino).map(|i| i.attr.size);
                 if kind == NodeKind::Inode && size_before.zip(size_after).is_some_and(|(b, a)| a < b) {
                     shrunk.insert(ino);
                 }
@@ -393,12 +393,8 @@ impl<N: Nand> Fs<N> {
         report: &mut DirtyRecoveryReport,
     ) -> Result<(), FsError> {
         for &ino in shrunk {
-            let Some(size) = self
-                .ns
-                .inodes
-                .get(&ino)
-                .filter(|i| i.attr.kind == crate::FileType::File)
-                .map(|i| i.attr.size)
+            let Some(size) =
+                self.ns.get(ino).filter(|i| i.attr.kind == crate::FileType::File).map(|i| i.attr.size)
             else {
                 continue;
             };
@@ -434,7 +430,7 @@ impl<N: Nand> Fs<N> {
         report: &mut DirtyRecoveryReport,
     ) {
         for (ino, index, bytes, crc) in pages {
-            let size = match self.ns.inodes.get(&ino) {
+            let size = match self.ns.get(ino) {
                 Some(i) if matches!(i.attr.kind, crate::FileType::File | crate::FileType::Symlink) => {
                     i.attr.size
                 }

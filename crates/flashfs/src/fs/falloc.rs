@@ -158,12 +158,13 @@ impl<N: Nand> Fs<N> {
 
     /// Grows `ino` to `end` bytes (unless `keep_size`), as a write there would.
     fn grow_to(&mut self, ino: u64, end: u64, keep_size: bool) -> Result<(), FsError> {
-        let i = self.ns.inodes.get_mut(&ino).expect("checked by the caller");
         let t = now();
-        i.attr.ctime = t;
-        if !keep_size && end > i.attr.size {
-            i.attr.size = end;
-            i.attr.mtime = t;
+        let size = self.inode(ino)?.attr.size;
+        if !keep_size && end > size {
+            self.ns.set_size(ino, end);
+            self.ns.touch(ino, t);
+        } else {
+            self.ns.set_ctime(ino, t);
         }
         self.wb.dirty_inodes.insert(ino);
         self.note_unsynced();
@@ -173,7 +174,7 @@ impl<N: Nand> Fs<N> {
     /// Makes bytes `off..end` of `ino` (within its size) read as zeros: whole pages leave the
     /// index (a punch node tells replay), the pages at either edge are rewritten in part.
     fn punch(&mut self, ino: u64, off: u64, end: u64) -> Result<(), FsError> {
-        let size = self.ns.inodes[&ino].attr.size;
+        let size = self.inode(ino)?.attr.size;
         let end = end.min(size);
         if off >= end {
             return Ok(());
@@ -205,9 +206,7 @@ impl<N: Nand> Fs<N> {
             };
             self.commit(vec![punch])?;
         }
-        let i = self.ns.inodes.get_mut(&ino).expect("checked by the caller");
-        let t = now();
-        (i.attr.mtime, i.attr.ctime) = (t, t);
+        self.ns.touch(ino, now());
         self.wb.dirty_inodes.insert(ino);
         Ok(())
     }

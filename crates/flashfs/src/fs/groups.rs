@@ -131,11 +131,11 @@ fn encode_group(
     maps: &BTreeMap<ChunkKey, MapAt>,
 ) -> Option<(Vec<u8>, usize)> {
     let mut inodes: Vec<(u64, &Inode)> = Vec::with_capacity(m.inos.len());
-    m.inos.retain(|i| ns.inodes.get(i).map(|inode| inodes.push((*i, inode))).is_some());
+    m.inos.retain(|i| ns.get(*i).map(|inode| inodes.push((*i, inode))).is_some());
     let mut entries: Vec<(u64, &[u8], u64)> = Vec::with_capacity(m.names.len());
     m.names.retain(|(p, n)| {
         // The name as the directory holds it: the member's copy is not borrowed past here.
-        let entry = ns.dirs.get(p).and_then(|d| d.get_key_value(n));
+        let entry = ns.entries(*p).and_then(|d| d.get_key_value(n));
         entry.map(|(n, c)| entries.push((*p, n.as_slice(), *c))).is_some()
     });
     let mut mapped: Vec<(&ChunkKey, &MapAt)> = Vec::new();
@@ -323,10 +323,10 @@ impl Groups {
     /// Membership from scratch: every inode, entry and map of the state put in its group.
     fn members_of(&self, ns: &Namespace, maps: &BTreeMap<ChunkKey, MapAt>) -> HashMap<GroupId, Members> {
         let mut members: HashMap<GroupId, Members> = HashMap::new();
-        for ino in ns.inodes.keys() {
+        for (ino, _) in ns.inodes() {
             members.entry(self.group_of(inode_hash(*ino))).or_default().inos.insert(*ino);
         }
-        for (parent, d) in &ns.dirs {
+        for (parent, d) in ns.dirs() {
             for name in d.keys() {
                 let g = self.group_of(entry_hash(*parent, name));
                 members.entry(g).or_default().names.insert((*parent, name.clone()));
@@ -397,7 +397,7 @@ impl<N: Nand> Fs<N> {
         for a in std::mem::take(&mut self.groups.at).into_values() {
             self.account(&a.frags, false);
         }
-        self.groups = Groups::of_depth(wanted_depth(self.ns.inodes.len(), self.index.maps.len()));
+        self.groups = Groups::of_depth(wanted_depth(self.ns.len(), self.index.maps.len()));
         self.groups.members = self.groups.members_of(&self.ns, &self.index.maps);
         self.groups.dirty = self.groups.members.keys().copied().collect();
     }
@@ -510,10 +510,10 @@ impl<N: Nand> Fs<N> {
     ) {
         for c in contents {
             for (ino, inode) in c.inodes {
-                self.ns.inodes.insert(ino, inode);
+                self.ns.insert(ino, inode);
             }
             for (parent, name, child) in c.entries {
-                self.ns.dirs.entry(parent).or_default().insert(name, child);
+                self.ns.replay_entry(parent, name, child);
             }
             for (k, at) in c.maps {
                 self.index.maps.insert(k, at);
@@ -556,8 +556,8 @@ mod tests {
                 i.xattrs.insert(b"user.k".to_vec(), vec![ino as u8; 5]);
                 i.xattr_version = ino * 5;
             }
-            ns.inodes.insert(ino, i);
-            ns.dirs.entry(1).or_default().insert(format!("file-{ino}").into_bytes(), ino);
+            ns.insert(ino, i);
+            ns.replay_entry(1, format!("file-{ino}").into_bytes(), ino);
             let summary = Some(MapSummary { mask: 1, digest: ino });
             maps.insert(
                 ChunkKey { ino, chunk: 0 },
@@ -572,7 +572,7 @@ mod tests {
     #[test]
     fn groups_read_back_as_the_state_and_refuse_another_or_damage() {
         let (ns, maps) = state(700);
-        let depth = wanted_depth(ns.inodes.len(), maps.len());
+        let depth = wanted_depth(ns.len(), maps.len());
         assert_eq!(depth, 5, "700 inodes, entries and maps: 32 groups");
         let groups = Groups::of_depth(depth);
         let mut members = groups.members_of(&ns, &maps);
@@ -586,11 +586,11 @@ mod tests {
             for bytes in [&plain, &packed] {
                 let c = decode_group(bytes, *g, crc).expect("reads back");
                 for (ino, i) in &c.inodes {
-                    let o = &ns.inodes[ino];
+                    let o = ns.get(*ino).expect("in the state");
                     assert!(o.attr == i.attr && o.version == i.version && o.xattrs == i.xattrs);
                     assert_eq!(o.xattr_version, i.xattr_version);
                 }
-                assert!(c.entries.iter().all(|(p, n, c)| ns.dirs[p][n] == *c));
+                assert!(c.entries.iter().all(|(p, n, c)| ns.entries(*p).expect("a directory")[n] == *c));
                 assert!(c.maps.iter().all(|(k, m)| maps[k] == *m));
                 if bytes == &plain {
                     (inodes, entries, mapped) =

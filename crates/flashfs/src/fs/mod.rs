@@ -32,8 +32,6 @@ mod scrub;
 mod write;
 mod xattr;
 
-use std::collections::BTreeMap;
-
 use bitmend_media::nand::Nand;
 
 pub use check::CheckReport;
@@ -395,7 +393,7 @@ pub(crate) const SKIP_AFTER_INCOMPRESSIBLE_MAX: u32 = 63;
 impl<N: Nand> std::fmt::Debug for Fs<N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Fs")
-            .field("inodes", &self.ns.inodes.len())
+            .field("inodes", &self.ns.len())
             .field("store", &self.store)
             .finish_non_exhaustive()
     }
@@ -454,8 +452,7 @@ impl<N: Nand> Fs<N> {
             ctime: t,
             rdev: 0,
         };
-        fs.ns.inodes.insert(ROOT.0, Inode::new(root, vec![], 0));
-        fs.ns.dirs.insert(ROOT.0, BTreeMap::new());
+        fs.ns.insert(ROOT.0, Inode::new(root, vec![], 0));
         fs.commit(vec![fs.inode_node(ROOT.0)])?;
         fs.checkpoint()?;
         Ok(fs)
@@ -551,6 +548,6 @@ impl<N: Nand> Fs<N> {
 
     /// Files, directories and symlinks.
     pub fn inode_count(&self) -> usize {
-        self.ns.inodes.len()
+        self.ns.len()
     }
 }

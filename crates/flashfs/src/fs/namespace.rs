@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use bitmend_code::le::{Put, Reader};
 
-use super::node::{self, Attr, Xattrs};
+use super::node::{self, Attr, FileType, Xattrs};
 use super::ROOT;
 
 /// An inode number, as the file system's operations take and return it: its own type, so
@@ -58,15 +58,17 @@ impl Inode {
     }
 }
 
-/// Every file, directory and symlink, and who holds them open.
+/// Every file, directory and symlink, and who holds them open. Its tables are its own: the
+/// operations and replay say what changed through the methods below, and nothing else
+/// writes them (scripts/parts.sh checks it).
 #[derive(Debug)]
 pub(crate) struct Namespace {
-    pub inodes: HashMap<u64, Inode>,
+    inodes: HashMap<u64, Inode>,
     /// Each directory's entries: name to inode number.
-    pub dirs: HashMap<u64, BTreeMap<Vec<u8>, u64>>,
-    pub next_ino: u64,
+    dirs: HashMap<u64, BTreeMap<Vec<u8>, u64>>,
+    next_ino: u64,
     /// Open handles per inode: an unlinked file stays readable until its last close.
-    pub open_handles: HashMap<u64, u32>,
+    open_handles: HashMap<u64, u32>,
 }
 
 impl Default for Namespace {
@@ -80,11 +82,286 @@ impl Default for Namespace {
     }
 }
 
+/// What [`Namespace::prune`] dropped, for the groups that held it.
+#[derive(Debug, Default)]
+pub(crate) struct Pruned {
+    pub inodes: Vec<u64>,
+    pub entries: Vec<(u64, Vec<u8>)>,
+}
+
+/// Reading.
+impl Namespace {
+    pub fn get(&self, ino: u64) -> Option<&Inode> {
+        self.inodes.get(&ino)
+    }
+
+    pub fn contains(&self, ino: u64) -> bool {
+        self.inodes.contains_key(&ino)
+    }
+
+    /// Files, directories and symlinks.
+    pub fn len(&self) -> usize {
+        self.inodes.len()
+    }
+
+    /// Directory `dir`'s entries; `None` if it is no directory.
+    pub fn entries(&self, dir: u64) -> Option<&BTreeMap<Vec<u8>, u64>> {
+        self.dirs.get(&dir)
+    }
+
+    pub fn inodes(&self) -> impl Iterator<Item = (&u64, &Inode)> {
+        self.inodes.iter()
+    }
+
+    pub fn dirs(&self) -> impl Iterator<Item = (&u64, &BTreeMap<Vec<u8>, u64>)> {
+        self.dirs.iter()
+    }
+
+    /// The number the next new inode gets.
+    pub fn next_ino(&self) -> u64 {
+        self.next_ino
+    }
+
+    /// The directory listing directory `dir` (one, for a directory); `None` for the root.
+    pub fn parent_of(&self, dir: u64) -> Option<u64> {
+        self.dirs.iter().find(|(_, e)| e.values().any(|&c| c == dir)).map(|(&p, _)| p)
+    }
+
+    pub fn is_open(&self, ino: u64) -> bool {
+        self.open_handles.contains_key(&ino)
+    }
+
+    fn attr_mut(&mut self, ino: u64) -> &mut Attr {
+        &mut self.inodes.get_mut(&ino).expect("an inode the caller checked").attr
+    }
+}
+
+/// Changing: each method is one whole change, so that a table never holds half of one.
+impl Namespace {
+    /// A number for a new inode.
+    pub fn allocate_ino(&mut self) -> u64 {
+        let ino = self.next_ino;
+        self.next_ino += 1;
+        ino
+    }
+
+    /// Puts `inode` in as `ino` (a new one, or one replay or a group found), with an empty
+    /// entry table if it is a directory that has none.
+    pub fn insert(&mut self, ino: u64, inode: Inode) {
+        if inode.attr.kind == FileType::Dir {
+            self.dirs.entry(ino).or_default();
+        }
+        self.inodes.insert(ino, inode);
+    }
+
+    /// Puts `inode` in as `ino`, keeping the extended attributes of the inode it replaces
+    /// (they have nodes of their own).
+    pub fn replace_keeping_xattrs(&mut self, ino: u64, mut inode: Inode) {
+        if let Some(old) = self.inodes.remove(&ino) {
+            (inode.xattrs, inode.xattr_version) = (old.xattrs, old.xattr_version);
+        }
+        self.insert(ino, inode);
+    }
+
+    /// Removes inode `ino` alone: a directory's entry table stays until [`Namespace::prune`]
+    /// names what it held (replay of an inode node with no link left).
+    pub fn remove_inode(&mut self, ino: u64) {
+        self.inodes.remove(&ino);
+    }
+
+    /// Removes inode `ino` and, for a directory, its entry table.
+    pub fn remove(&mut self, ino: u64) -> Option<Inode> {
+        self.dirs.remove(&ino);
+        self.inodes.remove(&ino)
+    }
+
+    /// Names `child` as `name` in `parent`; a new subdirectory adds a link to its parent.
+    pub fn add_entry(&mut self, parent: u64, name: &[u8], child: u64) {
+        if self.inodes.get(&child).is_some_and(|i| i.attr.kind == FileType::Dir) {
+            self.attr_mut(parent).nlink += 1;
+        }
+        self.dirs.entry(parent).or_default().insert(name.to_vec(), child);
+    }
+
+    /// Removes `name` from `parent`; a subdirectory's link to its parent goes with it.
+    pub fn remove_entry(&mut self, parent: u64, name: &[u8]) -> Option<u64> {
+        let child = self.dirs.get_mut(&parent)?.remove(name)?;
+        if self.inodes.get(&child).is_some_and(|i| i.attr.kind == FileType::Dir) {
+            let p = self.attr_mut(parent);
+            p.nlink = p.nlink.saturating_sub(1);
+        }
+        Some(child)
+    }
+
+    /// One more name for `ino`.
+    pub fn link(&mut self, ino: u64, t: (i64, u32)) {
+        let a = self.attr_mut(ino);
+        a.nlink += 1;
+        a.ctime = t;
+    }
+
+    /// One name of `ino` fewer (a directory's own "." goes with its name); its attributes
+    /// after.
+    pub fn drop_link(&mut self, ino: u64, t: (i64, u32)) -> Attr {
+        let a = self.attr_mut(ino);
+        a.nlink = a.nlink.saturating_sub(if a.kind == FileType::Dir { 2 } else { 1 });
+        a.ctime = t;
+        a.clone()
+    }
+
+    /// Content changed: mtime and ctime. Nothing for an inode that is gone.
+    pub fn touch(&mut self, ino: u64, t: (i64, u32)) {
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            (i.attr.mtime, i.attr.ctime) = (t, t);
+        }
+    }
+
+    /// Attributes changed: ctime.
+    pub fn set_ctime(&mut self, ino: u64, t: (i64, u32)) {
+        self.attr_mut(ino).ctime = t;
+    }
+
+    pub fn set_size(&mut self, ino: u64, size: u64) {
+        self.attr_mut(ino).size = size;
+    }
+
+    /// `set`'s owner, mode and times (not its size: that is the writer's), and ctime `t`.
+    pub fn set_attrs(&mut self, ino: u64, set: &super::SetAttr, t: (i64, u32)) {
+        let a = self.attr_mut(ino);
+        if let Some(p) = set.perm {
+            a.perm = p & 0o7777;
+        }
+        if let Some(u) = set.uid {
+            a.uid = u;
+        }
+        if let Some(g) = set.gid {
+            a.gid = g;
+        }
+        if let Some(t) = set.atime {
+            a.atime = t;
+        }
+        if let Some(t) = set.mtime {
+            a.mtime = t;
+        }
+        a.ctime = t;
+    }
+
+    /// The extended attributes of `ino`, and the version of the node that holds them (0
+    /// until it is written); replay keeps only a newer set than the one held.
+    pub fn set_xattrs(&mut self, ino: u64, set: Xattrs, version: u64) -> bool {
+        match self.inodes.get_mut(&ino) {
+            Some(i) if version == 0 || i.xattr_version < version => {
+                (i.xattrs, i.xattr_version) = (set, version);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The version of the inode node just written for `ino` (replay keeps the newest).
+    pub fn set_version(&mut self, ino: u64, version: u64) {
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            i.version = version;
+        }
+    }
+
+    /// The version of the node that last wrote `ino`'s extended attributes.
+    pub fn set_xattr_version(&mut self, ino: u64, version: u64) {
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            i.xattr_version = version;
+        }
+    }
+
+    /// An open handle on `ino` (it keeps an unlinked file alive).
+    pub fn open(&mut self, ino: u64) {
+        *self.open_handles.entry(ino).or_insert(0) += 1;
+    }
+
+    /// Drops a handle on `ino`; true when it was the last.
+    pub fn release(&mut self, ino: u64) -> bool {
+        let Some(n) = self.open_handles.get_mut(&ino) else { return false };
+        *n -= 1;
+        if *n == 0 {
+            self.open_handles.remove(&ino);
+            return true;
+        }
+        false
+    }
+}
+
+/// Rebuilding, at mount.
+impl Namespace {
+    /// Empty (a replay starts again from another checkpoint).
+    pub fn clear(&mut self) {
+        self.inodes.clear();
+        self.dirs.clear();
+    }
+
+    /// The namespace a checkpoint recorded.
+    pub fn replace(
+        &mut self,
+        inodes: HashMap<u64, Inode>,
+        dirs: HashMap<u64, BTreeMap<Vec<u8>, u64>>,
+        next_ino: u64,
+    ) {
+        (self.inodes, self.dirs, self.next_ino) = (inodes, dirs, next_ino);
+    }
+
+    /// A directory entry node replayed: `child` 0 removes the name. Link counts are the
+    /// inode nodes' own, not counted here.
+    pub fn replay_entry(&mut self, parent: u64, name: Vec<u8>, child: u64) {
+        let entries = self.dirs.entry(parent).or_default();
+        if child == 0 {
+            entries.remove(&name);
+        } else {
+            entries.insert(name, child);
+        }
+    }
+
+    /// After replay: drops inodes without a link (kept for readers that a mount no longer
+    /// has), entries of directories that are gone and names of inodes that are gone; gives
+    /// every directory an entry table; numbers new inodes past every one in use.
+    pub fn prune(&mut self) -> Pruned {
+        let mut pruned = Pruned::default();
+        self.inodes.retain(|ino, i| {
+            let keep = i.attr.nlink > 0;
+            if !keep {
+                pruned.inodes.push(*ino);
+            }
+            keep
+        });
+        let inodes = &self.inodes;
+        self.dirs.retain(|d, entries| {
+            let keep = inodes.get(d).is_some_and(|i| i.attr.kind == FileType::Dir);
+            if !keep {
+                pruned.entries.extend(entries.keys().map(|name| (*d, name.clone())));
+            }
+            keep
+        });
+        for (parent, entries) in self.dirs.iter_mut() {
+            entries.retain(|name, c| {
+                let keep = inodes.contains_key(c);
+                if !keep {
+                    pruned.entries.push((*parent, name.clone()));
+                }
+                keep
+            });
+        }
+        for (ino, i) in inodes {
+            if i.attr.kind == FileType::Dir {
+                self.dirs.entry(*ino).or_default();
+            }
+        }
+        let last = self.inodes.keys().max().copied().unwrap_or(ROOT.0);
+        self.next_ino = self.next_ino.max(last + 1);
+        pruned
+    }
+}
+
 /// A file's inode for unit tests: inode `ino`, its size and times from its number, version
 /// three times it.
 #[cfg(test)]
 pub(crate) fn sample_file(ino: u64) -> Inode {
-    use super::node::FileType;
     let t = (1_700_000_000 + ino as i64, 7);
     let attr = Attr {
         ino: super::Ino(ino),

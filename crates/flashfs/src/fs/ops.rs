@@ -44,12 +44,12 @@ fn check_name(name: &[u8]) -> Result<(), FsError> {
 
 impl<N: Nand> Fs<N> {
     pub(crate) fn inode(&self, ino: u64) -> Result<&Inode, FsError> {
-        self.ns.inodes.get(&ino).ok_or(FsError::NotFound)
+        self.ns.get(ino).ok_or(FsError::NotFound)
     }
 
     fn dir(&self, ino: u64) -> Result<&BTreeMap<Vec<u8>, u64>, FsError> {
         match self.inode(ino)?.attr.kind {
-            FileType::Dir => Ok(self.ns.dirs.get(&ino).expect("every directory has entries")),
+            FileType::Dir => Ok(self.ns.entries(ino).expect("every directory has entries")),
             _ => Err(FsError::NotDir),
         }
     }
@@ -79,17 +79,13 @@ impl<N: Nand> Fs<N> {
             .map(|(name, &child)| DirEntry {
                 name: name.clone(),
                 ino: Ino(child),
-                kind: self.ns.inodes[&child].attr.kind,
+                kind: self.ns.get(child).expect("an entry names an inode").attr.kind,
             })
             .collect())
     }
 
     fn touch(&mut self, ino: u64) {
-        let t = now();
-        if let Some(i) = self.ns.inodes.get_mut(&ino) {
-            i.attr.mtime = t;
-            i.attr.ctime = t;
-        }
+        self.ns.touch(ino, now());
     }
 
     fn make(
@@ -107,8 +103,7 @@ impl<N: Nand> Fs<N> {
         // A symlink's target goes into its inode node, or, when long, into a page of data.
         self.reserve(u64::from(!target.is_empty()), 1)?;
         let inline = target.len() <= INLINE_TARGET_MAX;
-        let ino = self.ns.next_ino;
-        self.ns.next_ino += 1;
+        let ino = self.ns.allocate_ino();
         let t = now();
         let attr = Attr {
             ino: Ino(ino),
@@ -124,7 +119,7 @@ impl<N: Nand> Fs<N> {
             rdev,
         };
         let kept = if inline { target.to_vec() } else { Vec::new() };
-        self.ns.inodes.insert(ino, Inode::new(attr.clone(), kept, 0));
+        self.ns.insert(ino, Inode::new(attr.clone(), kept, 0));
         if !inline {
             // Written before the operation's page: a crash between them leaves data of an
             // inode that does not exist, which mount drops.
@@ -135,15 +130,11 @@ impl<N: Nand> Fs<N> {
                 .write_page(ino, 0, &page, crc)
                 .and_then(|()| self.tier_page((ino, 0), &DirtyPage::with_crc(page, crc), 0..LOGICAL_PAGE));
             if let Err(e) = written {
-                self.ns.inodes.remove(&ino);
+                self.ns.remove(ino);
                 return Err(e);
             }
         }
-        if kind == FileType::Dir {
-            self.ns.dirs.insert(ino, BTreeMap::new());
-            self.ns.inodes.get_mut(&parent).expect("parent").attr.nlink += 1;
-        }
-        self.ns.dirs.get_mut(&parent).expect("parent").insert(name.to_vec(), ino);
+        self.ns.add_entry(parent, name, ino);
         self.touch(parent);
         let nodes =
             vec![self.inode_node(ino), Fs::<N>::dirent_node(parent, name, ino), self.inode_node(parent)];
@@ -243,10 +234,8 @@ impl<N: Nand> Fs<N> {
             return Err(FsError::Exists);
         }
         self.reserve(0, 1)?;
-        self.ns.dirs.get_mut(&parent).expect("parent").insert(name.to_vec(), ino);
-        let i = self.ns.inodes.get_mut(&ino).expect("checked");
-        i.attr.nlink += 1;
-        i.attr.ctime = now();
+        self.ns.add_entry(parent, name, ino);
+        self.ns.link(ino, now());
         self.touch(parent);
         let nodes =
             vec![self.inode_node(ino), Fs::<N>::dirent_node(parent, name, ino), self.inode_node(parent)];
@@ -256,39 +245,31 @@ impl<N: Nand> Fs<N> {
 
     /// Drops one link to `ino`; the inode and its data go with the last.
     fn drop_link(&mut self, ino: u64) -> node::Attr {
-        let i = self.ns.inodes.get_mut(&ino).expect("linked inode");
-        i.attr.nlink = i.attr.nlink.saturating_sub(if i.attr.kind == FileType::Dir { 2 } else { 1 });
-        i.attr.ctime = now();
-        i.attr.clone()
+        self.ns.drop_link(ino, now())
     }
 
     /// Notes an open handle on `ino` (it keeps an unlinked file alive).
     pub fn open_file(&mut self, ino: Ino) -> Result<(), FsError> {
         let ino = ino.0;
         self.inode(ino)?;
-        *self.ns.open_handles.entry(ino).or_insert(0) += 1;
+        self.ns.open(ino);
         Ok(())
     }
 
     /// Drops an open handle; the last one on an unlinked file lets it go.
     pub fn release_file(&mut self, ino: Ino) {
         let ino = ino.0;
-        if let Some(n) = self.ns.open_handles.get_mut(&ino) {
-            *n -= 1;
-            if *n == 0 {
-                self.ns.open_handles.remove(&ino);
-                self.forget_if_unlinked(ino);
-            }
+        if self.ns.release(ino) {
+            self.forget_if_unlinked(ino);
         }
     }
 
     fn forget_if_unlinked(&mut self, ino: u64) {
-        if self.ns.open_handles.contains_key(&ino) {
+        if self.ns.is_open(ino) {
             return;
         }
-        if self.ns.inodes.get(&ino).is_some_and(|i| i.attr.nlink == 0) {
-            self.ns.inodes.remove(&ino);
-            self.ns.dirs.remove(&ino);
+        if self.ns.get(ino).is_some_and(|i| i.attr.nlink == 0) {
+            self.ns.remove(ino);
             // Its group may have been written since the node with no link (by a checkpoint
             // the cleaner wrote inside the operation): written again, without it.
             self.groups.mark_inode(ino);
@@ -307,10 +288,10 @@ impl<N: Nand> Fs<N> {
     pub fn unlink(&mut self, parent: Ino, name: &[u8]) -> Result<(), FsError> {
         let parent = parent.0;
         let ino = *self.dir(parent)?.get(name).ok_or(FsError::NotFound)?;
-        if self.ns.inodes[&ino].attr.kind == FileType::Dir {
+        if self.inode(ino)?.attr.kind == FileType::Dir {
             return Err(FsError::IsDir);
         }
-        self.ns.dirs.get_mut(&parent).expect("parent").remove(name);
+        self.ns.remove_entry(parent, name);
         self.drop_link(ino);
         self.touch(parent);
         let nodes =
@@ -326,9 +307,8 @@ impl<N: Nand> Fs<N> {
         if !self.dir(ino)?.is_empty() {
             return Err(FsError::NotEmpty);
         }
-        self.ns.dirs.get_mut(&parent).expect("parent").remove(name);
+        self.ns.remove_entry(parent, name);
         self.drop_link(ino);
-        self.ns.inodes.get_mut(&parent).expect("parent").attr.nlink -= 1;
         self.touch(parent);
         let nodes =
             vec![Fs::<N>::dirent_node(parent, name, 0), self.inode_node(ino), self.inode_node(parent)];
@@ -348,8 +328,8 @@ impl<N: Nand> Fs<N> {
                 return false;
             }
             // The parent of a directory: the directory listing it (one, for directories).
-            match self.ns.dirs.iter().find(|(_, e)| e.values().any(|&c| c == d)) {
-                Some((&p, _)) => d = p,
+            match self.ns.parent_of(d) {
+                Some(p) => d = p,
                 None => return false,
             }
         }
@@ -369,40 +349,38 @@ impl<N: Nand> Fs<N> {
         check_name(newname)?;
         let ino = *self.dir(parent)?.get(name).ok_or(FsError::NotFound)?;
         self.dir(newparent)?;
-        let is_dir = self.ns.inodes[&ino].attr.kind == FileType::Dir;
+        let is_dir = self.inode(ino)?.attr.kind == FileType::Dir;
         if is_dir && self.is_under(newparent, ino) {
             return Err(FsError::Invalid { why: "a directory cannot move under itself".into() });
         }
-        let replaced = self.ns.dirs[&newparent].get(newname).copied();
+        let replaced = self.dir(newparent)?.get(newname).copied();
         if replaced == Some(ino) {
             return Ok(());
         }
         if let Some(old) = replaced {
-            match (is_dir, self.ns.inodes[&old].attr.kind == FileType::Dir) {
+            match (is_dir, self.inode(old)?.attr.kind == FileType::Dir) {
                 (true, false) => return Err(FsError::NotDir),
                 (false, true) => return Err(FsError::IsDir),
-                (true, true) if !self.ns.dirs[&old].is_empty() => return Err(FsError::NotEmpty),
+                (true, true) if !self.dir(old)?.is_empty() => return Err(FsError::NotEmpty),
                 _ => {}
             }
         }
-        self.ns.dirs.get_mut(&parent).expect("parent").remove(name);
-        self.ns.dirs.get_mut(&newparent).expect("new parent").insert(newname.to_vec(), ino);
+        // The replaced name goes first, so that each directory's link count follows its
+        // entries (a directory's name in its parent is a link of the parent).
+        if replaced.is_some() {
+            self.ns.remove_entry(newparent, newname);
+        }
+        self.ns.remove_entry(parent, name);
+        self.ns.add_entry(newparent, newname, ino);
         let mut nodes = vec![Fs::<N>::dirent_node(newparent, newname, ino)];
         if parent != newparent || name != newname {
             nodes.push(Fs::<N>::dirent_node(parent, name, 0));
         }
         if let Some(old) = replaced {
             self.drop_link(old);
-            if is_dir {
-                self.ns.inodes.get_mut(&newparent).expect("new parent").attr.nlink -= 1;
-            }
             nodes.push(self.inode_node(old));
         }
-        if is_dir && parent != newparent {
-            self.ns.inodes.get_mut(&parent).expect("parent").attr.nlink -= 1;
-            self.ns.inodes.get_mut(&newparent).expect("new parent").attr.nlink += 1;
-        }
-        self.ns.inodes.get_mut(&ino).expect("renamed").attr.ctime = now();
+        self.ns.set_ctime(ino, now());
         self.touch(parent);
         self.touch(newparent);
         nodes.push(self.inode_node(ino));
@@ -431,34 +409,18 @@ impl<N: Nand> Fs<N> {
             }
             self.truncate(ino, size)?;
         }
-        let i = self.ns.inodes.get_mut(&ino).expect("checked");
-        if let Some(p) = set.perm {
-            i.attr.perm = p & 0o7777;
-        }
-        if let Some(u) = set.uid {
-            i.attr.uid = u;
-        }
-        if let Some(g) = set.gid {
-            i.attr.gid = g;
-        }
-        if let Some(t) = set.atime {
-            i.attr.atime = t;
-        }
-        if let Some(t) = set.mtime {
-            i.attr.mtime = t;
-        }
-        i.attr.ctime = now();
+        self.ns.set_attrs(ino, &set, now());
         let n = self.inode_node(ino);
         self.commit(vec![n])?;
         self.getattr(Ino(ino))
     }
 
     fn truncate(&mut self, ino: u64, size: u64) -> Result<(), FsError> {
-        let old = self.ns.inodes[&ino].attr.size;
+        let old = self.inode(ino)?.attr.size;
         if size < old {
             // The tier learns the new size first: a crash in the middle then recovers the
             // truncate whole (recovery cuts the pages at the size).
-            self.ns.inodes.get_mut(&ino).expect("checked").attr.size = size;
+            self.ns.set_size(ino, size);
             self.tier_inode(ino)?;
             let keep = size.div_ceil(LOGICAL_PAGE as u64);
             // The bytes after the new end of the last page must read as zero if the file grows
@@ -475,7 +437,7 @@ impl<N: Nand> Fs<N> {
             self.tier_drop(ino, keep..u64::MAX)?;
             self.cache.forget_from(ino, keep);
             self.reserved.take(ino, keep..u64::MAX);
-            self.ns.inodes.get_mut(&ino).expect("checked").attr.size = size;
+            self.ns.set_size(ino, size);
             // The new size goes into the log before the cut page: a crash keeps a prefix of
             // the log, so the cut page (zeros past the end) is never found under the old
             // size. Then the pages are written, before any later data, so older pages past
@@ -485,7 +447,7 @@ impl<N: Nand> Fs<N> {
             self.flush_data()?;
         } else {
             self.zero_past_end(ino, old)?;
-            self.ns.inodes.get_mut(&ino).expect("checked").attr.size = size;
+            self.ns.set_size(ino, size);
         }
         self.touch(ino);
         Ok(())
@@ -762,11 +724,9 @@ impl<N: Nand> Fs<N> {
             changed.push((index, within..within + n));
             pos += n as u64;
         }
-        let i = self.ns.inodes.get_mut(&ino).expect("checked");
-        i.attr.size = i.attr.size.max(end);
-        let t = now();
-        i.attr.mtime = t;
-        i.attr.ctime = t;
+        let size = self.inode(ino)?.attr.size;
+        self.ns.set_size(ino, size.max(end));
+        self.ns.touch(ino, now());
         self.wb.dirty_inodes.insert(ino);
         // The pages for the tier before write-back may take them; the tier's lock after it,
         // since a checkout (the flush's checkpoint) needs that lock. Put after the flush, the

@@ -125,8 +125,7 @@ impl<N: Nand> Fs<N> {
                 fs.store.adopt_table(None, &mut report.store)?;
                 table_adopted = true;
             }
-            fs.ns.inodes.clear();
-            fs.ns.dirs.clear();
+            fs.ns.clear();
             fs.index = super::index::Index::default();
             fs.groups = Default::default();
             fs.cp.newest = *cand;
@@ -145,14 +144,13 @@ impl<N: Nand> Fs<N> {
             fs.store.adopt_table(table.as_deref(), &mut report.store)?;
         }
         fs.reclaim_if_short(&mut report.store)?;
-        if !fs.ns.inodes.contains_key(&ROOT.0) {
+        if !fs.ns.contains(ROOT.0) {
             return Err(FsError::NotAFs { why: "no root directory in the log".into() });
         }
         let mut recovered = DirtyRecoveryReport::default();
         let records = dirty.as_ref().map_or(&[][..], |d| &d.records[..]);
         let shrunk = fs.apply_tier_records(records, &mut dirent_versions, &mut report, &mut recovered)?;
         fs.rebuild_dirs()?;
-        fs.ns.next_ino = fs.ns.next_ino.max(fs.ns.inodes.keys().max().copied().unwrap_or(ROOT.0) + 1);
         // The next mount should follow the chain from the checkpoint this one ended with: a
         // scan, or a replay from no checkpoint, writes a new one; a checkpoint newer than the
         // anchored one (an unmount cut before its anchor) is anchored now.
@@ -266,12 +264,7 @@ impl<N: Nand> Fs<N> {
                 }
                 let name = key.1.clone();
                 dirent_versions.insert(key, v);
-                let entries = self.ns.dirs.entry(n.head.key).or_default();
-                if child == 0 {
-                    entries.remove(&name);
-                } else {
-                    entries.insert(name, child);
-                }
+                self.ns.replay_entry(n.head.key, name, child);
             }
             NodeKind::Data => self.apply_data(&n, report)?,
             NodeKind::Checkpoint => return self.apply_checkpoint(&n, dirent_versions),
@@ -284,9 +277,7 @@ impl<N: Nand> Fs<N> {
             }
             NodeKind::Xattr => {
                 let Some(set) = node::decode_xattrs(&n.payload) else { return Ok(false) };
-                if let Some(i) = self.ns.inodes.get_mut(&n.head.key).filter(|i| i.xattr_version < v) {
-                    (i.xattrs, i.xattr_version) = (set, v);
-                }
+                self.ns.set_xattrs(n.head.key, set, v);
             }
             // A map or group node counts only through the checkpoint that refers to it.
             NodeKind::Commit | NodeKind::SegmentInfo | NodeKind::Map | NodeKind::Group => {}
@@ -301,14 +292,14 @@ impl<N: Nand> Fs<N> {
         let Some((attr, target)) = node::decode_inode(n.head.key, &n.payload) else {
             return Ok(false);
         };
-        if self.ns.inodes.get(&attr.ino.0).is_some_and(|i| i.version > v) {
+        if self.ns.get(attr.ino.0).is_some_and(|i| i.version > v) {
             return Ok(true);
         }
         let ino = attr.ino.0;
         let shrink_to =
-            self.ns.inodes.get(&ino).map(|i| i.attr.size).filter(|&old| attr.size < old).map(|_| attr.size);
+            self.ns.get(ino).map(|i| i.attr.size).filter(|&old| attr.size < old).map(|_| attr.size);
         if attr.nlink == 0 {
-            self.ns.inodes.remove(&ino);
+            self.ns.remove_inode(ino);
             self.remove_pages(ino, 0, None)?;
             return Ok(true);
         }
@@ -322,11 +313,7 @@ impl<N: Nand> Fs<N> {
             }
         }
         // Extended attributes have nodes of their own: they stay.
-        let mut inode = Inode::new(attr, target, v);
-        if let Some(old) = self.ns.inodes.remove(&ino) {
-            (inode.xattrs, inode.xattr_version) = (old.xattrs, old.xattr_version);
-        }
-        self.ns.inodes.insert(ino, inode);
+        self.ns.replace_keeping_xattrs(ino, Inode::new(attr, target, v));
         Ok(true)
     }
 
@@ -378,8 +365,7 @@ impl<N: Nand> Fs<N> {
             },
             None => None,
         };
-        self.ns.inodes = state.inodes;
-        self.ns.dirs = state.dirs;
+        self.ns.replace(state.inodes, state.dirs, state.next_ino);
         self.index = super::index::Index {
             maps: state.maps.unwrap_or_default(),
             usage: state.usage,
@@ -395,11 +381,10 @@ impl<N: Nand> Fs<N> {
         if let Some((groups, table, contents)) = groups {
             self.adopt_groups(groups, table, contents);
         }
-        self.ns.next_ino = state.next_ino;
         self.cp.health_base = state.health;
         self.cp.replayed_version = n.head.version;
         let on_flash = n.payload.len() + n.frags.len() * crate::fs::node::FRAG_HEADER;
-        self.budget.checkpoint(on_flash as u64 + self.groups.bytes(), self.ns.inodes.len());
+        self.budget.checkpoint(on_flash as u64 + self.groups.bytes(), self.ns.len());
         self.cp.replayed_table = state.segments;
         dirent_versions.clear();
         if let Some(&(page, _, _)) = n.frags.first() {
@@ -415,48 +400,21 @@ impl<N: Nand> Fs<N> {
     fn rebuild_dirs(&mut self) -> Result<(), FsError> {
         // An inode unlinked while open was kept for its readers; after a mount it has none.
         // (What is dropped here is dropped from its group at the next checkpoint.)
-        let groups = &mut self.groups;
-        self.ns.inodes.retain(|ino, i| {
-            let keep = i.attr.nlink > 0;
-            if !keep {
-                groups.mark_inode(*ino);
-            }
-            keep
-        });
-        let inodes = &self.ns.inodes;
-        self.ns.dirs.retain(|d, entries| {
-            let keep = inodes.get(d).is_some_and(|i| i.attr.kind == crate::FileType::Dir);
-            if !keep {
-                entries.keys().for_each(|name| groups.mark_entry(*d, name));
-            }
-            keep
-        });
-        for (parent, entries) in self.ns.dirs.iter_mut() {
-            entries.retain(|name, c| {
-                let keep = inodes.contains_key(c);
-                if !keep {
-                    groups.mark_entry(*parent, name);
-                }
-                keep
-            });
-        }
-        for (ino, i) in inodes {
-            if i.attr.kind == crate::FileType::Dir {
-                self.ns.dirs.entry(*ino).or_default();
-            }
-        }
+        let pruned = self.ns.prune();
+        pruned.inodes.iter().for_each(|&ino| self.groups.mark_inode(ino));
+        pruned.entries.iter().for_each(|(parent, name)| self.groups.mark_entry(*parent, name));
         // Pages of files that are gone, or past a file's end (written before a crash cut
         // the inode that would have grown it). Only chunks replay touched (in RAM, or pages
         // kept beside a map not yet read) can hold those: the others are as the checkpoint,
         // which was consistent, left them (a shrink replayed loaded what it cut).
         let mut gone: Vec<u64> = self.index.all_chunks().iter().map(|k| k.ino).collect();
         gone.dedup();
-        gone.retain(|ino| !self.ns.inodes.contains_key(ino));
+        gone.retain(|&ino| !self.ns.contains(ino));
         for ino in gone {
             self.remove_pages(ino, 0, None)?;
         }
-        let inodes = &self.ns.inodes;
-        let end = |ino: u64| inodes.get(&ino).map_or(0, |i| i.attr.size.div_ceil(super::LOGICAL_PAGE as u64));
+        let ns = &self.ns;
+        let end = |ino: u64| ns.get(ino).map_or(0, |i| i.attr.size.div_ceil(super::LOGICAL_PAGE as u64));
         let past: Vec<(super::keys::ChunkKey, Vec<super::Loc>)> = self.index.trim_in_ram(end);
         for (_, locs) in past {
             for l in locs {

@@ -85,7 +85,7 @@ impl Out {
 
 impl<N: Nand> Fs<N> {
     pub(crate) fn inode_node(&self, ino: u64) -> Out {
-        let i = &self.ns.inodes[&ino];
+        let i = self.ns.get(ino).expect("an inode written is in the namespace");
         Out { kind: NodeKind::Inode, key: ino, key2: 0, payload: node::encode_inode(&i.attr, &i.target) }
     }
 
@@ -170,9 +170,7 @@ impl<N: Nand> Fs<N> {
         for n in nodes {
             self.version += 1;
             if n.kind == NodeKind::Inode {
-                if let Some(i) = self.ns.inodes.get_mut(&n.key) {
-                    i.version = self.version;
-                }
+                self.ns.set_version(n.key, self.version);
             }
             // Its group is written again before the next checkpoint.
             self.groups.mark_node(n.kind, n.key, &n.payload);
@@ -536,7 +534,7 @@ impl<N: Nand> Fs<N> {
         let mut dirty = dirty.into_iter().peekable();
         let mut run: Vec<DirtyPage> = Vec::with_capacity(most);
         while let Some(((ino, first), page)) = dirty.next() {
-            if !self.ns.inodes.contains_key(&ino) {
+            if !self.ns.contains(ino) {
                 continue;
             }
             run.clear();
@@ -577,7 +575,7 @@ impl<N: Nand> Fs<N> {
         self.wb.dirty_inodes.extend(waiting);
         let mut inodes = ready.into_iter();
         while let Some(ino) = inodes.next() {
-            if self.ns.inodes.contains_key(&ino) {
+            if self.ns.contains(ino) {
                 let n = self.inode_node(ino);
                 if let Err(e) = self.commit_nodes(vec![n], false) {
                     self.wb.dirty_inodes.insert(ino);
@@ -624,7 +622,7 @@ impl<N: Nand> Fs<N> {
     /// tier there is nothing to do: every operation was durable in the tier when it returned.
     pub fn fsync(&mut self, ino: Ino) -> Result<(), FsError> {
         let ino = ino.0;
-        if !self.ns.inodes.contains_key(&ino) {
+        if !self.ns.contains(ino) {
             return Err(FsError::NotFound);
         }
         if self.tier.is_some() {

@@ -116,16 +116,13 @@ impl<N: Nand> Fs<N> {
     fn put_xattrs(&mut self, ino: u64, set: node::Xattrs) -> Result<(), FsError> {
         let payload = node::encode_xattrs(&set);
         debug_assert_eq!(node::decode_xattrs(&payload).as_ref(), Some(&set));
-        let i = self.ns.inodes.get_mut(&ino).expect("checked by the caller");
-        i.xattrs = set;
-        i.attr.ctime = now();
+        self.ns.set_xattrs(ino, set, 0);
+        self.ns.set_ctime(ino, now());
         self.wb.dirty_inodes.insert(ino);
         self.commit(vec![Out { kind: NodeKind::Xattr, key: ino, key2: 0, payload }])?;
         // The version the node was written with (replay keeps the newest).
         let version = self.version;
-        if let Some(i) = self.ns.inodes.get_mut(&ino) {
-            i.xattr_version = version;
-        }
+        self.ns.set_xattr_version(ino, version);
         Ok(())
     }
 }
