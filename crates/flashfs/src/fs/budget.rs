@@ -34,9 +34,6 @@ pub(crate) struct Budget {
     /// Bytes of the newest checkpoint, and inodes it held.
     ckpt_bytes: u64,
     ckpt_inodes: u64,
-    /// Where the cleaner last stopped short of its reserve: free segments, and the bytes
-    /// committed then (see `Fs::maybe_clean`).
-    pub stalled: Option<(usize, u64)>,
 }
 
 impl Budget {
@@ -80,8 +77,8 @@ impl<N: Nand> Fs<N> {
     pub(crate) fn committed(&self) -> u64 {
         let grown = (self.ns.len() as u64).saturating_sub(self.budget.ckpt_inodes);
         let ckpt = self.budget.ckpt_bytes + grown * NAME_COST;
-        let dirty = (self.wb.dirty.len() as u64 + self.reserved.pages) * self.page_cost();
-        let inodes = self.wb.dirty_inodes.len() as u64 * NAME_COST;
+        let dirty = (self.wb.len() as u64 + self.reserved.pages()) * self.page_cost();
+        let inodes = self.wb.inodes_waiting() as u64 * NAME_COST;
         self.index.totals.footprint + self.index.totals.pages * MAP_ENTRY + 2 * ckpt + dirty + inodes
     }
 
@@ -93,7 +90,7 @@ impl<N: Nand> Fs<N> {
         if self.committed() + need <= self.capacity() {
             return Ok(());
         }
-        if !self.wb.dirty.is_empty() || !self.wb.dirty_inodes.is_empty() {
+        if !self.wb.is_clean() {
             self.flush_data()?;
             if self.committed() + need <= self.capacity() {
                 return Ok(());

@@ -355,7 +355,7 @@ impl<N: Nand> Fs<N> {
         let from = self.cache.cursor.1;
         let mut report = CacheCheck { checked, clean_caught, dirty_caught: Vec::new() };
         let mut last = None;
-        for (&key, page) in self.wb.dirty.range(from..).take(max) {
+        for (&key, page) in self.wb.from(from).take(max) {
             report.checked += 1;
             last = Some(key);
             if !page.sound() {
@@ -383,7 +383,7 @@ impl<N: Nand> Fs<N> {
     /// dirty or clean (memory-error injection, for tests and demos).
     pub fn flip_cached(&mut self, ino: Ino, index: u64, bit: usize) -> Cached {
         let key = (ino.0, index);
-        if let Some(p) = self.wb.dirty.get_mut(&key) {
+        if let Some(p) = self.wb.get_mut(key) {
             p.bytes[bit / 8 % LOGICAL_PAGE] ^= 1 << (bit % 8);
             return Cached::Dirty;
         }

@@ -344,7 +344,7 @@ impl<N: Nand> Fs<N> {
 
     /// Whether [`maybe_checkpoint`](Self::maybe_checkpoint) would write one now.
     pub(crate) fn checkpoint_due(&self) -> bool {
-        if self.cleaner.running || self.cp.writing {
+        if self.cleaner.is_running() || self.cp.writing {
             return false;
         }
         // (Chunks changed since the last checkpoint are bounded by writing their maps
@@ -407,7 +407,7 @@ impl<N: Nand> Fs<N> {
     }
 
     fn write_checkpoint(&mut self) -> Result<(), FsError> {
-        self.cleaner.pinned.clear();
+        self.cleaner.unpin_all();
         self.flush_data()?;
         if self.page.fill > 0 {
             self.seal_page()?;

@@ -227,7 +227,7 @@ impl<N: Nand> Fs<N> {
     ) -> Option<Vec<StagedPage>> {
         self.tier.as_ref()?;
         let mut whole = whole.iter();
-        let dirty = &self.wb.dirty;
+        let wb = &self.wb;
         let pages = changed
             .iter()
             .map(|(index, range)| {
@@ -235,7 +235,7 @@ impl<N: Nand> Fs<N> {
                     let from = (index * LOGICAL_PAGE as u64 - off) as usize;
                     (StagedBytes::Data(from), *whole.next().expect("a CRC for each whole page"))
                 } else {
-                    let p = &dirty[&(ino, *index)];
+                    let p = wb.get((ino, *index)).expect("a page written in part is dirty");
                     (StagedBytes::Merged(p.bytes.clone()), p.crc)
                 };
                 StagedPage { index: *index, bytes, crc, changed: range.clone() }
@@ -314,7 +314,7 @@ impl<N: Nand> Fs<N> {
             self.tier_drop(ino, index..index + 1)?;
         }
         for &key in &report.pages_cut {
-            if let Some(page) = self.wb.dirty.get(&key).cloned() {
+            if let Some(page) = self.wb.get(key).cloned() {
                 self.tier_page(key, &page, 0..LOGICAL_PAGE)?;
             }
         }

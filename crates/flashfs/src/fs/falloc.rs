@@ -39,10 +39,15 @@ pub enum Falloc {
 pub(crate) struct Reservations {
     by_ino: HashMap<u64, BTreeMap<u64, u64>>,
     /// Pages reserved in all.
-    pub pages: u64,
+    pages: u64,
 }
 
 impl Reservations {
+    /// Pages reserved in all.
+    pub fn pages(&self) -> u64 {
+        self.pages
+    }
+
     /// Reserved pages of `ino` in `r`.
     pub fn count(&self, ino: u64, r: Range<u64>) -> u64 {
         let Some(ranges) = self.by_ino.get(&ino) else { return 0 };
@@ -133,13 +138,13 @@ impl<N: Nand> Fs<N> {
         // up the difference (a reservation of a TiB on a chip of a GiB).
         let (_, free) = self.space();
         let at_least =
-            (pages.end - pages.start).saturating_sub(self.index.totals.pages + self.wb.dirty.len() as u64);
+            (pages.end - pages.start).saturating_sub(self.index.totals.pages + self.wb.len() as u64);
         if at_least.saturating_mul(self.page_cost()) > free {
             return Err(FsError::NoSpace);
         }
         let mut holes: Vec<Range<u64>> = Vec::new();
         for i in pages {
-            let hole = !self.wb.dirty.contains_key(&(ino, i))
+            let hole = !self.wb.contains((ino, i))
                 && self.reserved.count(ino, i..i + 1) == 0
                 && self.loc(ino, i)?.is_none();
             match holes.last_mut() {
@@ -166,7 +171,7 @@ impl<N: Nand> Fs<N> {
         } else {
             self.ns.set_ctime(ino, t);
         }
-        self.wb.dirty_inodes.insert(ino);
+        self.wb.mark_inode(ino);
         self.note_unsynced();
         self.tier_inode(ino)
     }
@@ -192,7 +197,7 @@ impl<N: Nand> Fs<N> {
         }
         if whole.start < whole.end {
             self.remove_range(ino, whole.clone(), None)?;
-            self.wb.dirty.retain(|k, _| k.0 != ino || !whole.contains(&k.1));
+            self.wb.drop_pages(ino, whole.clone());
             self.tier_drop(ino, whole.clone())?;
             for i in whole.clone() {
                 self.cache.forget((ino, i));
@@ -207,7 +212,7 @@ impl<N: Nand> Fs<N> {
             self.commit(vec![punch])?;
         }
         self.ns.touch(ino, now());
-        self.wb.dirty_inodes.insert(ino);
+        self.wb.mark_inode(ino);
         Ok(())
     }
 }

@@ -138,7 +138,7 @@ impl<N: Nand> Fs<N> {
             let m = masks.entry(key.chunk).or_default();
             *m = c.pages.keys().fold(0, |m, &page| m | 1 << (page % CHUNK_PAGES));
         }
-        for &(_, page) in self.wb.dirty.range((ino, 0)..=(ino, u64::MAX)).map(|(k, _)| k) {
+        for page in self.wb.pages_of(ino) {
             *masks.entry(page / CHUNK_PAGES).or_default() |= 1 << (page % CHUNK_PAGES);
         }
         let pages: u64 = masks.values().map(|m| u64::from(m.count_ones())).sum();

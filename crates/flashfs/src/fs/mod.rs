@@ -13,7 +13,6 @@ pub(crate) mod cache;
 mod check;
 mod checkpoint;
 mod clean;
-mod clean_step;
 mod dirty_state;
 mod falloc;
 mod groups;
@@ -511,7 +510,7 @@ impl<N: Nand> Fs<N> {
     /// cache checks its copy against); `None` for a hole or a page whose CRC is not recorded.
     pub fn page_crc(&mut self, ino: Ino, index: u64) -> Result<Option<u32>, FsError> {
         let ino = ino.0;
-        if let Some(p) = self.wb.dirty.get(&(ino, index)) {
+        if let Some(p) = self.wb.get((ino, index)) {
             return Ok(Some(p.crc));
         }
         Ok(self.loc(ino, index)?.and_then(|l| l.crc))

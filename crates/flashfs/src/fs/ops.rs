@@ -275,9 +275,8 @@ impl<N: Nand> Fs<N> {
             self.groups.mark_inode(ino);
             // A map beyond repair cannot stop the file's removal (its chunks go whole).
             let _ = self.remove_pages(ino, 0, None);
-            self.wb.dirty.retain(|k, _| k.0 != ino);
             self.cache.forget_from(ino, 0);
-            self.wb.dirty_inodes.remove(&ino);
+            self.wb.forget(ino);
             self.reserved.take(ino, 0..u64::MAX);
             // The tier's pages of a file that is gone are dropped at recovery anyway: a
             // failure here loses nothing.
@@ -433,7 +432,7 @@ impl<N: Nand> Fs<N> {
                 self.set_dirty((ino, keep - 1), page);
             }
             self.remove_pages(ino, keep, None)?;
-            self.wb.dirty.retain(|k, _| k.0 != ino || k.1 < keep);
+            self.wb.drop_pages(ino, keep..u64::MAX);
             self.tier_drop(ino, keep..u64::MAX)?;
             self.cache.forget_from(ino, keep);
             self.reserved.take(ino, keep..u64::MAX);
@@ -463,7 +462,7 @@ impl<N: Nand> Fs<N> {
             return Ok(());
         }
         let index = end / LOGICAL_PAGE as u64;
-        let was_dirty = self.wb.dirty.contains_key(&(ino, index));
+        let was_dirty = self.wb.contains((ino, index));
         let mut page = self.page_to_change(ino, index)?;
         if page.bytes[tail..].iter().all(|&b| b == 0) {
             // As it was: a dirty page goes back; a clean one needs no write.
@@ -486,7 +485,7 @@ impl<N: Nand> Fs<N> {
     /// Logical page `index` of `ino` as a dirty page about to change: the dirty one taken out,
     /// else the page read with the CRC that came with it.
     pub(crate) fn page_to_change(&mut self, ino: u64, index: u64) -> Result<DirtyPage, FsError> {
-        if let Some(p) = self.wb.dirty.remove(&(ino, index)) {
+        if let Some(p) = self.wb.take((ino, index)) {
             return Ok(p);
         }
         let (bytes, crc) = self.page_and_crc(ino, index)?;
@@ -496,7 +495,7 @@ impl<N: Nand> Fs<N> {
     /// Makes `page` the dirty copy of `key`; a clean copy cached is forgotten.
     pub(crate) fn set_dirty(&mut self, key: (u64, u64), page: DirtyPage) {
         self.cache.forget(key);
-        self.wb.dirty.insert(key, page);
+        self.wb.put(key, page);
     }
 
     /// Logical page `index` of file `ino` and its CRC-32C: the dirty copy, else the cached
@@ -506,7 +505,7 @@ impl<N: Nand> Fs<N> {
     pub(crate) fn page_and_crc(&mut self, ino: u64, index: u64) -> Result<(Vec<u8>, u32), FsError> {
         let key = (ino, index);
         self.cache.stats.reads += 1;
-        if let Some(p) = self.wb.dirty.get_mut(&key) {
+        if let Some(p) = self.wb.get_mut(key) {
             self.cache.check_dirty(key, p)?;
             return Ok((p.bytes.clone(), p.crc));
         }
@@ -565,7 +564,7 @@ impl<N: Nand> Fs<N> {
     /// Whether page `key` is held in RAM: dirty, or clean in the cache (not checked, not
     /// counted as a use).
     pub(crate) fn cached(&self, key: (u64, u64)) -> bool {
-        self.wb.dirty.contains_key(&key) || self.cache.contains(key)
+        self.wb.contains(key) || self.cache.contains(key)
     }
 
     /// A node's payload from its fragments: bytes still in the page being filled, in the
@@ -690,7 +689,7 @@ impl<N: Nand> Fs<N> {
             self.load_chunk(super::keys::chunk_key(ino, ck))?;
         }
         self.load_chunk(super::keys::chunk_key(ino, pages.end.saturating_sub(1)))?;
-        let new = pages.clone().filter(|&i| !self.wb.dirty.contains_key(&(ino, i))).count() as u64;
+        let new = pages.clone().filter(|&i| !self.wb.contains((ino, i))).count() as u64;
         // Write-back at the limit comes before this write is staged: a write refused there
         // (the chip or the host under the image full) changes nothing. Staged first, its new
         // size went to flash with the flush's inode nodes and outlived the refusal (a test of
@@ -727,7 +726,7 @@ impl<N: Nand> Fs<N> {
         let size = self.inode(ino)?.attr.size;
         self.ns.set_size(ino, size.max(end));
         self.ns.touch(ino, now());
-        self.wb.dirty_inodes.insert(ino);
+        self.wb.mark_inode(ino);
         // The pages for the tier before write-back may take them; the tier's lock after it,
         // since a checkout (the flush's checkpoint) needs that lock. Put after the flush, the
         // pages are a harmless copy of what flash holds until the next checkout. This flush

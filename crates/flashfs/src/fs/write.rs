@@ -30,19 +30,92 @@ const LAST_PAGE_KEPT: usize = 512;
 /// it must write too.
 const MAPS_LEFT: usize = 16;
 
-/// File data and inodes changed but not yet written out.
+/// File data and inodes changed but not yet written out. Only this file changes it: the
+/// operations hand it pages and inodes through the methods below.
 #[derive(Debug, Default)]
 pub(crate) struct WriteBack {
     /// Dirty logical pages with their CRCs, by (ino, page index).
-    pub dirty: std::collections::BTreeMap<(u64, u64), DirtyPage>,
+    dirty: std::collections::BTreeMap<(u64, u64), DirtyPage>,
     /// Inodes whose node must be written again (size, times).
-    pub dirty_inodes: std::collections::BTreeSet<u64>,
+    dirty_inodes: std::collections::BTreeSet<u64>,
     /// Per file: logical pages still to store plain without trying to compress them, and
     /// how many pages the last skip was (the next after a poor attempt is twice as long).
-    pub skip_compression: std::collections::HashMap<u64, Skip>,
+    skip_compression: std::collections::HashMap<u64, Skip>,
     /// When the oldest change not yet made durable was made (none: everything is synced).
     /// The mount's commit interval is measured from it.
-    pub unsynced_since: Option<std::time::Instant>,
+    unsynced_since: Option<std::time::Instant>,
+}
+
+impl WriteBack {
+    pub fn get(&self, key: (u64, u64)) -> Option<&DirtyPage> {
+        self.dirty.get(&key)
+    }
+
+    /// A dirty page for the read checks, which stamp it when they check it (and for
+    /// memory-error injection).
+    pub fn get_mut(&mut self, key: (u64, u64)) -> Option<&mut DirtyPage> {
+        self.dirty.get_mut(&key)
+    }
+
+    pub fn contains(&self, key: (u64, u64)) -> bool {
+        self.dirty.contains_key(&key)
+    }
+
+    /// Dirty logical pages.
+    pub fn len(&self) -> usize {
+        self.dirty.len()
+    }
+
+    /// Inodes waiting to be written.
+    pub fn inodes_waiting(&self) -> usize {
+        self.dirty_inodes.len()
+    }
+
+    /// Nothing to write: no page and no inode.
+    pub fn is_clean(&self) -> bool {
+        self.dirty.is_empty() && self.dirty_inodes.is_empty()
+    }
+
+    /// The dirty pages from `from` on, in order.
+    pub fn from(&self, from: (u64, u64)) -> impl Iterator<Item = (&(u64, u64), &DirtyPage)> {
+        self.dirty.range(from..)
+    }
+
+    /// The indexes of `ino`'s dirty pages.
+    pub fn pages_of(&self, ino: u64) -> impl Iterator<Item = u64> + '_ {
+        self.dirty.range((ino, 0)..=(ino, u64::MAX)).map(|(k, _)| k.1)
+    }
+
+    /// Makes `page` the dirty copy of `key`.
+    pub fn put(&mut self, key: (u64, u64), page: DirtyPage) {
+        self.dirty.insert(key, page);
+    }
+
+    pub fn take(&mut self, key: (u64, u64)) -> Option<DirtyPage> {
+        self.dirty.remove(&key)
+    }
+
+    /// The dirty pages among `keys`, taken out (to be written now).
+    pub fn take_some(&mut self, keys: &[(u64, u64)]) -> Vec<((u64, u64), DirtyPage)> {
+        keys.iter().filter_map(|k| self.dirty.remove_entry(k)).collect()
+    }
+
+    /// Drops `ino`'s dirty pages in `pages` (cut, punched or deleted).
+    pub fn drop_pages(&mut self, ino: u64, pages: std::ops::Range<u64>) {
+        self.dirty.retain(|k, _| k.0 != ino || !pages.contains(&k.1));
+    }
+
+    /// The node of `ino` must be written again.
+    pub fn mark_inode(&mut self, ino: u64) {
+        self.dirty_inodes.insert(ino);
+    }
+
+    /// `ino` is gone: nothing of it is written.
+    pub fn forget(&mut self, ino: u64) {
+        self.drop_pages(ino, 0..u64::MAX);
+        self.dirty_inodes.remove(&ino);
+        self.skip_compression.remove(&ino);
+    }
 }
 
 /// The flash page being filled with nodes, and how far.
@@ -568,10 +641,10 @@ impl<N: Nand> Fs<N> {
     /// Writes the node of every dirty inode (`all`), or of those none of whose pages are
     /// dirty: an inode's size goes to flash only after the data it covers.
     fn write_dirty_inodes(&mut self, all: bool) -> Result<(), FsError> {
-        let dirty = &self.wb.dirty;
-        let settled = |ino: &u64| all || dirty.range((*ino, 0)..=(*ino, u64::MAX)).next().is_none();
-        let (ready, waiting): (Vec<u64>, Vec<u64>) =
-            std::mem::take(&mut self.wb.dirty_inodes).into_iter().partition(settled);
+        let inodes = std::mem::take(&mut self.wb.dirty_inodes);
+        let wb = &self.wb;
+        let settled = |ino: &u64| all || wb.pages_of(*ino).next().is_none();
+        let (ready, waiting): (Vec<u64>, Vec<u64>) = inodes.into_iter().partition(settled);
         self.wb.dirty_inodes.extend(waiting);
         let mut inodes = ready.into_iter();
         while let Some(ino) = inodes.next() {

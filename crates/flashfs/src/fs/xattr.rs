@@ -118,7 +118,7 @@ impl<N: Nand> Fs<N> {
         debug_assert_eq!(node::decode_xattrs(&payload).as_ref(), Some(&set));
         self.ns.set_xattrs(ino, set, 0);
         self.ns.set_ctime(ino, now());
-        self.wb.dirty_inodes.insert(ino);
+        self.wb.mark_inode(ino);
         self.commit(vec![Out { kind: NodeKind::Xattr, key: ino, key2: 0, payload }])?;
         // The version the node was written with (replay keeps the newest).
         let version = self.version;

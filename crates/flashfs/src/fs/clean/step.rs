@@ -1,6 +1,6 @@
 //! The cleaner a step at a time, for the mount's write-back thread.
 //!
-//! The cleaner proper ([`clean.rs`](super::clean)) runs when free segments fall below its
+//! The cleaner proper ([`mod.rs`](super)) runs when free segments fall below its
 //! reserve, inside whatever operation found them short, and moves whole victims in one go:
 //! through a mount, a request then waited for a victim's worth of reads and writes (8.6 ms
 //! at p99, 12 ms at most, on a 2 MiB segment). The background cleaner starts earlier, at
@@ -14,9 +14,9 @@
 
 use bitmend_media::nand::Nand;
 
-use super::cache::DirtyPage;
-use super::checkpoint::CkptAt;
-use super::Fs;
+use crate::fs::cache::DirtyPage;
+use crate::fs::checkpoint::CkptAt;
+use crate::fs::Fs;
 use crate::store::Segment;
 use crate::FsError;
 
@@ -129,7 +129,7 @@ impl<N: Nand> Fs<N> {
             return Ok(0);
         };
         if ev.next < ev.pages.len() {
-            let flash_pages = (pages * super::LOGICAL_PAGE).div_ceil(self.page.buf.len());
+            let flash_pages = (pages * crate::fs::LOGICAL_PAGE).div_ceil(self.page.buf.len());
             let end = (ev.next + flash_pages).min(ev.pages.len());
             let keys = self.live_keys_on(&ev.pages[ev.next..end])?;
             ev.next = end;
@@ -177,7 +177,7 @@ impl<N: Nand> Fs<N> {
     fn move_now(&mut self, keys: &[(u64, u64)], ev: &mut Evacuation) -> Result<usize, FsError> {
         let mut batch = std::collections::BTreeMap::new();
         for &(ino, index) in keys {
-            if self.wb.dirty.contains_key(&(ino, index)) {
+            if self.wb.contains((ino, index)) {
                 ev.skipped.push((ino, index));
                 continue;
             }
@@ -204,7 +204,7 @@ impl<N: Nand> Fs<N> {
     /// checkpoint mount may start from refers to a map node there, once none does.
     fn finish_evacuation(&mut self, ev: Evacuation) -> Result<(), FsError> {
         let phys = ev.victim.physical;
-        let batch = ev.skipped.iter().filter_map(|k| self.wb.dirty.remove_entry(k)).collect();
+        let batch = self.wb.take_some(&ev.skipped).into_iter().collect();
         self.write_runs(batch)?;
         let (maps_readable, held) = self.mark_maps_in(phys)?;
         if ev.stuck || !maps_readable {

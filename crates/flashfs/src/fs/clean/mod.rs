@@ -12,6 +12,8 @@ use std::collections::HashSet;
 
 use bitmend_media::nand::Nand;
 
+mod step;
+
 use super::Fs;
 use crate::store::{PageAddr, Segment};
 use crate::FsError;
@@ -30,12 +32,27 @@ const NEAR_EMPTIEST: f64 = 0.1;
 #[derive(Debug, Default)]
 pub(crate) struct CleanerState {
     /// The cleaner is running (its own writes must not start it again).
-    pub running: bool,
+    running: bool,
+    /// Where the cleaner last stopped short of its reserve: free segments, and the bytes
+    /// committed then (see `Fs::maybe_clean`).
+    stalled: Option<(usize, u64)>,
     /// Segments the cleaner must not erase: they hold a live page beyond repair (cleared at
     /// each checkpoint, when they are tried again).
-    pub pinned: HashSet<u32>,
-    /// The mount's background cleaner, a step at a time (`clean_step.rs`).
-    pub background: super::clean_step::BackgroundCleaner,
+    pinned: HashSet<u32>,
+    /// The mount's background cleaner, a step at a time (`step.rs`).
+    background: step::BackgroundCleaner,
+}
+
+impl CleanerState {
+    /// The cleaner is running (a checkpoint it writes is its own).
+    pub fn is_running(&self) -> bool {
+        self.running
+    }
+
+    /// At a checkpoint: pinned segments are tried again.
+    pub fn unpin_all(&mut self) {
+        self.pinned.clear();
+    }
 }
 
 impl<N: Nand> Fs<N> {
@@ -62,7 +79,7 @@ impl<N: Nand> Fs<N> {
         // was freed since: running it again after every operation would redo the same work
         // for nothing (near full, each create + fsync cost seconds). It runs again once a
         // segment more is used, or once space was freed.
-        if self.budget.stalled.is_some_and(|(at, committed)| free >= at && self.committed() >= committed) {
+        if self.cleaner.stalled.is_some_and(|(at, committed)| free >= at && self.committed() >= committed) {
             return Ok(());
         }
         self.cleaner.running = true;
@@ -70,7 +87,7 @@ impl<N: Nand> Fs<N> {
         let r = self.clean_until(reserve);
         self.cleaner.running = false;
         let free = self.store.free_segments();
-        self.budget.stalled = (free < reserve).then(|| (free, self.committed()));
+        self.cleaner.stalled = (free < reserve).then(|| (free, self.committed()));
         r
     }
 
@@ -427,7 +444,7 @@ impl<N: Nand> Fs<N> {
         };
         let mut readable = true;
         for (ino, index) in keys {
-            if self.wb.dirty.contains_key(&(ino, index)) {
+            if self.wb.contains((ino, index)) {
                 continue;
             }
             match self.page_and_crc(ino, index) {
