@@ -58,7 +58,7 @@ impl<N: Nand> Fs<N> {
     /// Flash bytes a dirty logical page takes at worst once written.
     pub(crate) fn page_cost(&self) -> u64 {
         let payload = LOGICAL_PAGE as u64 + 4;
-        let room = (self.page.buf.len() - FRAG_HEADER) as u64;
+        let room = (self.page.size() - FRAG_HEADER) as u64;
         // A node may start anywhere in a page: one fragment more than its length needs.
         let frags = payload.div_ceil(room) + 1;
         payload + frags * FRAG_HEADER as u64 + MAP_ENTRY

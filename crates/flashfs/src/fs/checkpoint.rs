@@ -384,7 +384,7 @@ impl<N: Nand> Fs<N> {
     /// the checkpoint, which the cleaner cannot take, small.)
     fn checkpoint_interval(&self) -> u64 {
         let (_, flash, raw) = self.cp.mark;
-        let page = self.page.buf.len() as u64;
+        let page = self.page.size() as u64;
         let chip_pages = self.segment_capacity() * u64::from(self.store.segments()) / page;
         CHECKPOINT_MIN_PAGES.max(8 * flash).max((8 * raw).min(chip_pages / 16))
     }
@@ -409,13 +409,13 @@ impl<N: Nand> Fs<N> {
     fn write_checkpoint(&mut self) -> Result<(), FsError> {
         self.cleaner.unpin_all();
         self.flush_data()?;
-        if self.page.fill > 0 {
+        if self.page.fill() > 0 {
             self.seal_page()?;
         }
         // The index chunks changed since the last checkpoint, before the checkpoint that
         // refers to them (their data is on the flash already).
         self.write_maps()?;
-        if self.page.fill > 0 {
+        if self.page.fill() > 0 {
             self.seal_page()?;
         }
         // A chip with no page left refuses the checkpoint here, before its groups fill the
@@ -427,7 +427,7 @@ impl<N: Nand> Fs<N> {
         // Then the groups changed since (most were written ahead by the write-back thread:
         // `groups_ahead`), which name those maps, before the checkpoint that names them.
         self.write_groups(usize::MAX)?;
-        if self.page.fill > 0 {
+        if self.page.fill() > 0 {
             self.seal_page()?;
         }
         debug_assert!(
@@ -450,14 +450,14 @@ impl<N: Nand> Fs<N> {
         let mut done = 0;
         let mut waiting_for_first = false;
         while done < blob.len() || blob.is_empty() {
-            if self.page.fill + FRAG_HEADER + 16 > self.page.buf.len() {
+            if self.page.fill() + FRAG_HEADER + 16 > self.page.size() {
                 let addr = self.seal_page_with(waiting_for_first)?;
                 if waiting_for_first {
                     first = Some(addr.0);
                     waiting_for_first = false;
                 }
             }
-            let room = self.page.buf.len() - self.page.fill - FRAG_HEADER;
+            let room = self.page.size() - self.page.fill() - FRAG_HEADER;
             let n = room.min(blob.len() - done);
             let f = Frag {
                 kind: NodeKind::Checkpoint,
@@ -471,10 +471,7 @@ impl<N: Nand> Fs<N> {
             if first.is_none() && done == 0 {
                 waiting_for_first = true;
             }
-            let at = self.page.fill;
-            f.encode(&mut self.page.buf[at..at + FRAG_HEADER]);
-            self.page.buf[at + FRAG_HEADER..at + FRAG_HEADER + n].copy_from_slice(&blob[done..done + n]);
-            self.page.fill += FRAG_HEADER + n;
+            self.page.put(&f, &[&blob], done);
             done += n;
             if blob.is_empty() {
                 break;
@@ -491,7 +488,7 @@ impl<N: Nand> Fs<N> {
         self.cp.newest = Some(CkptAt { page: first, segment });
         self.cp.newest_maps = self.segments_named();
         self.stats.checkpoints += 1;
-        let room = (self.page.buf.len() - FRAG_HEADER) as u64;
+        let room = (self.page.size() - FRAG_HEADER) as u64;
         let pages = blob.len().div_ceil(room as usize) as u64;
         // Its maps and groups, written with it or ahead of it, count as part of it.
         let raw = raw as u64
@@ -515,7 +512,7 @@ impl<N: Nand> Fs<N> {
     /// The page a new segment starts with: where the newest checkpoint is, and (version 9) a
     /// copy of the superblock, which a mount finds when every other copy is lost.
     pub(crate) fn segment_info_page(&mut self) -> Vec<u8> {
-        let mut page = vec![0u8; self.page.buf.len()];
+        let mut page = vec![0u8; self.page.size()];
         let (ptr, seg) = self.cp.newest.map_or((PENDING, 0), |c| (c.page, c.segment));
         let mut payload = Vec::with_capacity(SEGMENT_INFO_LEN);
         payload.put_u32(ptr);

@@ -732,7 +732,7 @@ impl<N: Nand> Fs<N> {
     pub(crate) fn live_keys_on(&mut self, pages: &[u32]) -> Result<Vec<(u64, u64)>, FsError> {
         let mut keys = Vec::new();
         let mut unreadable = HashSet::new();
-        let mut flash = vec![0u8; self.page.buf.len()];
+        let mut flash = vec![0u8; self.page.size()];
         for &page in pages {
             // Claimed: a page whose spare is lost may still hold live fragments (what it
             // seems to hold counts only where the index agrees, below).

@@ -571,7 +571,7 @@ impl<N: Nand> Fs<N> {
     /// cache of recent flash pages, or read (verified) from the flash; and whether a flash
     /// page under it had to be repaired.
     pub(crate) fn read_payload(&mut self, frags: &[(u32, u16, u16)]) -> Result<(Vec<u8>, bool), FsError> {
-        let ps = self.page.buf.len();
+        let ps = self.page.size();
         let mut payload = Vec::with_capacity(LOGICAL_PAGE + 64);
         let mut repaired = false;
         for &(page, off, len) in frags {
@@ -580,7 +580,7 @@ impl<N: Nand> Fs<N> {
             // the logical page is unreadable, never a panic.
             let bad = || FsError::Unrecoverable { page };
             if page == PENDING {
-                payload.extend_from_slice(self.page.buf.get(off..off + len).ok_or_else(bad)?);
+                payload.extend_from_slice(self.page.bytes(off..off + len).ok_or_else(bad)?);
                 continue;
             }
             if let Some((_, bytes, was_repaired)) = self.read_cache.recent.iter().find(|r| r.0 == page) {

@@ -44,7 +44,7 @@ impl<N: Nand> Fs<N> {
         let Some(want) = at.summary else { return Ok(None) };
         let mut found = BTreeMap::new();
         let mut nodes = Assembler::default();
-        let mut flash = vec![0u8; self.page.buf.len()];
+        let mut flash = vec![0u8; self.page.size()];
         for addr in self.store.log_pages(0, None)? {
             match self.store.read(addr, &mut flash) {
                 Ok(_) => {}

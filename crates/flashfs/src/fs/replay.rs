@@ -87,7 +87,7 @@ impl<N: Nand> Fs<N> {
             (Some(c), _) => Some(super::checkpoint::CkptAt { page: c.page, segment: c.segment }),
             (None, Some(live)) => match fs.store.first_page_of(live.physical)? {
                 Some(first) => {
-                    let mut page = vec![0u8; fs.page.buf.len()];
+                    let mut page = vec![0u8; fs.page.size()];
                     match fs.store.read(first, &mut page) {
                         Ok(_) => super::checkpoint::segment_info(&page).flatten(),
                         Err(_) => None,
@@ -211,7 +211,7 @@ impl<N: Nand> Fs<N> {
         let mut first_is_checkpoint: Option<bool> = None;
         let mut dirent_versions: HashMap<(u64, Vec<u8>), u64> = HashMap::new();
         let mut nodes = Assembler::default();
-        let mut flash = vec![0u8; fs.page.buf.len()];
+        let mut flash = vec![0u8; fs.page.size()];
         for addr in pages {
             match fs.store.read(addr, &mut flash) {
                 Ok(how) => report.pages_repaired += (how != Repaired::No) as u64,

@@ -88,7 +88,7 @@ impl<N: Nand> Fs<N> {
             return Ok(true);
         }
         if let Some(logical) = pass.todo.pop() {
-            let mut buf = vec![0u8; self.page.buf.len()];
+            let mut buf = vec![0u8; self.page.size()];
             let pages = self.store.scrub_segment_pages(logical)?;
             self.scrubbed.1 += pages.len() as u64;
             let mut damaged = Vec::new();

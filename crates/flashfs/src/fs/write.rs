@@ -121,15 +121,56 @@ impl WriteBack {
 /// The flash page being filled with nodes, and how far.
 #[derive(Debug)]
 pub(crate) struct OpenPage {
-    pub buf: Vec<u8>,
-    pub fill: usize,
+    buf: Vec<u8>,
+    fill: usize,
     /// Logical pages with fragments in `buf`.
-    pub keys: Vec<(u64, u64)>,
+    keys: Vec<(u64, u64)>,
 }
 
 impl OpenPage {
     pub fn new(page_size: usize) -> OpenPage {
         OpenPage { buf: vec![0; page_size], fill: 0, keys: Vec::new() }
+    }
+
+    /// Bytes in a flash page.
+    pub fn size(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Bytes filled so far.
+    pub fn fill(&self) -> usize {
+        self.fill
+    }
+
+    /// Bytes `r` of the page being filled (a fragment not yet on flash).
+    pub fn bytes(&self, r: std::ops::Range<usize>) -> Option<&[u8]> {
+        self.buf.get(r)
+    }
+
+    /// Appends fragment `f`: its header, then its `f.len` bytes of `pieces` (the payload in
+    /// parts) from byte `from` on. Returns where its bytes start in the page.
+    pub fn put(&mut self, f: &Frag, pieces: &[&[u8]], from: usize) -> u16 {
+        let at = self.fill;
+        f.encode(&mut self.buf[at..at + FRAG_HEADER]);
+        let (mut to, mut skip, mut left) = (at + FRAG_HEADER, from, f.len as usize);
+        for piece in pieces {
+            if left == 0 {
+                break;
+            }
+            if skip >= piece.len() {
+                skip -= piece.len();
+                continue;
+            }
+            let n = (piece.len() - skip).min(left);
+            self.buf[to..to + n].copy_from_slice(&piece[skip..skip + n]);
+            (to, skip, left) = (to + n, 0, left - n);
+        }
+        assert_eq!(left, 0, "a fragment past the end of its payload");
+        // What will be programmed reads back as what was meant (the write side paired with
+        // the read side).
+        debug_assert_eq!(Frag::decode(&self.buf[at..]), Ok(Some(*f)));
+        self.fill = to;
+        (at + FRAG_HEADER) as u16
     }
 }
 
@@ -197,27 +238,7 @@ impl<N: Nand> Fs<N> {
     /// payload made of `pieces` back to back, from byte `from` on.
     fn put_frag(&mut self, f: &Frag, pieces: &[&[u8]], from: usize) -> u16 {
         self.note_unsynced();
-        let at = self.page.fill;
-        f.encode(&mut self.page.buf[at..at + FRAG_HEADER]);
-        let (mut to, mut skip, mut left) = (at + FRAG_HEADER, from, f.len as usize);
-        for piece in pieces {
-            if left == 0 {
-                break;
-            }
-            if skip >= piece.len() {
-                skip -= piece.len();
-                continue;
-            }
-            let n = (piece.len() - skip).min(left);
-            self.page.buf[to..to + n].copy_from_slice(&piece[skip..skip + n]);
-            (to, skip, left) = (to + n, 0, left - n);
-        }
-        assert_eq!(left, 0, "a fragment past the end of its payload");
-        // What will be programmed reads back as what was meant (the write side paired with
-        // the read side).
-        debug_assert_eq!(Frag::decode(&self.page.buf[at..]), Ok(Some(*f)));
-        self.page.fill = to;
-        (at + FRAG_HEADER) as u16
+        self.page.put(f, pieces, from)
     }
 
     /// Writes the nodes of one metadata operation into one page (starting a fresh page if the

@@ -47,7 +47,7 @@ fn check_xattr_name(name: &[u8]) -> Result<(), FsError> {
 impl<N: Nand> Fs<N> {
     /// Bytes an inode's attributes may take together (their node's payload).
     pub fn xattr_room(&self) -> usize {
-        self.page.buf.len() - crate::fs::node::FRAG_HEADER
+        self.page.size() - crate::fs::node::FRAG_HEADER
     }
 
     /// The value of attribute `name` of `ino`.

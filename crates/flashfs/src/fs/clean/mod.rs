@@ -371,7 +371,7 @@ impl<N: Nand> Fs<N> {
             let held = self.map_holding_segments();
             movable.retain(|p| !held.contains(p));
         } else {
-            if self.page.fill > 0 {
+            if self.page.fill() > 0 {
                 self.seal_page()?;
             }
             self.store.sync()?;

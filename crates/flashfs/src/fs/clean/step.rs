@@ -129,7 +129,7 @@ impl<N: Nand> Fs<N> {
             return Ok(0);
         };
         if ev.next < ev.pages.len() {
-            let flash_pages = (pages * crate::fs::LOGICAL_PAGE).div_ceil(self.page.buf.len());
+            let flash_pages = (pages * crate::fs::LOGICAL_PAGE).div_ceil(self.page.size());
             let end = (ev.next + flash_pages).min(ev.pages.len());
             let keys = self.live_keys_on(&ev.pages[ev.next..end])?;
             ev.next = end;
