@@ -79,7 +79,7 @@ impl<N: Nand> Fs<N> {
         let ckpt = self.budget.ckpt_bytes + grown * NAME_COST;
         let dirty = (self.wb.len() as u64 + self.reserved.pages()) * self.page_cost();
         let inodes = self.wb.inodes_waiting() as u64 * NAME_COST;
-        self.index.totals.footprint + self.index.totals.pages * MAP_ENTRY + 2 * ckpt + dirty + inodes
+        self.index.totals().footprint + self.index.totals().pages * MAP_ENTRY + 2 * ckpt + dirty + inodes
     }
 
     /// Reserves room for `pages` more dirty logical pages and `names` new names; when there

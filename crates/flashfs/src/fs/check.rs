@@ -48,7 +48,7 @@ impl<N: Nand> Fs<N> {
         progress: &mut dyn FnMut(u64, u64),
     ) -> CheckReport {
         let mut c = CheckReport::default();
-        let rebuilt_before = self.index.rebuilt;
+        let rebuilt_before = self.index.counts().rebuilt;
         self.check_namespace(&mut c);
         // Every copy of the superblock (a mount rewrites a damaged one it can).
         for &block in self.store.damaged_superblocks() {
@@ -58,7 +58,7 @@ impl<N: Nand> Fs<N> {
         let done = self.check_index(read_data, progress, &mut c);
         self.check_accounting(&mut c);
         progress(done, done);
-        c.maps_rebuilt = self.index.rebuilt - rebuilt_before;
+        c.maps_rebuilt = self.index.counts().rebuilt - rebuilt_before;
         c
     }
 
@@ -134,7 +134,7 @@ impl<N: Nand> Fs<N> {
     ) -> u64 {
         // The index, a chunk at a time (loaded and evicted as reads do, within the bound).
         let chunks = self.index.all_chunks();
-        let total = self.index.totals.pages;
+        let total = self.index.totals().pages;
         let mut done = 0u64;
         let mut unreadable: std::collections::BTreeMap<u64, u64> = Default::default();
         for ck in chunks {
@@ -146,7 +146,7 @@ impl<N: Nand> Fs<N> {
                     continue;
                 }
             }
-            let keys: Vec<u64> = self.index.loaded[&ck].pages.keys().copied().collect();
+            let keys: Vec<u64> = self.index.pages_in(ck).expect("loaded above");
             for index in keys {
                 let ino = ck.ino;
                 if done.is_multiple_of(256) {
@@ -215,14 +215,14 @@ impl<N: Nand> Fs<N> {
     fn check_accounting(&mut self, c: &mut CheckReport) {
         let (usage, totals, lost) = self.recount();
         if lost == 0 {
-            if totals != self.index.totals {
+            if totals != self.index.totals() {
                 c.problems.push(format!(
                     "index totals {:?}, but the chunks add up to {totals:?}",
-                    self.index.totals
+                    self.index.totals()
                 ));
             }
             let mut kept: Vec<(u32, u64)> =
-                self.index.usage.iter().filter(|u| *u.1 > 0).map(|(&p, &b)| (p, b)).collect();
+                self.index.usage_table().iter().filter(|u| *u.1 > 0).map(|(&p, &b)| (p, b)).collect();
             let mut real: Vec<(u32, u64)> = usage.into_iter().collect();
             kept.sort_unstable();
             real.sort_unstable();
@@ -231,12 +231,7 @@ impl<N: Nand> Fs<N> {
                     .iter()
                     .filter(|r| !kept.contains(r))
                     .map(|r| {
-                        format!(
-                            "segment {}: {} live bytes, table says {}",
-                            r.0,
-                            r.1,
-                            self.index.usage.get(&r.0).copied().unwrap_or(0)
-                        )
+                        format!("segment {}: {} live bytes, table says {}", r.0, r.1, self.index.usage(r.0))
                     })
                     .chain(
                         kept.iter()

@@ -11,9 +11,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use bitmend_code::le::{Put, Reader};
 use bitmend_media::nand::Nand;
 
-use super::groups::GroupAt;
-use super::index::{put_frags, read_frags, MapAt, Totals};
-use super::keys::{ChunkKey, GroupId, MapSummary};
+use super::map::groups::GroupAt;
+use super::map::index::{put_frags, read_frags, MapAt, Totals};
+use super::map::keys::{ChunkKey, GroupId, MapSummary};
 use super::{Fs, Health, Inode, Loc, PENDING};
 use crate::fs::node::{self, Frag, NodeKind, FLAG_LAST, FLAG_ZSTD, FRAG_HEADER};
 use crate::store::{PageAddr, Segment};
@@ -267,7 +267,7 @@ impl<N: Nand> Fs<N> {
         v.put_u32(MAPS_MAGIC);
         v.put_u32(0);
         let mut usage: Vec<(u32, u64)> =
-            self.index.usage.iter().map(|(&p, &b)| (p, b)).filter(|u| u.1 > 0).collect();
+            self.index.usage_table().iter().map(|(&p, &b)| (p, b)).filter(|u| u.1 > 0).collect();
         usage.sort_unstable();
         v.put_u32(USAGE_MAGIC);
         v.put_u32(usage.len() as u32);
@@ -275,7 +275,7 @@ impl<N: Nand> Fs<N> {
             v.put_u32(phys);
             v.put_u64(bytes);
         }
-        let t = self.index.totals;
+        let t = self.index.totals();
         v.put_u32(TOTALS_MAGIC);
         for x in [t.pages, t.stored, t.footprint] {
             v.put_u64(x);
@@ -284,7 +284,7 @@ impl<N: Nand> Fs<N> {
         v.put_u32(0);
         v.put_u32(XATTR_MAGIC);
         v.put_u32(0);
-        let mut groups: Vec<(&GroupId, &GroupAt)> = self.groups.at.iter().collect();
+        let mut groups: Vec<(&GroupId, &GroupAt)> = self.groups.table().iter().collect();
         groups.sort_unstable_by_key(|g| *g.0);
         v.put_u32(GROUPS_MAGIC);
         v.put_u32(groups.len() as u32);
@@ -305,11 +305,11 @@ impl<N: Nand> Fs<N> {
     fn reads_back(&self, v: &[u8]) -> bool {
         let Some(s) = decode(v) else { return false };
         let mut table: Vec<(GroupId, GroupAt)> =
-            self.groups.at.iter().map(|(g, a)| (*g, a.clone())).collect();
+            self.groups.table().iter().map(|(g, a)| (*g, a.clone())).collect();
         table.sort_unstable_by_key(|g| g.0);
         s.next_ino == self.ns.next_ino()
-            && s.totals == self.index.totals
-            && s.usage.iter().all(|(p, b)| self.index.usage.get(p) == Some(b))
+            && s.totals == self.index.totals()
+            && s.usage.iter().all(|(p, b)| self.index.usage_table().get(p) == Some(b))
             && s.groups == Some(table)
             && s.inodes.is_empty()
             && s.maps.is_some_and(|m| m.is_empty())
@@ -430,16 +430,11 @@ impl<N: Nand> Fs<N> {
         if self.page.fill() > 0 {
             self.seal_page()?;
         }
-        debug_assert!(
-            self.groups.dirty.is_empty() && self.groups_match_state(),
-            "every change is in a group"
-        );
-        if self.index.stale_counts {
+        debug_assert!(self.groups.all_written() && self.groups_match_state(), "every change is in a group");
+        if self.index.counts_stale() {
             let (usage, totals, lost) = self.recount();
             if lost == 0 {
-                self.index.usage = usage;
-                self.index.totals = totals;
-                self.index.stale_counts = false;
+                self.index.set_counts(usage, totals);
             }
         }
         let (blob, zstd, raw) = self.state_payload();
@@ -491,11 +486,10 @@ impl<N: Nand> Fs<N> {
         let room = (self.page.size() - FRAG_HEADER) as u64;
         let pages = blob.len().div_ceil(room as usize) as u64;
         // Its maps and groups, written with it or ahead of it, count as part of it.
-        let raw = raw as u64
-            + std::mem::take(&mut self.index.map_bytes_since)
-            + std::mem::take(&mut self.groups.raw_since);
+        let (group_raw, group_stored) = self.groups.take_bytes();
+        let raw = raw as u64 + self.index.take_map_bytes() + group_raw;
         let raw_pages = raw.div_ceil(room);
-        let group_pages = std::mem::take(&mut self.groups.stored_since).div_ceil(room);
+        let group_pages = group_stored.div_ceil(room);
         self.cp.mark = (self.log_pages_written(), pages + group_pages, raw_pages);
         self.stats.checkpoint_bytes = blob.len() as u64;
         // What a mount needs of it: the node and every group it names.

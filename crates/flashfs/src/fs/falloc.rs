@@ -138,7 +138,7 @@ impl<N: Nand> Fs<N> {
         // up the difference (a reservation of a TiB on a chip of a GiB).
         let (_, free) = self.space();
         let at_least =
-            (pages.end - pages.start).saturating_sub(self.index.totals.pages + self.wb.len() as u64);
+            (pages.end - pages.start).saturating_sub(self.index.totals().pages + self.wb.len() as u64);
         if at_least.saturating_mul(self.page_cost()) > free {
             return Err(FsError::NoSpace);
         }

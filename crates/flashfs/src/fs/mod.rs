@@ -15,16 +15,13 @@ mod checkpoint;
 mod clean;
 mod dirty_state;
 mod falloc;
-mod groups;
-pub(crate) mod index;
-pub(crate) mod keys;
+pub(crate) mod map;
 mod namespace;
 pub(crate) mod node;
 mod ops;
 pub use ops::PreparedWrite;
 mod read_plan;
 pub use read_plan::ReadPlan;
-mod rebuild;
 mod replay;
 mod scan;
 mod scrub;
@@ -176,8 +173,8 @@ impl Default for FsOptions {
 pub use crate::fs::node::{MAX_LZ4_LEVEL, MAX_NODE_PAGES};
 
 pub use cache::{CacheCheck, CacheStats, Cached, Verify, TICK};
-pub use index::DEFAULT_INDEX_CHUNKS;
-pub use keys::CHUNK_PAGES;
+pub use map::index::DEFAULT_INDEX_CHUNKS;
+pub use map::keys::CHUNK_PAGES;
 
 /// A directory entry as `readdir` returns it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -353,11 +350,11 @@ pub struct Fs<N: Nand> {
     /// The flash page being filled with nodes (`write.rs`).
     pub(crate) page: write::OpenPage,
     /// Where every logical page lives, with a bounded window of chunks in RAM (`index.rs`).
-    pub(crate) index: index::Index,
+    pub(crate) index: map::index::Index,
     /// The checkpoints written and the one a mount would start from (`checkpoint.rs`).
     pub(crate) cp: checkpoint::CkptState,
     /// The namespace and the maps' places in groups, and which changed (`groups.rs`).
-    pub(crate) groups: groups::Groups,
+    pub(crate) groups: map::groups::Groups,
     /// Flash pages and nodes last read, for sequential reads (`ops.rs`).
     pub(crate) read_cache: ops::ReadCache,
     /// Clean logical pages with their CRCs, and the read checks (`cache.rs`).
@@ -417,9 +414,9 @@ impl<N: Nand> Fs<N> {
             opts,
             ns: namespace::Namespace::default(),
             wb: write::WriteBack::default(),
-            index: index::Index::default(),
+            index: map::index::Index::default(),
             cp: checkpoint::CkptState::default(),
-            groups: groups::Groups::default(),
+            groups: map::groups::Groups::default(),
             read_cache: ops::ReadCache::default(),
             cache: cache::PageCache::new(opts.cache_pages, opts.verify),
             cleaner: clean::CleanerState::default(),
@@ -485,13 +482,14 @@ impl<N: Nand> Fs<N> {
     }
 
     pub fn stats(&self) -> FsStats {
+        let index = self.index.counts();
         FsStats {
-            maps_loaded: self.index.loads,
-            maps_evicted: self.index.evictions,
-            maps_written: self.index.maps_written,
-            maps_rebuilt: self.index.rebuilt,
-            groups_written: self.groups.written,
-            groups: self.groups.at.len() as u64,
+            maps_loaded: index.loads,
+            maps_evicted: index.evictions,
+            maps_written: index.maps_written,
+            maps_rebuilt: index.rebuilt,
+            groups_written: self.groups.written(),
+            groups: self.groups.table().len() as u64,
             ..self.stats
         }
     }
@@ -503,7 +501,7 @@ impl<N: Nand> Fs<N> {
 
     /// Index chunks in RAM now, and how many of them changed since the last checkpoint.
     pub fn index_in_ram(&self) -> (usize, usize) {
-        (self.index.loaded.len(), self.index.dirty_chunks())
+        (self.index.loaded_count(), self.index.dirty_chunks())
     }
 
     /// The CRC-32C of logical page `index` of `ino` as the index records it (what a page

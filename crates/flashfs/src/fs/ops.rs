@@ -686,9 +686,9 @@ impl<N: Nand> Fs<N> {
         // be rewritten without the lost entries, turning them into holes): refused here,
         // not accepted and dropped at write-back.
         for ck in pages.clone().step_by(super::CHUNK_PAGES as usize) {
-            self.load_chunk(super::keys::chunk_key(ino, ck))?;
+            self.load_chunk(super::map::keys::chunk_key(ino, ck))?;
         }
-        self.load_chunk(super::keys::chunk_key(ino, pages.end.saturating_sub(1)))?;
+        self.load_chunk(super::map::keys::chunk_key(ino, pages.end.saturating_sub(1)))?;
         let new = pages.clone().filter(|&i| !self.wb.contains((ino, i))).count() as u64;
         // Write-back at the limit comes before this write is staged: a write refused there
         // (the chip or the host under the image full) changes nothing. Staged first, its new
@@ -790,17 +790,17 @@ impl<N: Nand> Fs<N> {
     /// Bytes the live file data takes in flash pages, fragment headers included (what a
     /// copy of the data occupies, before parity; the checkpoint holds the rest).
     pub fn data_footprint(&self) -> u64 {
-        self.index.totals.footprint
+        self.index.totals().footprint
     }
 
     /// Bytes the index's map nodes take in flash pages, fragment headers included.
     pub fn index_footprint(&self) -> u64 {
         let frag = crate::fs::node::FRAG_HEADER as u64;
-        self.index.maps.values().flat_map(|m| m.frags.iter()).map(|f| f.2 as u64 + frag).sum()
+        self.index.maps().values().flat_map(|m| m.frags.iter()).map(|f| f.2 as u64 + frag).sum()
     }
 
     pub fn data_space(&self) -> (u64, u64) {
-        let t = self.index.totals;
+        let t = self.index.totals();
         (t.pages * LOGICAL_PAGE as u64, t.stored)
     }
 }

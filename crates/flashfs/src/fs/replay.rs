@@ -126,7 +126,7 @@ impl<N: Nand> Fs<N> {
                 table_adopted = true;
             }
             fs.ns.clear();
-            fs.index = super::index::Index::default();
+            fs.index = super::map::index::Index::default();
             fs.groups = Default::default();
             fs.cp.newest = *cand;
             fs.cp.replayed_version = 0;
@@ -180,7 +180,7 @@ impl<N: Nand> Fs<N> {
         report.superblocks_rewritten = fs.rewrite_damaged_superblocks()? as u64;
         fs.cp.newest_maps = fs.segments_named();
         fs.cp.mount_maps = fs.cp.newest_maps.clone();
-        report.maps_loaded = fs.index.loads;
+        report.maps_loaded = fs.index.counts().loads;
         if let Some(d) = dirty {
             fs.cut_shrunk_pages(&shrunk, &mut recovered)?;
             fs.apply_tier_pages(d.pages, &mut recovered);
@@ -328,8 +328,8 @@ impl<N: Nand> Fs<N> {
             let crc = n.payload.get(4 * slot..4 * slot + 4).map(|b| bitmend_code::le::get_u32(b, 0));
             let loc =
                 Loc { frags: n.frags.clone(), codec, version: v, crc, slot: slot as u8, count: count as u8 };
-            let ck = super::keys::chunk_key(key.0, key.1);
-            if !self.index.loaded.contains_key(&ck) && self.index.maps.contains_key(&ck) {
+            let ck = super::map::keys::chunk_key(key.0, key.1);
+            if !self.index.is_loaded(ck) && self.index.maps().contains_key(&ck) {
                 // Not read at mount: kept beside the chunk's map until it is loaded.
                 self.overlay_loc(key, loc);
                 continue;
@@ -366,12 +366,11 @@ impl<N: Nand> Fs<N> {
             None => None,
         };
         self.ns.replace(state.inodes, state.dirs, state.next_ino);
-        self.index = super::index::Index {
-            maps: state.maps.unwrap_or_default(),
-            usage: state.usage,
-            totals: state.totals,
-            ..Default::default()
-        };
+        self.index = super::map::index::Index::from_checkpoint(
+            state.maps.unwrap_or_default(),
+            state.usage,
+            state.totals,
+        );
         // A version 3 checkpoint lists every page: they become chunks in RAM, whose
         // maps the next checkpoint writes.
         for (key, loc) in state.data {
@@ -415,7 +414,7 @@ impl<N: Nand> Fs<N> {
         }
         let ns = &self.ns;
         let end = |ino: u64| ns.get(ino).map_or(0, |i| i.attr.size.div_ceil(super::LOGICAL_PAGE as u64));
-        let past: Vec<(super::keys::ChunkKey, Vec<super::Loc>)> = self.index.trim_in_ram(end);
+        let past: Vec<(super::map::keys::ChunkKey, Vec<super::Loc>)> = self.index.trim_in_ram(end);
         for (_, locs) in past {
             for l in locs {
                 self.count_loc(&l, false);
@@ -423,7 +422,7 @@ impl<N: Nand> Fs<N> {
         }
         // A state that came from no groups (a checkpoint before version 8, or none): all of
         // it goes into groups at the next checkpoint.
-        if self.groups.at.is_empty() {
+        if self.groups.table().is_empty() {
             self.regroup();
         }
         Ok(())

@@ -3,9 +3,9 @@
 
 use bitmend_media::nand::Nand;
 
-use super::keys::Pending;
+use super::map::keys::Pending;
 use super::Ino;
-use super::{Fs, Loc, LOGICAL_PAGE, PENDING, SKIP_AFTER_INCOMPRESSIBLE, SKIP_AFTER_INCOMPRESSIBLE_MAX};
+use super::{Fs, Loc, LOGICAL_PAGE, SKIP_AFTER_INCOMPRESSIBLE, SKIP_AFTER_INCOMPRESSIBLE_MAX};
 
 /// A file's compression attempts held off after poor ones.
 #[derive(Clone, Copy, Debug, Default)]
@@ -464,22 +464,8 @@ impl<N: Nand> Fs<N> {
                         }
                     }
                 }
-                Pending::Map(ck) => {
-                    if let Some(m) = self.index.maps.get_mut(&ck) {
-                        m.frags.push((PENDING, off, n as u16));
-                    }
-                    if !self.index.buf_maps.contains(&ck) {
-                        self.index.buf_maps.push(ck);
-                    }
-                }
-                Pending::Group(g) => {
-                    if let Some(a) = self.groups.at.get_mut(&g) {
-                        a.frags.push((PENDING, off, n as u16));
-                    }
-                    if !self.groups.buf.contains(&g) {
-                        self.groups.buf.push(g);
-                    }
-                }
+                Pending::Map(ck) => self.index.pend_map(ck, off, n as u16),
+                Pending::Group(g) => self.groups.pend_group(g, off, n as u16),
             }
             done += n;
         }
@@ -578,7 +564,7 @@ impl<N: Nand> Fs<N> {
         // has few left to write in its one hold.
         let groups = self.groups_ahead();
         if groups > 0 {
-            self.write_groups(groups.min(super::groups::GROUPS_PER_STEP))?;
+            self.write_groups(groups.min(super::map::groups::GROUPS_PER_STEP))?;
         }
         // A checkpoint writes every dirty page back first, in this one hold of the lock: it
         // is taken in the step that leaves little dirty (a burst's last), not in one that

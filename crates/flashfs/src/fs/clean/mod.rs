@@ -15,7 +15,7 @@ use bitmend_media::nand::Nand;
 mod step;
 
 use super::Fs;
-use crate::store::{PageAddr, Segment};
+use crate::store::Segment;
 use crate::FsError;
 
 /// Free segments below which the cleaner runs (room to move a segment's data and write a
@@ -119,7 +119,7 @@ impl<N: Nand> Fs<N> {
     /// Candidates worth emptying, best first: (cost-benefit, physical segment, fraction live).
     /// None when every candidate is full of live data (moving one would free nothing).
     pub(super) fn ranked_victims(&self, cands: &[Segment]) -> Vec<(f64, u32, f64)> {
-        let live = &self.index.usage;
+        let live = self.index.usage_table();
         let capacity = self.segment_capacity() as f64;
         let newest = self.store.used_segments().iter().map(|u| u.logical).max().unwrap_or(0);
         let mut ranked: Vec<(f64, u32, f64)> = cands
@@ -389,7 +389,7 @@ impl<N: Nand> Fs<N> {
             self.store.release_segment(phys)?;
             // Whatever is left counted there (a chunk dropped with its map beyond repair)
             // is not there any more.
-            self.index.usage.remove(&phys);
+            self.index.segment_erased(phys);
             self.stats.segments_cleaned += 1;
         }
         // Their pages will be written again: forget any copy of them.
@@ -405,7 +405,7 @@ impl<N: Nand> Fs<N> {
     fn still_live(&mut self, victims: &[u32]) -> Vec<u32> {
         let mut live = Vec::new();
         for &phys in victims {
-            let usage = self.index.usage.get(&phys).copied().unwrap_or(0);
+            let usage = self.index.usage(phys);
             // Most victims count nothing left; the map bytes (a walk of every map) only then.
             if usage > 0 && usage > self.map_bytes_in(phys) {
                 live.push(phys);
@@ -434,7 +434,7 @@ impl<N: Nand> Fs<N> {
         // the map nodes there): a segment with none is not read at all (most victims, under
         // overwrites). Debug builds check that against the whole index, so every test run
         // checks the table as it goes.
-        let usage = self.index.usage.get(&phys).copied().unwrap_or(0);
+        let usage = self.index.usage(phys);
         let keys = if usage <= self.map_bytes_in(phys) {
             debug_assert_eq!(self.index_points_into(phys), Vec::<(u64, u64)>::new(), "segment {phys}");
             Vec::new()
@@ -460,40 +460,5 @@ impl<N: Nand> Fs<N> {
         }
         let (maps_readable, held) = self.mark_maps_in(phys)?;
         Ok((readable && maps_readable, held))
-    }
-
-    /// Marks the index chunks whose map node is in `phys` dirty, so that the next checkpoint
-    /// writes them elsewhere. Returns whether every one could be read, and whether `phys`
-    /// holds a map node a checkpoint that mount may start from refers to.
-    pub(super) fn mark_maps_in(&mut self, phys: u32) -> Result<(bool, bool), FsError> {
-        let mut readable = true;
-        let in_victim: Vec<super::keys::ChunkKey> = self
-            .index
-            .maps
-            .iter()
-            .filter(|(_, m)| m.frags.iter().any(|f| self.store.segment_of(PageAddr(f.0)) == Some(phys)))
-            .map(|(k, _)| *k)
-            .collect();
-        for ck in in_victim {
-            match self.load_chunk(ck) {
-                Ok(_) => {
-                    if let Some(c) = self.index.loaded.get_mut(&ck) {
-                        c.dirty = true;
-                    }
-                }
-                // A map beyond repair stays where it is: its pages read as EIO, not as holes.
-                Err(FsError::Unrecoverable { .. } | FsError::NotWritten { .. }) => readable = false,
-                Err(e) => return Err(e),
-            }
-        }
-        // Groups there are written elsewhere by the next checkpoint too.
-        let segment_of = |p: u32| self.store.segment_of(PageAddr(p));
-        let groups: Vec<super::keys::GroupId> = (self.groups.at.iter())
-            .filter(|(_, a)| a.frags.iter().any(|f| segment_of(f.0) == Some(phys)))
-            .map(|(g, _)| *g)
-            .collect();
-        self.groups.dirty.extend(groups);
-        let held = self.map_holding_segments().contains(&phys);
-        Ok((readable, held))
     }
 }

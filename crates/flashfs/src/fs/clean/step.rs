@@ -166,7 +166,7 @@ impl<N: Nand> Fs<N> {
         };
         // No file data counted live there (most victims under overwrites, but for map nodes):
         // nothing to read. Debug builds check that against the whole index at the end.
-        let usage = self.index.usage.get(&victim.physical).copied().unwrap_or(0);
+        let usage = self.index.usage(victim.physical);
         let data_live = usage.saturating_sub(self.map_bytes_in(victim.physical));
         let pages = if data_live == 0 { Vec::new() } else { self.store.data_pages_of(victim.physical)? };
         Ok(Some(Evacuation { victim, pages, next: 0, skipped: Vec::new(), stuck: false }))

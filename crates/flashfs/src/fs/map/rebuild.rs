@@ -15,9 +15,9 @@ use bitmend_media::nand::Nand;
 
 use super::index::MapAt;
 use super::keys::{chunk_key, mix, ChunkKey, MapSummary, CHUNK_PAGES};
-use super::scan::{Assembler, Partial};
-use super::{Fs, Loc};
 use crate::fs::node::{NodeKind, CODEC_FLAGS};
+use crate::fs::scan::{Assembler, Partial};
+use crate::fs::{Fs, Loc};
 use crate::FsError;
 
 impl MapSummary {

@@ -20,9 +20,9 @@ use bitmend_code::le::{self, Put, Reader};
 use bitmend_media::nand::Nand;
 
 use super::keys::{chunk_key, frag_bytes, ChunkKey, Frags, MapSummary, CHUNK_PAGES};
-use super::{Fs, Loc, PENDING};
 use crate::fs::node::FileType;
 use crate::fs::node::{frags, NodeKind, CODEC_FLAGS, FRAG_HEADER};
+use crate::fs::{Fs, Loc, PENDING};
 use crate::store::PageAddr;
 use crate::FsError;
 use crate::{Ino, LOGICAL_PAGE};
@@ -80,30 +80,30 @@ pub(crate) struct Totals {
 pub(crate) struct Index {
     /// Every chunk's map node as the newest checkpoint refers to it, or as written ahead of
     /// the next (a chunk changed since keeps its old one here until its map is written).
-    pub maps: BTreeMap<ChunkKey, MapAt>,
-    pub loaded: BTreeMap<ChunkKey, Chunk>,
+    pub(super) maps: BTreeMap<ChunkKey, MapAt>,
+    pub(super) loaded: BTreeMap<ChunkKey, Chunk>,
     /// Pages replayed at mount onto chunks whose map was not read (mount reads only the log):
     /// merged into the chunk when it is loaded, by version. Their bytes are counted already.
-    pub overlay: BTreeMap<ChunkKey, BTreeMap<u64, Loc>>,
+    pub(super) overlay: BTreeMap<ChunkKey, BTreeMap<u64, Loc>>,
     /// Live bytes per physical segment.
-    pub usage: HashMap<u32, u64>,
-    pub totals: Totals,
+    pub(super) usage: HashMap<u32, u64>,
+    pub(super) totals: Totals,
     /// Map nodes with fragments in the page being filled.
-    pub buf_maps: Vec<ChunkKey>,
-    pub tick: u64,
+    pub(super) buf_maps: Vec<ChunkKey>,
+    pub(super) tick: u64,
     /// A chunk whose map is beyond repair was dropped: its bytes are still counted in the
     /// usage table and the totals, which the next checkpoint recounts from the index.
-    pub stale_counts: bool,
-    pub loads: u64,
+    pub(super) stale_counts: bool,
+    pub(super) loads: u64,
     /// Chunks whose lost map was rebuilt from the data nodes.
-    pub rebuilt: u64,
+    pub(super) rebuilt: u64,
     /// Maps (chunk, version) found lost that could not be rebuilt (not tried again).
-    pub unrebuildable: HashSet<(ChunkKey, u64)>,
-    pub evictions: u64,
-    pub maps_written: u64,
+    pub(super) unrebuildable: HashSet<(ChunkKey, u64)>,
+    pub(super) evictions: u64,
+    pub(super) maps_written: u64,
     /// Bytes of the maps written since the last checkpoint, before compression (part of what
     /// a checkpoint costs: see `Fs::checkpoint_interval`).
-    pub map_bytes_since: u64,
+    pub(super) map_bytes_since: u64,
 }
 
 /// 512-byte sectors in a logical page (what `st_blocks` counts in).
@@ -174,6 +174,100 @@ pub(crate) fn read_frags(r: &mut Reader) -> Option<Frags> {
         frags.push((r.u32()?, r.u16()?, r.u16()?));
     }
     Some(frags)
+}
+
+/// The index's own counts since mount (`FsStats` reports them).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct IndexCounts {
+    pub loads: u64,
+    pub evictions: u64,
+    pub maps_written: u64,
+    pub rebuilt: u64,
+}
+
+/// What the rest of the file system reads and tells the index: its maps and the space
+/// accounting it keeps (usage per segment, totals).
+impl Index {
+    /// The state a checkpoint recorded: its maps, the usage table and the totals.
+    pub fn from_checkpoint(
+        maps: BTreeMap<ChunkKey, MapAt>,
+        usage: HashMap<u32, u64>,
+        totals: Totals,
+    ) -> Index {
+        Index { maps, usage, totals, ..Default::default() }
+    }
+
+    pub fn counts(&self) -> IndexCounts {
+        IndexCounts {
+            loads: self.loads,
+            evictions: self.evictions,
+            maps_written: self.maps_written,
+            rebuilt: self.rebuilt,
+        }
+    }
+
+    /// Every chunk's map node.
+    pub fn maps(&self) -> &BTreeMap<ChunkKey, MapAt> {
+        &self.maps
+    }
+
+    /// Whether chunk `ck` is in RAM.
+    pub fn is_loaded(&self, ck: ChunkKey) -> bool {
+        self.loaded.contains_key(&ck)
+    }
+
+    /// Chunks in RAM.
+    pub fn loaded_count(&self) -> usize {
+        self.loaded.len()
+    }
+
+    /// The pages chunk `ck` maps, if it is in RAM.
+    pub fn pages_in(&self, ck: ChunkKey) -> Option<Vec<u64>> {
+        self.loaded.get(&ck).map(|c| c.pages.keys().copied().collect())
+    }
+
+    pub fn totals(&self) -> Totals {
+        self.totals
+    }
+
+    /// Live bytes the usage table counts in physical segment `phys`.
+    pub fn usage(&self, phys: u32) -> u64 {
+        self.usage.get(&phys).copied().unwrap_or(0)
+    }
+
+    pub fn usage_table(&self) -> &HashMap<u32, u64> {
+        &self.usage
+    }
+
+    /// Segment `phys` was erased: nothing counts there any more.
+    pub fn segment_erased(&mut self, phys: u32) {
+        self.usage.remove(&phys);
+    }
+
+    /// Whether a chunk dropped with its map beyond repair left the counts to be recounted.
+    pub fn counts_stale(&self) -> bool {
+        self.stale_counts
+    }
+
+    /// The usage table and totals recounted from the whole index.
+    pub fn set_counts(&mut self, usage: HashMap<u32, u64>, totals: Totals) {
+        (self.usage, self.totals, self.stale_counts) = (usage, totals, false);
+    }
+
+    /// Bytes of the maps written since the last call (a checkpoint's cost).
+    pub fn take_map_bytes(&mut self) -> u64 {
+        std::mem::take(&mut self.map_bytes_since)
+    }
+
+    /// A fragment of chunk `ck`'s map node was put at `off` in the page being filled.
+    pub fn pend_map(&mut self, ck: ChunkKey, off: u16, len: u16) {
+        if let Some(m) = self.maps.get_mut(&ck) {
+            m.frags.push((PENDING, off, len));
+        }
+        if !self.buf_maps.contains(&ck) {
+            self.buf_maps.push(ck);
+        }
+    }
 }
 
 impl Index {
@@ -541,7 +635,7 @@ impl<N: Nand> Fs<N> {
                 let (slot, count) = (loc.slot, loc.count);
                 for f in loc.frags.iter_mut().filter(|f| f.0 == PENDING) {
                     f.0 = addr.0;
-                    bytes += super::node_part(frag_bytes(f), slot, count);
+                    bytes += crate::fs::node_part(frag_bytes(f), slot, count);
                 }
             }
         }
@@ -843,6 +937,43 @@ impl<N: Nand> Fs<N> {
         }
         usage.retain(|_, b| *b > 0);
         (usage, totals, lost)
+    }
+}
+
+impl<N: Nand> Fs<N> {
+    /// Marks the index chunks whose map node is in `phys` dirty, so that the next checkpoint
+    /// writes them elsewhere. Returns whether every one could be read, and whether `phys`
+    /// holds a map node a checkpoint that mount may start from refers to.
+    pub(crate) fn mark_maps_in(&mut self, phys: u32) -> Result<(bool, bool), FsError> {
+        let mut readable = true;
+        let in_victim: Vec<ChunkKey> = self
+            .index
+            .maps
+            .iter()
+            .filter(|(_, m)| m.frags.iter().any(|f| self.store.segment_of(PageAddr(f.0)) == Some(phys)))
+            .map(|(k, _)| *k)
+            .collect();
+        for ck in in_victim {
+            match self.load_chunk(ck) {
+                Ok(_) => {
+                    if let Some(c) = self.index.loaded.get_mut(&ck) {
+                        c.dirty = true;
+                    }
+                }
+                // A map beyond repair stays where it is: its pages read as EIO, not as holes.
+                Err(FsError::Unrecoverable { .. } | FsError::NotWritten { .. }) => readable = false,
+                Err(e) => return Err(e),
+            }
+        }
+        // Groups there are written elsewhere by the next checkpoint too.
+        let segment_of = |p: u32| self.store.segment_of(PageAddr(p));
+        let groups: Vec<super::keys::GroupId> = (self.groups.at.iter())
+            .filter(|(_, a)| a.frags.iter().any(|f| segment_of(f.0) == Some(phys)))
+            .map(|(g, _)| *g)
+            .collect();
+        self.groups.dirty.extend(groups);
+        let held = self.map_holding_segments().contains(&phys);
+        Ok((readable, held))
     }
 }
 

@@ -26,9 +26,9 @@ use bitmend_media::nand::Nand;
 
 use super::index::{put_frags, read_frags, MapAt};
 use super::keys::{frag_bytes, mix, ChunkKey, Frags, GroupId, MapSummary};
-use super::namespace::Namespace;
-use super::{Fs, Inode};
+use crate::fs::namespace::Namespace;
 use crate::fs::node::{self, NodeKind};
+use crate::fs::{Fs, Inode, PENDING};
 use crate::FsError;
 
 const GROUP_MAGIC: u32 = 0x5247_534E; // "NSGR"
@@ -82,20 +82,20 @@ impl Members {
 #[derive(Debug)]
 pub(crate) struct Groups {
     /// The groups as ranges of hashes: first hash to depth. They cover every hash, once.
-    pub ranges: BTreeMap<u64, u8>,
+    pub(super) ranges: BTreeMap<u64, u8>,
     /// Where each group not empty is, as written last.
-    pub at: HashMap<GroupId, GroupAt>,
-    pub members: HashMap<GroupId, Members>,
+    pub(super) at: HashMap<GroupId, GroupAt>,
+    pub(super) members: HashMap<GroupId, Members>,
     /// Groups changed since written.
-    pub dirty: BTreeSet<GroupId>,
+    pub(super) dirty: BTreeSet<GroupId>,
     /// Groups with fragments in the page being filled.
-    pub buf: Vec<GroupId>,
+    pub(super) buf: Vec<GroupId>,
     /// Bytes of the groups written since the last checkpoint, before compression and on
     /// flash (part of what a checkpoint costs: see `Fs::checkpoint_interval`).
-    pub raw_since: u64,
-    pub stored_since: u64,
-    pub written: u64,
-    pub splits: u64,
+    pub(super) raw_since: u64,
+    pub(super) stored_since: u64,
+    pub(super) written: u64,
+    pub(super) splits: u64,
 }
 
 impl Default for Groups {
@@ -242,6 +242,40 @@ fn wanted_depth(inodes: usize, maps: usize) -> u8 {
         depth += 1;
     }
     depth
+}
+
+/// What the rest of the file system reads and tells the groups.
+impl Groups {
+    /// Where each group is, as written last.
+    pub fn table(&self) -> &HashMap<GroupId, GroupAt> {
+        &self.at
+    }
+
+    /// Group nodes written since mount.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Whether every change is in a group written.
+    pub fn all_written(&self) -> bool {
+        self.dirty.is_empty()
+    }
+
+    /// Bytes of groups written since the last call, before and after compression (a
+    /// checkpoint's cost).
+    pub fn take_bytes(&mut self) -> (u64, u64) {
+        (std::mem::take(&mut self.raw_since), std::mem::take(&mut self.stored_since))
+    }
+
+    /// A fragment of group `g`'s node was put at `off` in the page being filled.
+    pub fn pend_group(&mut self, g: GroupId, off: u16, len: u16) {
+        if let Some(a) = self.at.get_mut(&g) {
+            a.frags.push((PENDING, off, len));
+        }
+        if !self.buf.contains(&g) {
+            self.buf.push(g);
+        }
+    }
 }
 
 impl Groups {
