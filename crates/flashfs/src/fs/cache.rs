@@ -147,7 +147,7 @@ pub struct CacheStats {
 
 /// The clean pages, their stamps and the strategy.
 pub(crate) struct PageCache {
-    pub verify: Verify,
+    verify: Verify,
     /// The interval in microseconds (a `Duration` converts with a 128-bit division).
     interval: u64,
     epoch: Instant,
@@ -156,8 +156,8 @@ pub(crate) struct PageCache {
     order: VecDeque<(u64, u64)>,
     capacity: usize,
     /// Where the background checker goes on from: (clean, dirty) keys.
-    pub cursor: ((u64, u64), (u64, u64)),
-    pub stats: CacheStats,
+    cursor: ((u64, u64), (u64, u64)),
+    stats: CacheStats,
 }
 
 impl PageCache {
@@ -174,6 +174,11 @@ impl PageCache {
         };
         c.set_verify(verify);
         c
+    }
+
+    /// A read of a logical page through the cache (hit or not).
+    pub fn count_read(&mut self) {
+        self.stats.reads += 1;
     }
 
     pub fn set_verify(&mut self, verify: Verify) {

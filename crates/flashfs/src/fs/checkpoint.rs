@@ -58,27 +58,99 @@ pub(crate) struct CkptAt {
 #[derive(Debug, Default)]
 pub(crate) struct CkptState {
     /// The newest checkpoint written.
-    pub newest: Option<CkptAt>,
+    newest: Option<CkptAt>,
     /// The checkpoint a mount would start from now (the one the newest segment names).
-    pub mount_from: Option<CkptAt>,
+    mount_from: Option<CkptAt>,
     /// A checkpoint is being written (the flushes inside it must not start another).
-    pub writing: bool,
+    writing: bool,
     /// The store's data-page counter when the last checkpoint ended, and its size in pages
     /// on flash and before compression: the next is written once the log since is some
     /// multiple of it (see `checkpoint_interval`).
-    pub mark: (u64, u64, u64),
+    mark: (u64, u64, u64),
     /// The segment table of the checkpoint the mount replayed (handed to the store).
-    pub replayed_table: Option<Vec<Segment>>,
+    replayed_table: Option<Vec<Segment>>,
     /// Physical segments holding map nodes that the newest checkpoint, and the one a mount
     /// would start from, refer to: the cleaner erases none of them before a newer checkpoint
     /// no longer does.
-    pub newest_maps: std::collections::HashSet<u32>,
-    pub mount_maps: std::collections::HashSet<u32>,
+    newest_maps: std::collections::HashSet<u32>,
+    mount_maps: std::collections::HashSet<u32>,
     /// Health as the checkpoint this mount started from recorded it.
-    pub health_base: super::Health,
+    health_base: super::Health,
     /// The version of the checkpoint replay applied last (0: none): every node up to it is
     /// in that checkpoint (an NVRAM tier's records up to it are on flash).
-    pub replayed_version: u64,
+    replayed_version: u64,
+}
+
+/// What the rest of the file system reads of the checkpoints, and what replay tells them.
+impl CkptState {
+    /// The newest checkpoint written (or replayed).
+    pub fn newest(&self) -> Option<CkptAt> {
+        self.newest
+    }
+
+    /// The checkpoint a mount would start from now.
+    pub fn mount_from(&self) -> Option<CkptAt> {
+        self.mount_from
+    }
+
+    /// Physical segments holding map nodes the newest checkpoint or the one a mount would
+    /// start from refer to.
+    pub fn map_segments(&self) -> impl Iterator<Item = &u32> {
+        self.newest_maps.iter().chain(self.mount_maps.iter())
+    }
+
+    /// Mount would now start from the newest checkpoint (a new segment names it, or it is
+    /// anchored).
+    pub fn newest_is_mount_start(&mut self) {
+        self.mount_from = self.newest;
+        self.mount_maps = self.newest_maps.clone();
+    }
+
+    /// Health as the checkpoint this mount started from recorded it.
+    pub fn health_base(&self) -> super::Health {
+        self.health_base
+    }
+
+    /// The version of the checkpoint replay applied last (0: none).
+    pub fn replayed_version(&self) -> u64 {
+        self.replayed_version
+    }
+
+    /// Replay starts: a mount would start from `start`.
+    pub fn replay_starts(&mut self, start: Option<CkptAt>) {
+        self.mount_from = start;
+    }
+
+    /// Replay tries checkpoint `cand` (none: the whole log).
+    pub fn replay_tries(&mut self, cand: Option<CkptAt>) {
+        (self.newest, self.replayed_version) = (cand, 0);
+    }
+
+    /// Replay applied a checkpoint: its version, the health it recorded, its segment table,
+    /// and where it is.
+    pub fn replayed(
+        &mut self,
+        version: u64,
+        health: super::Health,
+        table: Option<Vec<Segment>>,
+        at: Option<CkptAt>,
+    ) {
+        (self.replayed_version, self.health_base, self.replayed_table) = (version, health, table);
+        if at.is_some() {
+            self.newest = at;
+        }
+    }
+
+    /// The segment table of the checkpoint replayed, for the store to adopt.
+    pub fn take_replayed_table(&mut self) -> Option<Vec<Segment>> {
+        self.replayed_table.take()
+    }
+
+    /// Mounted: the segments the checkpoint mount ends with refers to for its maps.
+    pub fn mounted(&mut self, map_segments: std::collections::HashSet<u32>) {
+        self.mount_maps = map_segments.clone();
+        self.newest_maps = map_segments;
+    }
 }
 
 /// The state a checkpoint holds.

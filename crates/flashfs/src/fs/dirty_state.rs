@@ -340,7 +340,7 @@ impl<N: Nand> Fs<N> {
         mount: &mut super::MountReport,
         report: &mut DirtyRecoveryReport,
     ) -> Result<BTreeSet<u64>, FsError> {
-        let base = self.cp.replayed_version;
+        let base = self.cp.replayed_version();
         let mut shrunk = BTreeSet::new();
         for rec in records {
             let mut nodes = frags(rec);

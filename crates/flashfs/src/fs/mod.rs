@@ -454,13 +454,6 @@ impl<N: Nand> Fs<N> {
         Ok(fs)
     }
 
-    /// Mount would now start from the newest checkpoint (a new segment names it, or it is
-    /// anchored).
-    pub(crate) fn set_mount_ckpt(&mut self) {
-        self.cp.mount_from = self.cp.newest;
-        self.cp.mount_maps = self.cp.newest_maps.clone();
-    }
-
     /// The page store underneath (for statistics, fault injection in tests, tools).
     pub fn store(&self) -> &PageStore<N> {
         &self.store
@@ -529,7 +522,7 @@ impl<N: Nand> Fs<N> {
     /// Repairs and failures over the file system's life: the last checkpoint's counters plus
     /// this mount's.
     pub fn health(&self) -> Health {
-        let b = self.cp.health_base;
+        let b = self.cp.health_base();
         let st = self.store.stats();
         Health {
             repaired_by_group: b.repaired_by_group + st.repaired_by_group,

@@ -20,10 +20,17 @@ use crate::FsError;
 pub(crate) struct ReadCache {
     /// The last flash pages read (verified), newest last, each with whether it had to be
     /// repaired: consecutive logical pages share flash pages.
-    pub recent: Vec<(u32, Vec<u8>, bool)>,
+    recent: Vec<(u32, Vec<u8>, bool)>,
     /// The last node of several pages decoded: (ino, first page, version), its pages, and
     /// whether a flash page under it was repaired.
-    pub last_node: Option<super::DecodedNode>,
+    last_node: Option<super::DecodedNode>,
+}
+
+impl ReadCache {
+    /// The flash pages read are about to be erased or rewritten: forgotten.
+    pub fn forget_flash(&mut self) {
+        self.recent.clear();
+    }
 }
 
 /// The CRC-32C of a logical page of zeros (a hole).
@@ -504,7 +511,7 @@ impl<N: Nand> Fs<N> {
     /// the index holds, else zeros (a hole).
     pub(crate) fn page_and_crc(&mut self, ino: u64, index: u64) -> Result<(Vec<u8>, u32), FsError> {
         let key = (ino, index);
-        self.cache.stats.reads += 1;
+        self.cache.count_read();
         if let Some(p) = self.wb.get_mut(key) {
             self.cache.check_dirty(key, p)?;
             return Ok((p.bytes.clone(), p.crc));

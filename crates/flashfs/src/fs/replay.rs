@@ -97,7 +97,7 @@ impl<N: Nand> Fs<N> {
             },
             (None, None) => None,
         };
-        fs.cp.mount_from = start;
+        fs.cp.replay_starts(start);
         // The newest checkpoint may be in the segment being written (an unmount writes one):
         // its first page is marked in its spare. Try it first; if it was cut short, fall
         // back to the one the segment names.
@@ -128,8 +128,7 @@ impl<N: Nand> Fs<N> {
             fs.ns.clear();
             fs.index = super::map::index::Index::default();
             fs.groups = Default::default();
-            fs.cp.newest = *cand;
-            fs.cp.replayed_version = 0;
+            fs.cp.replay_tries(*cand);
             let mut r = MountReport { store: report.store.clone(), ..MountReport::default() };
             let found;
             (found, dirent_versions) = fs.replay_from(*cand, &mut r)?;
@@ -140,7 +139,7 @@ impl<N: Nand> Fs<N> {
             }
         }
         if !table_adopted {
-            let table = fs.cp.replayed_table.take();
+            let table = fs.cp.take_replayed_table();
             fs.store.adopt_table(table.as_deref(), &mut report.store)?;
         }
         fs.reclaim_if_short(&mut report.store)?;
@@ -168,18 +167,18 @@ impl<N: Nand> Fs<N> {
                 Err(e) if !e.is_no_space() => return Err(e),
                 _ => {}
             }
-        } else if let Some(c) = fs.cp.newest.filter(|c| anchored.is_none_or(|a| a.page != c.page)) {
+        } else if let Some(c) = fs.cp.newest().filter(|c| anchored.is_none_or(|a| a.page != c.page)) {
             fs.store.record_checkpoint(crate::PageAddr(c.page))?;
         }
         // An image made by an older version now holds what only this one reads (map nodes):
         // its superblocks say so, and an older build refuses it.
-        if let Some(c) = fs.cp.newest.filter(|_| fs.store.anchored()) {
+        if let Some(c) = fs.cp.newest().filter(|_| fs.store.anchored()) {
             fs.store.upgrade_superblock(crate::PageAddr(c.page))?;
         }
         report.superblocks_damaged = fs.store.damaged_superblocks().len() as u64;
         report.superblocks_rewritten = fs.rewrite_damaged_superblocks()? as u64;
-        fs.cp.newest_maps = fs.segments_named();
-        fs.cp.mount_maps = fs.cp.newest_maps.clone();
+        let named = fs.segments_named();
+        fs.cp.mounted(named);
         report.maps_loaded = fs.index.counts().loads;
         if let Some(d) = dirty {
             fs.cut_shrunk_pages(&shrunk, &mut recovered)?;
@@ -380,16 +379,14 @@ impl<N: Nand> Fs<N> {
         if let Some((groups, table, contents)) = groups {
             self.adopt_groups(groups, table, contents);
         }
-        self.cp.health_base = state.health;
-        self.cp.replayed_version = n.head.version;
         let on_flash = n.payload.len() + n.frags.len() * crate::fs::node::FRAG_HEADER;
         self.budget.checkpoint(on_flash as u64 + self.groups.bytes(), self.ns.len());
-        self.cp.replayed_table = state.segments;
         dirent_versions.clear();
-        if let Some(&(page, _, _)) = n.frags.first() {
+        let at = n.frags.first().map(|&(page, _, _)| {
             let segment = self.segment_logical(crate::PageAddr(page)).unwrap_or(0);
-            self.cp.newest = Some(super::checkpoint::CkptAt { page, segment });
-        }
+            super::checkpoint::CkptAt { page, segment }
+        });
+        self.cp.replayed(n.head.version, state.health, state.segments, at);
         Ok(true)
     }
 

@@ -163,7 +163,7 @@ impl<N: Nand> Fs<N> {
         if self.store.damaged_superblocks().is_empty() {
             return Ok(0);
         }
-        match self.cp.newest.filter(|_| self.store.anchored()) {
+        match self.cp.newest().filter(|_| self.store.anchored()) {
             Some(c) => self.store.rewrite_superblocks(crate::PageAddr(c.page)),
             None => Ok(0),
         }

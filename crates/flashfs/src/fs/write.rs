@@ -220,7 +220,7 @@ impl<N: Nand> Fs<N> {
         if self.store.next_page_opens_segment() {
             let info = self.segment_info_page();
             self.store.append(&info)?;
-            self.set_mount_ckpt();
+            self.cp.newest_is_mount_start();
         }
         self.page.buf[self.page.fill..].fill(0);
         let addr = if marked {

@@ -103,7 +103,7 @@ impl<N: Nand> Fs<N> {
 
     /// Segments the cleaner may empty: older than the mount checkpoint's segment, not live.
     pub(super) fn candidates(&self) -> Vec<Segment> {
-        let Some(m) = self.cp.mount_from else { return vec![] };
+        let Some(m) = self.cp.mount_from() else { return vec![] };
         let live = self.store.live_segment().map(|l| l.physical);
         self.store
             .used_segments()
@@ -302,7 +302,7 @@ impl<N: Nand> Fs<N> {
     pub(super) fn checkpoint_for_mount(&mut self) -> Result<(), FsError> {
         self.checkpoint()?;
         if self.store.anchored() {
-            self.set_mount_ckpt();
+            self.cp.newest_is_mount_start();
             Ok(())
         } else {
             self.store.finish_segment()?;
@@ -315,7 +315,7 @@ impl<N: Nand> Fs<N> {
         if self.store.next_page_opens_segment() {
             let info = self.segment_info_page();
             self.store.append(&info)?;
-            self.set_mount_ckpt();
+            self.cp.newest_is_mount_start();
         }
         Ok(())
     }
@@ -393,7 +393,7 @@ impl<N: Nand> Fs<N> {
             self.stats.segments_cleaned += 1;
         }
         // Their pages will be written again: forget any copy of them.
-        self.read_cache.recent.clear();
+        self.read_cache.forget_flash();
         Ok(movable.len())
     }
 
@@ -419,7 +419,7 @@ impl<N: Nand> Fs<N> {
     /// Segments holding map or group nodes a checkpoint that mount may start from refers to.
     pub(super) fn map_holding_segments(&self) -> HashSet<u32> {
         let mut held = self.segments_named();
-        held.extend(self.cp.newest_maps.iter().chain(self.cp.mount_maps.iter()));
+        held.extend(self.cp.map_segments());
         held
     }
 

@@ -213,7 +213,7 @@ impl<N: Nand> Fs<N> {
         }
         debug_assert_eq!(self.index_points_into(phys), Vec::<(u64, u64)>::new(), "segment {phys}");
         if held {
-            let mount_from = self.cp.mount_from;
+            let mount_from = self.cp.mount_from();
             self.cleaner.background.awaiting_maps.push(AwaitingMaps { victim: ev.victim, mount_from });
             return Ok(());
         }
@@ -227,7 +227,7 @@ impl<N: Nand> Fs<N> {
     fn awaiting_due(&self) -> bool {
         let awaiting = &self.cleaner.background.awaiting_maps;
         !awaiting.is_empty()
-            && (awaiting.iter().any(|a| a.mount_from != self.cp.mount_from)
+            && (awaiting.iter().any(|a| a.mount_from != self.cp.mount_from())
                 || self.dirty_bytes() <= self.opts.dirty_limit / 2
                 || self.store.free_segments() <= self.cleaner_reserve())
     }
@@ -238,12 +238,12 @@ impl<N: Nand> Fs<N> {
         if !self.awaiting_due() {
             return Ok(());
         }
-        let now = self.cp.mount_from;
+        let now = self.cp.mount_from();
         let forced = self.cleaner.background.awaiting_maps.iter().all(|a| a.mount_from == now);
         if forced {
             self.checkpoint_for_mount()?;
         }
-        let now = self.cp.mount_from;
+        let now = self.cp.mount_from();
         let cands = self.candidates();
         let held = self.map_holding_segments();
         let mut free = Vec::new();
