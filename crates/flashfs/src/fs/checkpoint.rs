@@ -511,8 +511,7 @@ impl<N: Nand> Fs<N> {
         }
         let (blob, zstd, raw) = self.state_payload();
         let codec = if zstd { FLAG_ZSTD } else { 0 };
-        self.version += 1;
-        let version = self.version;
+        let version = self.page.next_version();
         let mut first: Option<u32> = None;
         let mut done = 0;
         let mut waiting_for_first = false;
@@ -585,7 +584,7 @@ impl<N: Nand> Fs<N> {
         payload.put_u64(seg);
         payload.extend_from_slice(&self.store.superblock_bytes());
         debug_assert_eq!(payload.len(), SEGMENT_INFO_LEN);
-        self.version += 1;
+        let version = self.page.next_version();
         let f = Frag {
             kind: NodeKind::SegmentInfo,
             flags: FLAG_LAST,
@@ -593,7 +592,7 @@ impl<N: Nand> Fs<N> {
             total: payload.len() as u32,
             key: 0,
             key2: 0,
-            version: self.version,
+            version,
         };
         f.encode(&mut page[..FRAG_HEADER]);
         page[FRAG_HEADER..FRAG_HEADER + payload.len()].copy_from_slice(&payload);

@@ -300,8 +300,8 @@ impl<N: Nand> Fs<N> {
         if self.tier.is_none() || !self.ns.contains(ino) {
             return Vec::new();
         }
-        self.version += 1;
-        node_bytes(&[(self.inode_node(ino), self.version)])
+        let version = self.page.next_version();
+        node_bytes(&[(self.inode_node(ino), version)])
     }
 
     /// Makes the tier just attached hold what recovery kept of it: the pages it dropped

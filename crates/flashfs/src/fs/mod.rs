@@ -365,8 +365,6 @@ pub struct Fs<N: Nand> {
     pub(crate) budget: budget::Budget,
     /// Pages reserved by fallocate, until written (`falloc.rs`).
     pub(crate) reserved: falloc::Reservations,
-    /// The version the next node gets (node versions order the log).
-    pub(crate) version: u64,
     pub(crate) stats: FsStats,
     /// Scrub passes completed by this mount, and their pages (`scrub.rs`).
     pub(crate) scrubbed: (u64, u64),
@@ -422,7 +420,6 @@ impl<N: Nand> Fs<N> {
             cleaner: clean::CleanerState::default(),
             budget: budget::Budget::default(),
             reserved: Default::default(),
-            version: 1,
             stats: FsStats::default(),
             scrubbed: (0, 0),
             tier: None,

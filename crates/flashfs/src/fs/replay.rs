@@ -250,7 +250,7 @@ impl<N: Nand> Fs<N> {
         report: &mut MountReport,
     ) -> Result<bool, FsError> {
         let v = n.head.version;
-        self.version = self.version.max(v);
+        self.page.replayed_version(v);
         // What a node after the checkpoint changed goes into its group at the next one.
         self.groups.mark_node(n.head.kind, n.head.key, &n.payload);
         match n.head.kind {

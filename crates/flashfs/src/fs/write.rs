@@ -118,18 +118,36 @@ impl WriteBack {
     }
 }
 
-/// The flash page being filled with nodes, and how far.
+/// The head of the log: the flash page being filled with nodes and how far, and the
+/// newest version a node was given (node versions order the log).
 #[derive(Debug)]
 pub(crate) struct OpenPage {
     buf: Vec<u8>,
     fill: usize,
     /// Logical pages with fragments in `buf`.
     keys: Vec<(u64, u64)>,
+    version: u64,
 }
 
 impl OpenPage {
     pub fn new(page_size: usize) -> OpenPage {
-        OpenPage { buf: vec![0; page_size], fill: 0, keys: Vec::new() }
+        OpenPage { buf: vec![0; page_size], fill: 0, keys: Vec::new(), version: 1 }
+    }
+
+    /// The version for the next node.
+    pub fn next_version(&mut self) -> u64 {
+        self.version += 1;
+        self.version
+    }
+
+    /// The newest version given.
+    pub fn last_version(&self) -> u64 {
+        self.version
+    }
+
+    /// Replay found a node of version `v`: new nodes are newer.
+    pub fn replayed_version(&mut self, v: u64) {
+        self.version = self.version.max(v);
     }
 
     /// Bytes in a flash page.
@@ -262,13 +280,13 @@ impl<N: Nand> Fs<N> {
         }
         let start = self.page.fill;
         for n in nodes {
-            self.version += 1;
+            let version = self.page.next_version();
             if n.kind == NodeKind::Inode {
-                self.ns.set_version(n.key, self.version);
+                self.ns.set_version(n.key, version);
             }
             // Its group is written again before the next checkpoint.
             self.groups.mark_node(n.kind, n.key, &n.payload);
-            self.put_frag(&n.whole_frag(self.version), &[&n.payload], 0);
+            self.put_frag(&n.whole_frag(version), &[&n.payload], 0);
         }
         if record && self.tier.is_some() {
             let bytes = self.page.buf[start..self.page.fill].to_vec();
@@ -390,8 +408,7 @@ impl<N: Nand> Fs<N> {
     ) -> Result<(), FsError> {
         self.stats.data_bytes += logical as u64;
         self.stats.data_stored += payload.iter().map(|p| p.len() as u64).sum::<u64>();
-        self.version += 1;
-        let version = self.version;
+        let version = self.page.next_version();
         let count = crcs.len();
         for (slot, &crc) in crcs.iter().enumerate() {
             let loc = Loc {

@@ -121,7 +121,7 @@ impl<N: Nand> Fs<N> {
         self.wb.mark_inode(ino);
         self.commit(vec![Out { kind: NodeKind::Xattr, key: ino, key2: 0, payload }])?;
         // The version the node was written with (replay keeps the newest).
-        let version = self.version;
+        let version = self.page.last_version();
         self.ns.set_xattr_version(ino, version);
         Ok(())
     }

@@ -494,8 +494,7 @@ impl<N: Nand> Fs<N> {
         }
         let (crc, raw) = (le::get_u32(&plain, plain.len() - 4), plain.len() as u64);
         let payload = node::pack_zstd(plain, 1, GROUP_ZSTD_MAGIC);
-        self.version += 1;
-        let version = self.version;
+        let version = self.page.next_version();
         if let Some(old) = self.groups.at.insert(g, GroupAt { frags: Vec::new(), version, crc }) {
             self.account(&old.frags, false);
         }

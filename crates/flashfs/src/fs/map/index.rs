@@ -798,8 +798,7 @@ impl<N: Nand> Fs<N> {
             let payload = encode_map(ck, &chunk.pages);
             self.index.map_bytes_since += map_len(chunk.pages.len());
             let summary = MapSummary::of(&chunk.pages);
-            self.version += 1;
-            let version = self.version;
+            let version = self.page.next_version();
             if let Some(old) = self.index.maps.insert(ck, MapAt { frags: Vec::new(), version, summary }) {
                 self.account(&old.frags, false);
             }
