@@ -42,7 +42,7 @@ const SUMMARY_MAGIC: u32 = 0x4D55_534D; // "MSUM"
 /// any (FORMAT.md section 8).
 const XATTR_MAGIC: u32 = 0x5254_4158; // "XATR"
 /// Version 8's section after the extended attributes: the hash bits and where each group
-/// of the namespace is (`groups.rs`; the sections before it then hold no inode, entry, map
+/// of the namespace is (`map/groups.rs`; the sections before it then hold no inode, entry, map
 /// or attribute).
 const GROUPS_MAGIC: u32 = 0x5350_5247; // "GRPS"
 

@@ -22,7 +22,7 @@ mod ops;
 pub use ops::PreparedWrite;
 mod read_plan;
 pub use read_plan::ReadPlan;
-mod replay;
+mod recovery;
 mod scan;
 mod scrub;
 mod write;
@@ -31,11 +31,11 @@ mod xattr;
 use bitmend_media::nand::Nand;
 
 pub use check::CheckReport;
-pub use dirty_state::{DirtyRecovery, DirtyRecoveryReport, DirtyState, DirtyStateError, PagePut, TierWrite};
+pub use dirty_state::{DirtyState, DirtyStateError, PagePut, TierWrite};
 pub use falloc::Falloc;
-pub use namespace::Ino;
 pub(crate) use namespace::Inode;
-pub use replay::MountReport;
+pub use node::{Ino, LOGICAL_PAGE};
+pub use recovery::{DirtyRecovery, DirtyRecoveryReport, MountReport};
 pub use scrub::{QuickScrubReport, ScrubPass, ScrubReport};
 pub use xattr::{XattrMode, XATTR_NAME_MAX};
 
@@ -45,9 +45,6 @@ use crate::{FsConfig, FsError};
 
 /// The root directory's inode number.
 pub const ROOT: Ino = Ino(1);
-/// Bytes per logical page of a file (the unit of compression, of the index and of the CRC
-/// the page cache reuses).
-pub const LOGICAL_PAGE: usize = 4096;
 /// Longest name in a directory.
 pub const NAME_MAX: usize = 255;
 /// Longest symlink target (Linux's PATH_MAX less the NUL).
@@ -338,8 +335,11 @@ pub(crate) type DecodedNode = ((u64, u64, u64), Vec<u8>, bool);
 /// A fragment that sits in the page being filled, not yet on flash.
 pub(crate) const PENDING: u32 = u32::MAX;
 
-/// The file system on a NAND chip. Its state comes in parts, each owned by the file that
-/// changes it (docs/DESIGN.md, "Where things live").
+/// The file system on a NAND chip. Its state comes in parts, each owned by the file (or
+/// folder) that defines it: its fields are private there, and the operations here and in
+/// the other files ask and tell each part through its methods (docs/DESIGN.md, "Parts that
+/// own their state"; scripts/parts.sh checks it). Counters (`stats`) are not state: any
+/// part counts its events there.
 pub struct Fs<N: Nand> {
     pub(crate) store: PageStore<N>,
     pub(crate) opts: FsOptions,
@@ -347,19 +347,19 @@ pub struct Fs<N: Nand> {
     pub(crate) ns: namespace::Namespace,
     /// File data and inodes changed but not yet written, and when (`write.rs`).
     pub(crate) wb: write::WriteBack,
-    /// The flash page being filled with nodes (`write.rs`).
+    /// The head of the log: the flash page being filled, the newest version (`write.rs`).
     pub(crate) page: write::OpenPage,
-    /// Where every logical page lives, with a bounded window of chunks in RAM (`index.rs`).
+    /// Where every logical page lives, with a bounded window of chunks in RAM (`map/index.rs`).
     pub(crate) index: map::index::Index,
     /// The checkpoints written and the one a mount would start from (`checkpoint.rs`).
     pub(crate) cp: checkpoint::CkptState,
-    /// The namespace and the maps' places in groups, and which changed (`groups.rs`).
+    /// The namespace and the maps' places in groups, and which changed (`map/groups.rs`).
     pub(crate) groups: map::groups::Groups,
     /// Flash pages and nodes last read, for sequential reads (`ops.rs`).
     pub(crate) read_cache: ops::ReadCache,
     /// Clean logical pages with their CRCs, and the read checks (`cache.rs`).
     pub(crate) cache: cache::PageCache,
-    /// Whether the cleaner runs and which segments it must leave alone (`clean.rs`).
+    /// Whether the cleaner runs and which segments it must leave alone (`clean/`).
     pub(crate) cleaner: clean::CleanerState,
     /// What the space budget knows beyond the index (`budget.rs`).
     pub(crate) budget: budget::Budget,
@@ -368,9 +368,10 @@ pub struct Fs<N: Nand> {
     pub(crate) stats: FsStats,
     /// Scrub passes completed by this mount, and their pages (`scrub.rs`).
     pub(crate) scrubbed: (u64, u64),
-    /// The NVRAM tier holding the dirty state, if the mount has one (`dirty_state.rs`), and
-    /// whether it holds anything since its last checkout. Behind a lock of its own: a write
-    /// puts its pages after this file system's lock is let go (`TierWrite`).
+    /// The NVRAM tier holding the dirty state, if the mount has one (`dirty_state.rs`; what
+    /// it held at a crash is applied by `recovery/tier.rs`), and whether it holds anything
+    /// since its last checkout. Behind a lock of its own: a write puts its pages after this
+    /// file system's lock is let go (`TierWrite`).
     pub(crate) tier: Option<dirty_state::SharedTier>,
     pub(crate) tier_used: bool,
 }

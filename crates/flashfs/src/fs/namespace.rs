@@ -8,18 +8,6 @@ use bitmend_code::le::{Put, Reader};
 use super::node::{self, Attr, FileType, Xattrs};
 use super::ROOT;
 
-/// An inode number, as the file system's operations take and return it: its own type, so
-/// that a page index, an offset or a file handle (all `u64` in a FUSE request) cannot be
-/// passed for one unseen. Inside, the namespace keys its tables by the bare number.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Ino(pub u64);
-
-impl std::fmt::Display for Ino {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
 #[derive(Clone, Debug)]
 pub(crate) struct Inode {
     pub attr: Attr,

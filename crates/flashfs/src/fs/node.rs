@@ -12,7 +12,21 @@ use bitmend_code::byte_enum;
 use bitmend_code::crc::crc32c;
 use bitmend_code::le::{self, Put, Reader};
 
-use crate::fs::{Ino, LOGICAL_PAGE};
+/// Bytes per logical page of a file (the unit of compression, of the index and of the CRC
+/// the page cache reuses).
+pub const LOGICAL_PAGE: usize = 4096;
+
+/// An inode number, as the file system's operations take and return it: its own type, so
+/// that a page index, an offset or a file handle (all `u64` in a FUSE request) cannot be
+/// passed for one unseen. Inside, the namespace keys its tables by the bare number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Ino(pub u64);
+
+impl std::fmt::Display for Ino {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// Fragment header bytes.
 pub(crate) const FRAG_HEADER: usize = 32;

@@ -1,4 +1,4 @@
-//! Mounting: the page store's log replayed node by node, in write order.
+//! The page store's log replayed node by node, in write order.
 //!
 //! (A full replay reads every data page written. The on-flash index with its checkpoint in
 //! the segment summary will bound this; until then mount time grows with the data.)
@@ -7,37 +7,12 @@ use std::collections::HashMap;
 
 use bitmend_media::nand::Nand;
 
-use super::scan::{Assembler, Partial};
-use super::{DirtyRecovery, DirtyRecoveryReport, Fs, FsOptions, Inode, Loc, ROOT};
+use super::{DirtyRecovery, DirtyRecoveryReport, MountReport};
 use crate::fs::node::{self, NodeKind, CODEC_FLAGS};
+use crate::fs::scan::{Assembler, Partial};
+use crate::fs::{Fs, FsOptions, Inode, Loc, ROOT};
 use crate::store::{PageStore, Repaired, Segment};
-use crate::{FsError, StoreMountReport};
-
-/// What mounting found.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct MountReport {
-    pub store: StoreMountReport,
-    /// Data pages replayed.
-    pub pages: u64,
-    /// Nodes applied.
-    pub nodes: u64,
-    /// Pages repaired on the way (their nodes were still read).
-    pub pages_repaired: u64,
-    /// Pages beyond repair: their nodes are lost (and any node spanning them).
-    pub pages_lost: u64,
-    /// Pages with an unreadable spare outside any closed group: torn programs, skipped.
-    pub pages_skipped: u64,
-    /// Nodes whose fragments were not all found (cut by a crash, or on a lost page).
-    pub partial_nodes: u64,
-    /// Replay started at a checkpoint (not at the beginning of the log).
-    pub from_checkpoint: bool,
-    /// Index chunks whose map node the mount read (replay keeps the pages it finds beside
-    /// maps not yet read; only a replayed shrink or removal reads them).
-    pub maps_loaded: u64,
-    /// Superblock copies found damaged, and rewritten from the good superblock.
-    pub superblocks_damaged: u64,
-    pub superblocks_rewritten: u64,
-}
+use crate::FsError;
 
 /// A node that replay cannot apply because the index chunk it belongs to has a map beyond
 /// repair: the node is counted lost (the chunk's pages read as EIO); other errors stop the
@@ -60,7 +35,7 @@ impl<N: Nand> Fs<N> {
     }
 
     /// Mounts as [`open`](Fs::open) does, then applies the dirty state an NVRAM tier held
-    /// (`dirty_state.rs`): its metadata on top of the log, its pages as dirty pages. The
+    /// (`tier.rs`): its metadata on top of the log, its pages as dirty pages. The
     /// caller attaches the tier and writes a checkpoint, which puts the recovered state on
     /// flash and checks the tier out.
     pub fn open_recovering(
@@ -77,19 +52,19 @@ impl<N: Nand> Fs<N> {
         dirty: Option<DirtyRecovery>,
     ) -> Result<(Fs<N>, MountReport, DirtyRecoveryReport), FsError> {
         let (store, m, anchored) =
-            PageStore::open_anchored(nand, super::checkpoint::segment_info_superblock)?;
+            PageStore::open_anchored(nand, crate::fs::checkpoint::segment_info_superblock)?;
         tier_is_ours(dirty.as_ref(), &store)?;
         let mut fs = Fs::with_store(store, opts)?;
         let mut report = MountReport { store: m, ..MountReport::default() };
         // Start from the anchored checkpoint, or else from the one the newest segment names
         // (or from the beginning).
         let start = match (anchored, fs.store.live_segment()) {
-            (Some(c), _) => Some(super::checkpoint::CkptAt { page: c.page, segment: c.segment }),
+            (Some(c), _) => Some(crate::fs::checkpoint::CkptAt { page: c.page, segment: c.segment }),
             (None, Some(live)) => match fs.store.first_page_of(live.physical)? {
                 Some(first) => {
                     let mut page = vec![0u8; fs.page.size()];
                     match fs.store.read(first, &mut page) {
-                        Ok(_) => super::checkpoint::segment_info(&page).flatten(),
+                        Ok(_) => crate::fs::checkpoint::segment_info(&page).flatten(),
                         Err(_) => None,
                     }
                 }
@@ -107,7 +82,7 @@ impl<N: Nand> Fs<N> {
             (fs.store.last_marked(), fs.store.live_segment(), anchored)
         {
             if start.map(|c| c.page) != Some(page.0) {
-                candidates.push(Some(super::checkpoint::CkptAt { page: page.0, segment: live }));
+                candidates.push(Some(crate::fs::checkpoint::CkptAt { page: page.0, segment: live }));
             }
         }
         candidates.push(start);
@@ -126,7 +101,7 @@ impl<N: Nand> Fs<N> {
                 table_adopted = true;
             }
             fs.ns.clear();
-            fs.index = super::map::index::Index::default();
+            fs.index = crate::fs::map::index::Index::default();
             fs.groups = Default::default();
             fs.cp.replay_tries(*cand);
             let mut r = MountReport { store: report.store.clone(), ..MountReport::default() };
@@ -193,7 +168,7 @@ impl<N: Nand> Fs<N> {
     #[allow(clippy::type_complexity)]
     fn replay_from(
         &mut self,
-        start: Option<super::checkpoint::CkptAt>,
+        start: Option<crate::fs::checkpoint::CkptAt>,
         report: &mut MountReport,
     ) -> Result<(bool, HashMap<(u64, Vec<u8>), u64>), FsError> {
         let fs = self;
@@ -304,7 +279,7 @@ impl<N: Nand> Fs<N> {
         }
         if let Some(size) = shrink_to {
             // Pages past a shrink are gone, whatever comes after in the log.
-            let keep = size.div_ceil(super::LOGICAL_PAGE as u64);
+            let keep = size.div_ceil(crate::fs::LOGICAL_PAGE as u64);
             if let Err(e) = self.remove_pages(ino, keep, Some(v)) {
                 // The chunk across the new end has a map beyond repair: its pages
                 // read as EIO whatever this node says.
@@ -327,7 +302,7 @@ impl<N: Nand> Fs<N> {
             let crc = n.payload.get(4 * slot..4 * slot + 4).map(|b| bitmend_code::le::get_u32(b, 0));
             let loc =
                 Loc { frags: n.frags.clone(), codec, version: v, crc, slot: slot as u8, count: count as u8 };
-            let ck = super::map::keys::chunk_key(key.0, key.1);
+            let ck = crate::fs::map::keys::chunk_key(key.0, key.1);
             if !self.index.is_loaded(ck) && self.index.maps().contains_key(&ck) {
                 // Not read at mount: kept beside the chunk's map until it is loaded.
                 self.overlay_loc(key, loc);
@@ -353,7 +328,7 @@ impl<N: Nand> Fs<N> {
         n: &Partial,
         dirent_versions: &mut HashMap<(u64, Vec<u8>), u64>,
     ) -> Result<bool, FsError> {
-        let Some(state) = super::checkpoint::decode_payload(n.head.flags, &n.payload) else {
+        let Some(state) = crate::fs::checkpoint::decode_payload(n.head.flags, &n.payload) else {
             return Ok(false);
         };
         // Version 8: the groups it names, all read whole before anything is replaced.
@@ -365,7 +340,7 @@ impl<N: Nand> Fs<N> {
             None => None,
         };
         self.ns.replace(state.inodes, state.dirs, state.next_ino);
-        self.index = super::map::index::Index::from_checkpoint(
+        self.index = crate::fs::map::index::Index::from_checkpoint(
             state.maps.unwrap_or_default(),
             state.usage,
             state.totals,
@@ -384,7 +359,7 @@ impl<N: Nand> Fs<N> {
         dirent_versions.clear();
         let at = n.frags.first().map(|&(page, _, _)| {
             let segment = self.segment_logical(crate::PageAddr(page)).unwrap_or(0);
-            super::checkpoint::CkptAt { page, segment }
+            crate::fs::checkpoint::CkptAt { page, segment }
         });
         self.cp.replayed(n.head.version, state.health, state.segments, at);
         Ok(true)
@@ -410,8 +385,8 @@ impl<N: Nand> Fs<N> {
             self.remove_pages(ino, 0, None)?;
         }
         let ns = &self.ns;
-        let end = |ino: u64| ns.get(ino).map_or(0, |i| i.attr.size.div_ceil(super::LOGICAL_PAGE as u64));
-        let past: Vec<(super::map::keys::ChunkKey, Vec<super::Loc>)> = self.index.trim_in_ram(end);
+        let end = |ino: u64| ns.get(ino).map_or(0, |i| i.attr.size.div_ceil(crate::fs::LOGICAL_PAGE as u64));
+        let past: Vec<(crate::fs::map::keys::ChunkKey, Vec<crate::fs::Loc>)> = self.index.trim_in_ram(end);
         for (_, locs) in past {
             for l in locs {
                 self.count_loc(&l, false);
