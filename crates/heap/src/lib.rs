@@ -17,6 +17,7 @@ pub mod heal;
 pub mod kv;
 mod layout;
 mod link;
+mod open;
 mod pool;
 mod record;
 mod recover;

@@ -4,16 +4,13 @@
 use std::time::{Duration, Instant};
 
 use bitmend_media::pmem::Region;
-use bitmend_nvlog::{LogConfig, NvLog, RecordId, RecoveryReport};
+use bitmend_nvlog::{NvLog, RecordId, RecoveryReport};
 
 use crate::alloc::{AllocStats, Allocator, BadHeader, Clock, Plan, Ptr};
 use crate::heal::{Geometry, Healed, StripeShape, PAGE};
-use crate::layout::{
-    recorded_len, Superblock, HEAP_VERSION, HEAP_VERSION_FAR_COPY, HEAP_VERSION_UNCHECKED,
-    HEAP_VERSION_UPGRADED, POOL_HEADER, RUN,
-};
+use crate::layout::{recorded_len, Superblock, HEAP_VERSION_UNCHECKED, POOL_HEADER, RUN};
 use crate::record::{self, Rec};
-use crate::tx::{LogBytes, Slot, Tx, TxBuffers, TxState, Undo};
+use crate::tx::state::{LogBytes, Slot, TxBuffers, Undo};
 use crate::HeapError;
 
 /// Choices that are not on the medium.
@@ -91,19 +88,19 @@ const CHECKOUT_EVERY: Duration = Duration::from_secs(5);
 const CHECKOUT_BLOCKS: usize = 4096;
 
 /// Where the pool header page starts: after the journal, on a 4 KiB boundary.
-fn header_page(journal: usize) -> u64 {
+pub(crate) fn header_page(journal: usize) -> u64 {
     (journal as u64).div_ceil(4096) * 4096
 }
 
-use crate::superblocks::{far_copy_at, SUPERBLOCK_A, SUPERBLOCK_B};
+use crate::superblocks::{SUPERBLOCK_A, SUPERBLOCK_B};
 /// The root slot: the payload offset of the pool's root object (0: none).
-const ROOT_SLOT: u64 = 128;
+pub(crate) const ROOT_SLOT: u64 = 128;
 
 /// A pool on a region.
 pub struct Pool<R: Region> {
     pub(crate) log: NvLog<Healed<R>>,
     /// How reads check what they read, and when each page was last checked and used.
-    pub(crate) reads: crate::heal::reads::ReadChecker,
+    pub(crate) reads: crate::heal::read_checker::ReadChecker,
     pub(crate) sb: Superblock,
     pub(crate) alloc: Allocator,
     header: u64,
@@ -123,7 +120,7 @@ pub struct Pool<R: Region> {
     /// a block is allocated only while its slot points at it, so anything that writes the
     /// slot, or frees or moves the object holding it, first unlinks the block
     /// ([`Pool::unlink_within`]).
-    pub(crate) links: crate::link::Links,
+    pub(crate) links: crate::link::table::Links,
     /// The ranges the journal's last record, a checksummed commit, vouches for: a write
     /// outside a transaction that changes them would make recovery take that commit for torn
     /// ([`Pool::keep_vouched`]).
@@ -142,96 +139,20 @@ impl<R: Region> std::fmt::Debug for Pool<R> {
 }
 
 /// Protected pages of a pool of `runs` runs: the pool header page and the runs.
-fn pages(runs: u64) -> u64 {
+pub(crate) fn pages(runs: u64) -> u64 {
     (POOL_HEADER + runs * RUN) / PAGE
 }
 
 /// Where a version 5 or 6 pool's stripes are: over the header page at `header` and the
 /// runs, with the parity and the tables after the last run.
-fn geometry(sb: &Superblock, header: u64) -> Option<Geometry> {
+pub(crate) fn geometry(sb: &Superblock, header: u64) -> Option<Geometry> {
     let shape = sb.shape?;
     let checks = sb.version > HEAP_VERSION_UNCHECKED;
     Some(Geometry::new(shape, header, pages(sb.runs as u64), sb.first_run + sb.runs as u64 * RUN, checks))
 }
 
-/// The journal's shape for a region of `len` bytes: a sixteenth of it, between 256 KiB and
-/// 64 MiB, in segments of four data chunks and one parity chunk. A chunk is a 32nd of the
-/// journal, between 8 and 64 KiB: large enough that the undo record of a 16 KiB write fits
-/// in one record of a 64 KiB chunk, and that closing a chunk (checking, signing, two
-/// header writes) is paid once per many records.
-fn journal_config(len: usize) -> Result<LogConfig, HeapError> {
-    let bytes = (len / 16).clamp(256 << 10, 64 << 20);
-    let chunk_size = (1usize << (bytes / 32).ilog2()).clamp(8 << 10, 64 << 10);
-    Ok(LogConfig { k: 4, m: 1, chunk_size, block_size: 64, segments: 0 }.fit(bytes)?)
-}
-
-/// Pages a healing transaction rebuilds at most before it gives up (each round one or more).
-const HEALING_ROUNDS: usize = 16;
-
 impl<R: Region> Pool<R> {
-    /// Makes a pool of `region`: the journal, the pool header and every run unassigned.
-    pub fn create(region: R, opts: PoolOptions) -> Result<Pool<R>, HeapError> {
-        let len = region.len();
-        let shape = opts.stripes.map(StripeShape::check).transpose()?;
-        let cfg = journal_config(len)?;
-        let mut log = NvLog::format(Healed::new(region), cfg)?;
-        let header = header_page(log.footprint());
-        let first_run = header + POOL_HEADER;
-        // The region's last page holds the far superblock copy.
-        let room = far_copy_at(len);
-        let mut runs = room.saturating_sub(first_run) / RUN;
-        if let Some(shape) = shape {
-            while runs > 0 && first_run + runs * RUN + Geometry::overhead(shape, pages(runs)) > room {
-                runs -= 1;
-            }
-        }
-        if runs == 0 {
-            let overhead = shape.map_or(0, |s| Geometry::overhead(s, pages(1)));
-            return Err(HeapError::RegionTooSmall {
-                len,
-                needed: (first_run + RUN + overhead + PAGE) as usize,
-            });
-        }
-        let pool_id = random_id();
-        let sb = Superblock {
-            version: HEAP_VERSION,
-            first_run,
-            runs: runs as u32,
-            journal: log.footprint() as u32,
-            pool_id,
-            shape,
-            closed: false,
-        };
-        let region = log.region_mut();
-        // Every run unassigned (a region reused from an earlier pool holds old headers).
-        for r in 0..runs {
-            let at = (first_run + r * RUN) as usize;
-            region.write(at, &[0u8; 64])?;
-            region.flush(at, 64)?;
-        }
-        region.write((header + ROOT_SLOT) as usize, &[0u8; 64])?;
-        region.flush((header + ROOT_SLOT) as usize, 64)?;
-        region.fence()?;
-        // Parity and signatures for the pages as they are, before the superblocks that
-        // say the pool has them.
-        if let Some(geo) = geometry(&sb, header) {
-            region.protect(geo);
-            region.rebuild_all()?;
-            region.start_verifying();
-        }
-        // The superblocks last: a crash before them leaves no pool, never half of one.
-        for copy in [SUPERBLOCK_A, SUPERBLOCK_B] {
-            region.write((header + copy) as usize, &sb.encode())?;
-            region.persist((header + copy) as usize, 64)?;
-        }
-        crate::superblocks::keep_far_copy(&mut log, &sb)?;
-        let alloc = Allocator::rebuild(log.region(), sb, opts.reuse_after, opts.clock);
-        let mut pool = Pool::assemble(log, sb, alloc, header);
-        pool.guard()?;
-        Ok(pool)
-    }
-
-    fn assemble(log: NvLog<Healed<R>>, sb: Superblock, alloc: Allocator, header: u64) -> Pool<R> {
+    pub(crate) fn assemble(log: NvLog<Healed<R>>, sb: Superblock, alloc: Allocator, header: u64) -> Pool<R> {
         Pool {
             log,
             sb,
@@ -248,202 +169,15 @@ impl<R: Region> Pool<R> {
             links: Default::default(),
             vouched: Vec::new(),
             tx_buffers: TxBuffers::default(),
-            reads: crate::heal::reads::ReadChecker::new(geometry(&sb, header).map_or(0, |g| g.pages)),
+            reads: crate::heal::read_checker::ReadChecker::new(geometry(&sb, header).map_or(0, |g| g.pages)),
         }
-    }
-
-    /// Opens the pool in `region`: recovers the journal, reads the superblock (rewriting a
-    /// damaged copy from the other) and rebuilds the allocator from the block headers.
-    pub fn open(region: R, opts: PoolOptions) -> Result<(Pool<R>, OpenReport), HeapError> {
-        let (mut log, journal) = NvLog::open(Healed::new(region)).map_err(|e| match e {
-            bitmend_nvlog::LogError::NotALog { why } => {
-                HeapError::NotAPool { why: format!("journal: {why}") }
-            }
-            e => e.into(),
-        })?;
-        let header = header_page(log.footprint());
-        let (mut sb, damaged) = crate::superblocks::read(&mut log, header, |sb| geometry(sb, header))?;
-        let geo = geometry(&sb, header);
-        let end = geo.map_or(sb.first_run + sb.runs as u64 * RUN, |g| g.end());
-        let room = match sb.version >= HEAP_VERSION_FAR_COPY {
-            true => far_copy_at(log.region().len()),
-            false => log.region().len() as u64,
-        };
-        if sb.journal as usize != log.footprint() || end > room {
-            return Err(HeapError::NotAPool { why: "the superblock disagrees with the region".into() });
-        }
-        // A pool closed cleanly needs no recompute of its parity and signatures (nothing was
-        // torn), and must not take in damage made while it was closed: its stores check the
-        // lines they overwrite from the first one on. The mark goes before anything is
-        // stored (copy A first: read first, a crash between leaves it open).
-        let clean = sb.closed;
-        // Protected before anything below writes a page.
-        if let Some(geo) = geo {
-            log.region_mut().protect(geo);
-            if clean {
-                log.region_mut().start_verifying();
-            }
-        }
-        sb.closed = false;
-        let rewrite: Vec<u64> = if clean { vec![SUPERBLOCK_A, SUPERBLOCK_B] } else { damaged.clone() };
-        for copy in &rewrite {
-            let at = (header + copy) as usize;
-            log.region_mut().write(at, &sb.encode())?;
-            log.region_mut().persist(at, 64)?;
-        }
-        // A version 1 or 2 pool is marked version 3 (copy A, then B: a crash between leaves
-        // A, read first, new) before anything this build writes that its readers would
-        // misread. Version 3 stays: version 4 differs in its block headers' layout, which a
-        // pool keeps.
-        let upgraded_from = (sb.version < HEAP_VERSION_UPGRADED).then_some(sb.version);
-        if upgraded_from.is_some() {
-            sb.version = HEAP_VERSION_UPGRADED;
-            for copy in [SUPERBLOCK_A, SUPERBLOCK_B] {
-                let at = (header + copy) as usize;
-                log.region_mut().write(at, &sb.encode())?;
-                log.region_mut().persist(at, 64)?;
-            }
-        }
-        let far_rewritten = crate::superblocks::keep_far_copy(&mut log, &sb)?;
-        let mut recs = crate::recover::heap_records(&mut log)?;
-        let journal_repairs = log.take_repairs().len();
-        // A closed pool's journal was emptied at close; one that is not was never closed
-        // by this build, and is recovered as after a crash.
-        let clean = clean && recs.is_empty();
-        let mut alloc = Allocator::rebuild(log.region(), sb, opts.reuse_after, opts.clock.clone());
-        // The superblocks too: the open that a crash cut short may have been writing them.
-        let torn = |recs: &[(u64, Rec)]| match clean {
-            true => Vec::new(),
-            false => {
-                [vec![(header, 128)], crate::recover::torn_ranges(log.region(), sb, &alloc, recs)].concat()
-            }
-        };
-        // Every transaction before the last was fenced, patches and all, before the next
-        // began: only the last one's stores can be torn, and damage anywhere else is found
-        // by the line checks and rebuilt before recovery writes or recomputes anything
-        // (either would take it in). All are recomputed, as ever.
-        let last = recs.last().map(|(id, _)| *id);
-        let last_tx: Vec<(u64, Rec)> = recs.iter().filter(|(id, _)| Some(*id) == last).cloned().collect();
-        let (suspect, torn) = (torn(&last_tx), torn(&recs));
-        let mended = crate::recover::mend(log.region_mut(), &recs, &torn, &suspect)?;
-        let torn_commit = crate::recover::drop_torn_commit(log.region(), &mut recs);
-        let formatted = crate::recover::finish_formats(log.region_mut(), sb, &recs)?;
-        if formatted || mended.lines_rebuilt > 0 {
-            alloc = Allocator::rebuild(log.region(), sb, opts.reuse_after, opts.clock.clone());
-        }
-        let mut report = OpenReport {
-            journal,
-            bad_headers: alloc.faults.clone(),
-            superblocks_rewritten: damaged.len() as u32 + u32::from(far_rewritten),
-            journal_repairs,
-            torn_commit,
-            upgraded_from,
-            was_closed: clean,
-            lines_mended: mended.lines_rebuilt,
-            pages_left_damaged: mended.pages_beyond,
-            ..OpenReport::default()
-        };
-        let mut pool = Pool::assemble(log, sb, alloc, header);
-        pool.recover(recs, &torn, &mut report)?;
-        pool.log.region_mut().start_verifying();
-        pool.heal_headers(&mut report, &opts)?;
-        pool.guard()?;
-        Ok((pool, report))
-    }
-
-    /// In a pool that heals, headers that failed their checks are most likely on a damaged
-    /// page: each such page is rebuilt from its stripe, and the allocator rebuilt from the
-    /// healed headers (its state is DRAM only), so that their blocks are not quarantined
-    /// for a whole session.
-    fn heal_headers(&mut self, report: &mut OpenReport, opts: &PoolOptions) -> Result<(), HeapError> {
-        if !self.heals() || !opts.rebuild_headers {
-            return Ok(());
-        }
-        // Headers that read as free may be zeroed damage (a block that seems free, a run
-        // that seems unassigned): those whose lines fail their checks are healed too.
-        let mut suspects: Vec<u64> = report.bad_headers.iter().map(|b| b.at).collect();
-        suspects.extend(
-            self.alloc
-                .free_looking_headers()
-                .into_iter()
-                .filter(|&at| self.check_tx_read(at, crate::layout::BLOCK_HEADER).is_err()),
-        );
-        if suspects.is_empty() {
-            return Ok(());
-        }
-        let before = self.heal_stats().pages_repaired;
-        for at in suspects {
-            // A page beyond repair keeps its quarantine.
-            let _ = self.verify(at, 64);
-        }
-        report.header_pages_rebuilt = self.heal_stats().pages_repaired - before;
-        if report.header_pages_rebuilt > 0 {
-            self.alloc = Allocator::rebuild(self.log.region(), self.sb, opts.reuse_after, opts.clock.clone());
-            report.bad_headers = self.alloc.faults.clone();
-        }
-        Ok(())
     }
 
     /// Asks the region to keep the heap's pages (the pool header page and the runs)
     /// read-only between transactions, if it can (a `Guarded` region).
-    fn guard(&mut self) -> Result<(), HeapError> {
+    pub(crate) fn guard(&mut self) -> Result<(), HeapError> {
         let end = self.sb.first_run + self.sb.runs as u64 * RUN;
         Ok(self.log.region_mut().guard(self.header as usize, end as usize)?)
-    }
-
-    /// Runs `f` as one transaction: all of its writes, allocations and frees, or none. An
-    /// error from `f`, or a failure before the commit record is durable, rolls it back. In a
-    /// pool that heals, every read `f` makes is checked, and a transaction that met damage
-    /// is rolled back, the page rebuilt, and `f` run again from the start
-    /// ([`tx_healing`](Self::tx_healing)): `f` may run more than once.
-    pub fn tx<T>(&mut self, f: impl FnMut(&mut Tx<R>) -> Result<T, HeapError>) -> Result<T, HeapError> {
-        self.tx_healing(f)
-    }
-
-    /// One run of a transaction (see [`tx`](Self::tx)).
-    fn tx_once<T>(&mut self, f: impl FnOnce(&mut Tx<R>) -> Result<T, HeapError>) -> Result<T, HeapError> {
-        let r = self.tx_unsealed(f);
-        // The pages it wrote may be protected again (a guarded region).
-        self.log.region_mut().seal()?;
-        r
-    }
-
-    /// [`tx`](Self::tx), healing what its reads refuse: a transaction that read a damaged
-    /// page is aborted (it changed nothing), the page rebuilt from its stripe
-    /// ([`verify`](Self::verify)), and the transaction run again. Beyond repair, the error
-    /// names the pages, and nothing changed.
-    pub fn tx_healing<T>(
-        &mut self,
-        mut f: impl FnMut(&mut Tx<R>) -> Result<T, HeapError>,
-    ) -> Result<T, HeapError> {
-        // Each round rebuilds at least one page or fails; a transaction reads a few pages.
-        for _ in 0..HEALING_ROUNDS {
-            match self.tx_once(&mut f) {
-                Err(HeapError::Damaged { at, len, .. }) if self.heals() => self.verify(at, len)?,
-                r => return r,
-            }
-        }
-        self.tx_once(f)
-    }
-
-    fn tx_unsealed<T>(&mut self, f: impl FnOnce(&mut Tx<R>) -> Result<T, HeapError>) -> Result<T, HeapError> {
-        let id = self.next_tx;
-        self.next_tx += 1;
-        let mut tx = Tx::new(self, id);
-        match f(&mut tx) {
-            Ok(v) => match tx.commit() {
-                Ok(_) => Ok(v),
-                Err(e) if tx.state == TxState::Commit => Err(e),
-                Err(e) => {
-                    tx.abort()?;
-                    Err(e)
-                }
-            },
-            Err(e) => {
-                tx.abort()?;
-                Err(e)
-            }
-        }
     }
 
     /// Journal bytes of every transaction since open, beside redo logging's.
@@ -748,7 +482,7 @@ pub(crate) fn within(p: Ptr, off: u64, len: u64, cap: u64) -> Result<(), HeapErr
 }
 
 /// A pool identity: random enough that leftovers of another pool are never taken for ours.
-fn random_id() -> u64 {
+pub(crate) fn random_id() -> u64 {
     let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     bitmend_media::rng::Rng::new(t.as_nanos() as u64 ^ (std::process::id() as u64) << 40).next_u64() | 1
 }

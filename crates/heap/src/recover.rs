@@ -6,8 +6,6 @@
 //! settled to the state the records, in order, leave it in. Then the journal is trimmed.
 //! Idempotent: a crash during recovery leaves the records, and the next open does the same.
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use bitmend_media::pmem::Region;
 use bitmend_nvlog::NvLog;
 
@@ -18,7 +16,6 @@ use crate::layout::{
     class_size, BlockHeader, BlockState, RunHeader, RunKind, Superblock, BLOCK_HEADER, CLASSES, RUN,
     RUN_HEADER,
 };
-use crate::pool::{OpenReport, Pool};
 use crate::record::{self, Rec};
 use crate::HeapError;
 
@@ -231,113 +228,4 @@ pub(crate) fn mend<R: Region>(
     mended.checks_rewritten += around.checks_rewritten;
     mended.pages_beyond = around.pages_beyond;
     Ok(mended)
-}
-
-impl<R: Region> Pool<R> {
-    /// `torn`: the ranges whose patches a crash may have torn ([`torn_ranges`]; none after
-    /// a clean close), recomputed once recovery has written them.
-    pub(crate) fn recover(
-        &mut self,
-        recs: Vec<(u64, Rec)>,
-        torn: &[(u64, u64)],
-        report: &mut OpenReport,
-    ) -> Result<(), HeapError> {
-        if recs.is_empty() {
-            self.resolve_links(report);
-            self.recompute_torn(torn)?;
-            self.log.region_mut().fence()?;
-            return Ok(());
-        }
-        let committed: BTreeSet<u64> =
-            recs.iter().filter(|(_, r)| matches!(r, Rec::Commit(_))).map(|(id, _)| *id).collect();
-        let all: BTreeSet<u64> = recs.iter().map(|(id, _)| *id).collect();
-        report.committed = committed.len() as u64;
-        report.rolled_back = all.difference(&committed).count() as u64;
-        // Write back what uncommitted transactions overwrote, last record first.
-        for (_, r) in recs.iter().rev().filter(|(id, _)| !committed.contains(id)) {
-            let ranges = match r {
-                Rec::Undo(ranges) => ranges.clone(),
-                Rec::Pointer { slot, old, .. } => vec![(*slot, old.0.to_le_bytes().to_vec())],
-                _ => continue,
-            };
-            for (at, bytes) in ranges.into_iter().rev() {
-                let region = self.log.region_mut();
-                if at as usize + bytes.len() <= region.len() {
-                    region.write(at as usize, &bytes)?;
-                    region.flush(at as usize, bytes.len())?;
-                    report.bytes_restored += bytes.len() as u64;
-                }
-            }
-        }
-        self.log.region_mut().fence()?;
-        // Before the journal's blocks are settled: a block a committed transaction allocated
-        // whose header a crash tore to a linked one is settled allocated below.
-        self.resolve_links(report);
-        // Every block the journal names, settled to where the records leave it.
-        let mut state: BTreeMap<Ptr, Option<u64>> = BTreeMap::new();
-        for (id, r) in &recs {
-            let done = committed.contains(id);
-            match r {
-                Rec::Alloc { p, len } => {
-                    state.insert(*p, done.then_some(*len));
-                }
-                Rec::Free(p) if done => {
-                    state.insert(*p, None);
-                }
-                Rec::Pointer { old, new, .. } => {
-                    // The new block holds the old object: its length.
-                    let len = self.size_of(*old).ok().or_else(|| self.alloc.capacity(*new)).unwrap_or(0);
-                    state.insert(*new, done.then_some(len));
-                    if done {
-                        state.insert(*old, None);
-                    }
-                }
-                _ => {}
-            }
-        }
-        for (p, s) in state {
-            let region = self.log.region_mut();
-            if self.alloc.settle(region, p, s.is_some(), s.unwrap_or(0))? {
-                report.blocks_settled += 1;
-            }
-        }
-        self.recompute_torn(torn)?;
-        // The settled headers durable before the records that stand for them are trimmed
-        // (and the parity and signatures recomputed for them).
-        self.log.region_mut().fence()?;
-        let tail = self.log.tail();
-        self.log.trim(tail)?;
-        self.next_tx = all.iter().max().map_or(1, |m| m + 1);
-        Ok(())
-    }
-
-    /// Recomputes the parity and signatures of `torn` (see [`torn_ranges`]) from the bytes
-    /// as recovery left them. Nothing to do in a pool without stripes.
-    fn recompute_torn(&mut self, torn: &[(u64, u64)]) -> Result<(), HeapError> {
-        let region = self.log.region_mut();
-        if region.shield.is_none() {
-            return Ok(());
-        }
-        for &(at, len) in torn {
-            region.recompute(at, len)?;
-        }
-        Ok(())
-    }
-
-    /// Each block whose header is linked to a slot is allocated if the slot (as the rollback
-    /// left it) points at it, else free: an allocation into the slot that a crash cut short,
-    /// or a block freed from its slot. Writes nothing: a free block's header may stay linked.
-    fn resolve_links(&mut self, report: &mut OpenReport) {
-        for (p, slot) in std::mem::take(&mut self.alloc.linked) {
-            let bytes = self.log.region().bytes();
-            let points =
-                slot as usize + 8 <= bytes.len() && bitmend_code::le::get_u64(bytes, slot as usize) == p.0;
-            if points {
-                self.links.insert(&self.alloc, slot, p);
-            } else {
-                self.alloc.free_unlinked(p);
-                report.links_freed += 1;
-            }
-        }
-    }
 }

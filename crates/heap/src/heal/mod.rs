@@ -23,13 +23,15 @@
 
 mod geometry;
 pub(crate) mod mend;
+pub(crate) mod read_checker;
 pub(crate) mod reads;
 pub(crate) mod repair;
 mod scrub;
 mod scrubber;
 
 pub use geometry::{Geometry, StripeShape, CHECK, LINE, MAX_K, MAX_M, PAGE, SIG, ZERO_LINE_CRC};
-pub use reads::{ReadCheck, TICK};
+pub use read_checker::ReadCheck;
+pub use reads::TICK;
 pub use scrub::{ScrubPass, ScrubReport};
 pub use scrubber::{Scrubber, ScrubberOptions, ScrubberReport};
 

@@ -10,6 +10,16 @@ use bitmend_code::le::{self, Put};
 use super::node::{self, Node, Slotted, Val, FIRST_KID, INNER, LEAF, LEAF_APPENDED, NODE, SLOT};
 use crate::alloc::Ptr;
 
+/// A node's encoding is its entries packed (here, where the packing is, so that the node
+/// format below does not reach up for it).
+impl Node {
+    /// The node's bytes, slotted, its entries packed at the end in key order (every byte of
+    /// the node: the entries end where it does).
+    pub fn encode(&self) -> Vec<u8> {
+        Entries::from_node(self).encode()
+    }
+}
+
 /// Entries of one node, in key order.
 pub(super) struct Entries {
     pub leaf: bool,

@@ -13,7 +13,6 @@ use std::cmp::Ordering;
 
 use bitmend_code::le::{self, Put, Reader};
 
-use super::entries::Entries;
 use crate::alloc::Ptr;
 
 /// Bytes of the nodes this build makes (an 8 KiB block). A node is the whole object it is
@@ -154,12 +153,6 @@ fn index_at(leaf: bool) -> usize {
 }
 
 impl Node {
-    /// The node's bytes, slotted, its entries packed at the end in key order (every byte of
-    /// the node: the entries end where it does).
-    pub fn encode(&self) -> Vec<u8> {
-        Entries::from_node(self).encode()
-    }
-
     /// The node in `b`, in either format; `None` if `b` is not a whole, consistent node.
     pub fn decode(b: &[u8]) -> Option<Node> {
         match *b.first()? {

@@ -19,37 +19,9 @@ use crate::pool::Pool;
 use crate::record::{self, kind, Written, HEAD, MAX_RANGES};
 use crate::HeapError;
 
-/// Where a transaction is (MinL2R's states).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TxState {
-    Begin,
-    Logging,
-    Writing,
-    Commit,
-    Checkout,
-}
-
-/// A persistent pointer slot: 8 bytes at `off` of the object at `obj` (or the pool's root
-/// slot), through which [`Tx::write_through`] can swap a block for a new one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Slot {
-    pub(crate) at: u64,
-}
-
-/// Log bytes by kind, for one transaction or summed (MinL2R's Figure 3 compares them with
-/// redo logging of the same writes).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LogBytes {
-    /// Old bytes data logging saved.
-    pub undo: u64,
-    /// Pointer records (old and new pointer).
-    pub pointer: u64,
-    /// Allocation, free, begin and commit records.
-    pub other: u64,
-    /// What redo logging of the same writes would have logged: a record of every new byte,
-    /// with the same record overhead as an undo record.
-    pub redo_equivalent: u64,
-}
+pub(crate) mod state;
+pub use state::{LogBytes, Slot, TxState, REDO_OVERHEAD};
+use state::{TxBuffers, Undo};
 
 /// A transaction in progress; see [`Pool::tx`].
 pub struct Tx<'p, R: Region> {
@@ -90,40 +62,6 @@ pub struct Tx<'p, R: Region> {
     unsaved: Vec<(u64, usize)>,
 }
 
-/// A transaction's vectors, kept by the pool between transactions (empty), so that a small
-/// transaction allocates nothing on the heap.
-#[derive(Debug, Default)]
-pub(crate) struct TxBuffers {
-    fresh: Vec<(Ptr, u64)>,
-    headers_due: Vec<(Ptr, u64)>,
-    undo: Vec<Undo>,
-    saved: Vec<(u64, u64)>,
-    frees: Vec<Ptr>,
-    replaced: Vec<Ptr>,
-    written: Vec<(u64, u32)>,
-    ranges: Vec<(u64, usize)>,
-    unsaved: Vec<(u64, usize)>,
-}
-
-#[derive(Clone, Debug)]
-pub(crate) enum Undo {
-    /// `len` bytes at `at`, whose old bytes are in journal record `record`.
-    Bytes {
-        at: u64,
-        len: usize,
-        record: RecordId,
-    },
-    Alloc(Ptr),
-    Pointer {
-        slot: u64,
-        old: Ptr,
-        new: Ptr,
-    },
-}
-
-/// A redo record's bytes besides its data: the fixed part and the offset.
-pub const REDO_OVERHEAD: usize = HEAD + 8;
-
 /// Writes of this many bytes or more bypass the cache.
 const STREAM_MIN: usize = 1024;
 
@@ -141,6 +79,66 @@ enum Lines {
 /// The most bytes a checksummed commit covers: above it, checking them costs more than the
 /// fence it saves, and the commit is fenced after the writes instead (`bench heap`).
 const CHECKSUM_MAX: u64 = 8192;
+
+/// Pages a healing transaction rebuilds at most before it gives up (each round one or more).
+const HEALING_ROUNDS: usize = 16;
+
+impl<R: Region> Pool<R> {
+    /// Runs `f` as one transaction: all of its writes, allocations and frees, or none. An
+    /// error from `f`, or a failure before the commit record is durable, rolls it back. In a
+    /// pool that heals, every read `f` makes is checked, and a transaction that met damage
+    /// is rolled back, the page rebuilt, and `f` run again from the start
+    /// ([`tx_healing`](Self::tx_healing)): `f` may run more than once.
+    pub fn tx<T>(&mut self, f: impl FnMut(&mut Tx<R>) -> Result<T, HeapError>) -> Result<T, HeapError> {
+        self.tx_healing(f)
+    }
+
+    /// One run of a transaction (see [`tx`](Self::tx)).
+    fn tx_once<T>(&mut self, f: impl FnOnce(&mut Tx<R>) -> Result<T, HeapError>) -> Result<T, HeapError> {
+        let r = self.tx_unsealed(f);
+        // The pages it wrote may be protected again (a guarded region).
+        self.log.region_mut().seal()?;
+        r
+    }
+
+    /// [`tx`](Self::tx), healing what its reads refuse: a transaction that read a damaged
+    /// page is aborted (it changed nothing), the page rebuilt from its stripe
+    /// ([`verify`](Self::verify)), and the transaction run again. Beyond repair, the error
+    /// names the pages, and nothing changed.
+    pub fn tx_healing<T>(
+        &mut self,
+        mut f: impl FnMut(&mut Tx<R>) -> Result<T, HeapError>,
+    ) -> Result<T, HeapError> {
+        // Each round rebuilds at least one page or fails; a transaction reads a few pages.
+        for _ in 0..HEALING_ROUNDS {
+            match self.tx_once(&mut f) {
+                Err(HeapError::Damaged { at, len, .. }) if self.heals() => self.verify(at, len)?,
+                r => return r,
+            }
+        }
+        self.tx_once(f)
+    }
+
+    fn tx_unsealed<T>(&mut self, f: impl FnOnce(&mut Tx<R>) -> Result<T, HeapError>) -> Result<T, HeapError> {
+        let id = self.next_tx;
+        self.next_tx += 1;
+        let mut tx = Tx::new(self, id);
+        match f(&mut tx) {
+            Ok(v) => match tx.commit() {
+                Ok(_) => Ok(v),
+                Err(e) if tx.state == TxState::Commit => Err(e),
+                Err(e) => {
+                    tx.abort()?;
+                    Err(e)
+                }
+            },
+            Err(e) => {
+                tx.abort()?;
+                Err(e)
+            }
+        }
+    }
+}
 
 impl<'p, R: Region> Tx<'p, R> {
     pub(crate) fn new(pool: &'p mut Pool<R>, id: u64) -> Tx<'p, R> {
