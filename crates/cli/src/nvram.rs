@@ -113,12 +113,14 @@ pub fn mount(
     let (log, heap, created) = regions(path, size)?;
     let (log, heap) =
         if created { DirtyTier::create(log, heap).map_err(tier_error)?.into_regions() } else { (log, heap) };
-    bitmend_tier::mount(nand, opts, log, heap).map_err(|e| match e {
+    let (tiered, mount, report) = bitmend_tier::mount(nand, opts, log, heap).map_err(|e| match e {
         bitmend_tier::TierMountError::Tier(e) => tier_error(e),
         // The image's own fault (not a file system, damaged, a newer format): named as the
         // image's by the caller, with its own exit status.
         bitmend_tier::TierMountError::Fs(e) => CliError::Fs(e),
-    })
+    })?;
+    // The daemon never hands the tier's regions back: a crash of it leaves them as they are.
+    Ok((tiered.into_fs(), mount, report))
 }
 
 /// What the mount says of the tier's recovery (nothing when there was nothing to recover).

@@ -2,6 +2,7 @@
 //! that recovers what a tier held into the file system before it serves anything.
 
 use std::ops::Range;
+use std::sync::{Arc, Mutex};
 
 use bitmend_flashfs::{
     DirtyRecovery, DirtyRecoveryReport, DirtyState, DirtyStateError, Fs, FsError, FsOptions, MountReport,
@@ -36,18 +37,79 @@ impl<L: Region + 'static, H: Region + 'static> DirtyState for DirtyTier<L, H> {
     fn checkout(&mut self) -> Result<(), DirtyStateError> {
         DirtyTier::checkout(self).map_err(state_error)
     }
+}
 
-    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
-        self
+/// The tier as a mount hands it to the file system: shared with the [`TieredFs`] that
+/// mounted it, which keeps the tier's own type, so that its regions can be had back.
+struct SharedTier<L: Region, H: Region>(Arc<Mutex<DirtyTier<L, H>>>);
+
+impl<L: Region, H: Region> SharedTier<L, H> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, DirtyTier<L, H>> {
+        // A panic while the file system held it left a tier whose records are each whole
+        // or absent (its recovery's rule): it is as good as any after a crash.
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl<L: Region + 'static, H: Region + 'static> DirtyState for SharedTier<L, H> {
+    fn put_pages(&mut self, pages: &[PagePut<'_>]) -> Result<(), DirtyStateError> {
+        DirtyState::put_pages(&mut *self.lock(), pages)
+    }
+
+    fn drop_pages(&mut self, ino: u64, pages: Range<u64>) -> Result<(), DirtyStateError> {
+        DirtyState::drop_pages(&mut *self.lock(), ino, pages)
+    }
+
+    fn put_nodes(&mut self, nodes: &[u8]) -> Result<(), DirtyStateError> {
+        DirtyState::put_nodes(&mut *self.lock(), nodes)
+    }
+
+    fn checkout(&mut self) -> Result<(), DirtyStateError> {
+        DirtyState::checkout(&mut *self.lock())
+    }
+}
+
+/// A file system mounted over a tier ([`mount`]): the file system (it derefs to it), and
+/// the tier it writes its dirty state to, by its own type.
+pub struct TieredFs<N: Nand, L: Region, H: Region> {
+    fs: Fs<N>,
+    tier: Arc<Mutex<DirtyTier<L, H>>>,
+}
+
+impl<N: Nand, L: Region, H: Region> TieredFs<N, L, H> {
+    /// The file system alone (the tier stays attached to it).
+    pub fn into_fs(self) -> Fs<N> {
+        self.fs
+    }
+
+    /// Writes everything out, with a checkpoint, and returns the chip.
+    pub fn unmount(self) -> Result<N, FsError> {
+        self.fs.unmount()
+    }
+}
+
+impl<N: Nand, L: Region, H: Region> std::ops::Deref for TieredFs<N, L, H> {
+    type Target = Fs<N>;
+    fn deref(&self) -> &Fs<N> {
+        &self.fs
+    }
+}
+
+impl<N: Nand, L: Region, H: Region> std::ops::DerefMut for TieredFs<N, L, H> {
+    fn deref_mut(&mut self) -> &mut Fs<N> {
+        &mut self.fs
     }
 }
 
 /// The chip and the tier's two regions as a crash leaves them: nothing more is written.
-/// (The tier's regions come back only if the mount's tier is a `DirtyTier<L, H>`.)
-pub fn crash<N: Nand, L: Region + 'static, H: Region + 'static>(fs: Fs<N>) -> (N, Option<(L, H)>) {
-    let (nand, tier) = fs.into_parts();
-    let regions =
-        tier.and_then(|t| t.into_any().downcast::<DirtyTier<L, H>>().ok()).map(|t| t.into_regions());
+/// (`None` for the regions only if something else still holds the tier.)
+pub fn crash<N: Nand, L: Region, H: Region>(tiered: TieredFs<N, L, H>) -> (N, Option<(L, H)>) {
+    let TieredFs { fs, tier } = tiered;
+    // The file system's share of the tier goes with it.
+    let nand = fs.into_nand();
+    let regions = Arc::try_unwrap(tier)
+        .ok()
+        .map(|m| m.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner).into_regions());
     (nand, regions)
 }
 
@@ -98,16 +160,15 @@ pub enum TierMountError {
     Fs(#[from] FsError),
 }
 
+/// What [`mount`] gives: the file system over its tier, what the mount found on flash, and
+/// what it found in the tier.
+pub type Mounted<N, L, H> = (TieredFs<N, L, H>, MountReport, TierReport);
+
 /// Mounts the file system on `nand` with its dirty state in the tier of `log` and `heap`,
 /// which must hold a tier (made by [`DirtyTier::create_for`]). Whatever the tier held after
 /// a crash is applied first (`Fs::open_recovering`), written to flash with a checkpoint,
 /// and checked out; the tier then takes the mount's dirty state.
-pub fn mount<N, L, H>(
-    nand: N,
-    opts: FsOptions,
-    log: L,
-    heap: H,
-) -> Result<(Fs<N>, MountReport, TierReport), TierMountError>
+pub fn mount<N, L, H>(nand: N, opts: FsOptions, log: L, heap: H) -> Result<Mounted<N, L, H>, TierMountError>
 where
     N: Nand,
     L: Region + 'static,
@@ -127,7 +188,8 @@ where
     if tier.owner() != fs_id {
         tier.bind(fs_id)?;
     }
-    fs.attach_dirty_state(Box::new(tier));
+    let tier = Arc::new(Mutex::new(tier));
+    fs.attach_dirty_state(Box::new(SharedTier(Arc::clone(&tier))));
     if report.recovered_anything() {
         // The recovered state on flash, and the tier checked out (the checkpoint does both).
         // A chip too full for it, or a thin image's host too full, mounts as it is: the tier
@@ -143,7 +205,7 @@ where
             Err(e) => return Err(e.into()),
         }
     }
-    Ok((fs, mount, report))
+    Ok((TieredFs { fs, tier }, mount, report))
 }
 
 fn report_of(found: &Recovered) -> TierReport {

@@ -11,14 +11,14 @@ use bitmend_flashfs::{Compression, Fs, FsConfig, FsOptions, PreparedWrite, ROOT}
 use bitmend_media::nand::{Geometry, RamNand, Timing};
 use bitmend_media::pmem::RamRegion;
 use bitmend_media::rng::Rng;
-use bitmend_tier::{crash, mount, DirtyTier};
+use bitmend_tier::{crash, mount, DirtyTier, TieredFs};
 
 fn opts() -> FsOptions {
     FsOptions { compression: Compression::None, ..FsOptions::default() }
 }
 
 /// A file system over a fresh tier, mounted.
-fn mounted() -> Fs<RamNand> {
+fn mounted() -> TieredFs<RamNand, RamRegion, RamRegion> {
     let chip = RamNand::new(Geometry::new(2048, 64, 16, 64).unwrap()).unwrap().with_timing(Timing::NONE);
     let cfg = FsConfig { parity_pages: 1, parity_blocks: 1, blocks_per_segment: 4 };
     let fs = Fs::format(chip, cfg, opts()).unwrap();

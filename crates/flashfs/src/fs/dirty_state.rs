@@ -39,8 +39,6 @@ pub trait DirtyState: Send {
     fn put_nodes(&mut self, nodes: &[u8]) -> Result<(), DirtyStateError>;
     /// Everything put so far is on flash: forget it.
     fn checkout(&mut self) -> Result<(), DirtyStateError>;
-    /// The tier itself back (what a crash leaves of it, for tests and tools).
-    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;
 }
 
 /// A dirty page to make durable: page `key` (ino, index) is `page`, whose CRC-32C is `crc`;
@@ -152,13 +150,6 @@ impl<N: Nand> Fs<N> {
     pub fn attach_dirty_state(&mut self, tier: Box<dyn DirtyState>) {
         self.tier = Some(Arc::new(Mutex::new(tier)));
         self.tier_used = true;
-    }
-
-    /// The chip and the tier, without writing anything (what a crash of the daemon leaves).
-    /// A [`TierWrite`] not finished by now holds the tier: it is not returned.
-    pub fn into_parts(self) -> (N, Option<Box<dyn DirtyState>>) {
-        let tier = self.tier.and_then(Arc::into_inner).map(Mutex::into_inner);
-        (self.store.into_nand(), tier)
     }
 
     /// Whether an NVRAM tier holds the dirty state.
