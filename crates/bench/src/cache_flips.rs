@@ -18,6 +18,7 @@ use bitmend_media::nand::{Geometry, RamNand, Timing};
 use bitmend_media::rng::Rng;
 
 use crate::postmark::{Op, Workload};
+use bitmend_flashfs::Corruption;
 
 const PAGE: usize = 4096;
 
@@ -76,7 +77,10 @@ impl Run {
                     self.end(ino, page, |o| &mut o.detected)
                 }
                 Ok(_) => self.end(ino, page, |o| &mut o.propagated),
-                Err(FsError::CorruptInMemory { .. } | FsError::Unrecoverable { .. }) => {
+                Err(
+                    FsError::Corrupt(Corruption::InMemory { .. })
+                    | FsError::Corrupt(Corruption::Unrecoverable { .. }),
+                ) => {
                     self.end(ino, page, |o| &mut o.detected);
                     self.rewrite(id, page);
                 }
@@ -116,7 +120,10 @@ impl Run {
                     match self.fs.write(ino, size as u64, &body[..len]) {
                         Ok(_) => break,
                         // The partial last page was checked on its way in and failed.
-                        Err(FsError::CorruptInMemory { .. } | FsError::Unrecoverable { .. }) => {
+                        Err(
+                            FsError::Corrupt(Corruption::InMemory { .. })
+                            | FsError::Corrupt(Corruption::Unrecoverable { .. }),
+                        ) => {
                             let last = (size / PAGE) as u64;
                             self.end(ino, last, |o| &mut o.detected);
                             self.rewrite(id, last);

@@ -5,6 +5,7 @@ use crate::error::CliError;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use bitmend_flashfs::Corruption;
 use bitmend_flashfs::{Cached, Fs, FsConfig, FsError, FsOptions, Verify, LOGICAL_PAGE, ROOT};
 use bitmend_media::nand::{FaultyNand, FileNand, Geometry, NandError, NandFault};
 use bitmend_media::rng::Rng;
@@ -135,7 +136,8 @@ fn memory_errors<N: bitmend_media::nand::Nand>(
     let dirty = fs.lookup(dir, &name.as_bytes()["dir0/".len()..])?.ino;
     fs.write(dirty, 0, &want_dirty[..LOGICAL_PAGE])?;
     fs.flip_cached(dirty, 0, 77);
-    let refused = matches!(fs.read(dirty, 0, LOGICAL_PAGE), Err(FsError::CorruptInMemory { .. }));
+    let refused =
+        matches!(fs.read(dirty, 0, LOGICAL_PAGE), Err(FsError::Corrupt(Corruption::InMemory { .. })));
     // The application writes the page again, whole: sound again, the image stays clean.
     fs.write(dirty, 0, &want_dirty[..LOGICAL_PAGE])?;
     let (stats, _) = fs.cache_stats();

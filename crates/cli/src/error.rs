@@ -11,6 +11,7 @@
 //! | 5 | data beyond repair stopped the command |
 
 use bitmend_flashfs::FsError;
+use bitmend_flashfs::{Corruption, FormatError};
 use bitmend_heap::HeapError;
 use bitmend_media::nand::NandError;
 
@@ -60,8 +61,8 @@ impl CliError {
 fn fs_code(e: &FsError) -> u8 {
     match e {
         FsError::Nand(n) => nand_code(n),
-        FsError::NotAFs { .. } | FsError::Version { .. } => 3,
-        FsError::Unrecoverable { .. } => 5,
+        FsError::Format(FormatError::NotAFs { .. }) | FsError::Format(FormatError::Version { .. }) => 3,
+        FsError::Corrupt(Corruption::Unrecoverable { .. }) => 5,
         _ => 1,
     }
 }
@@ -112,8 +113,8 @@ mod tests {
         let codes = [
             CliError::Usage("--size 3".into()).exit_code(),
             CliError::Target("not mounted".into()).exit_code(),
-            CliError::Fs(FsError::NotAFs { why: "no magic".into() }).exit_code(),
-            CliError::Fs(FsError::Unrecoverable { page: 9 }).exit_code(),
+            CliError::Fs(FsError::Format(FormatError::NotAFs { why: "no magic".into() })).exit_code(),
+            CliError::Fs(FsError::Corrupt(Corruption::Unrecoverable { page: 9 })).exit_code(),
             CliError::Fs(FsError::NoSpace).exit_code(),
             CliError::Nand(NandError::Locked { path: "x".into() }).exit_code(),
             CliError::Failed("io".into()).exit_code(),

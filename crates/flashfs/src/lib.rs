@@ -33,7 +33,7 @@ pub use fs::{
     MAX_LZ4_LEVEL, MAX_NODE_PAGES, NAME_MAX, ROOT, SYMLINK_MAX, TICK, XATTR_NAME_MAX,
 };
 
-pub use error::FsError;
+pub use error::{Corruption, FormatError, FsError, PosixError};
 pub use store::layout::{FsConfig, Kind, Spare, FS_VERSION, MIN_SPARE};
 pub use store::mount::{PageHealth, StoreMountReport};
 pub use store::superblock::SuperblockCopy;

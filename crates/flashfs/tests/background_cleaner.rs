@@ -5,6 +5,7 @@
 
 mod common;
 
+use bitmend_flashfs::Corruption;
 use bitmend_flashfs::{Compression, Fs, FsError, FsOptions, Ino, LOGICAL_PAGE, ROOT};
 use bitmend_media::nand::{Nand, RamNand};
 use bitmend_media::rng::Rng;
@@ -157,7 +158,10 @@ fn a_page_beyond_repair_stays_an_error_while_the_steps_clean_around_it() {
     common::lose_beyond_repair(&mut fs, page);
     let pages = model.len() / LOGICAL_PAGE;
     let unreadable = |fs: &mut Fs<_>, i: usize| {
-        matches!(fs.read(f, (i * LOGICAL_PAGE) as u64, LOGICAL_PAGE), Err(FsError::Unrecoverable { .. }))
+        matches!(
+            fs.read(f, (i * LOGICAL_PAGE) as u64, LOGICAL_PAGE),
+            Err(FsError::Corrupt(Corruption::Unrecoverable { .. }))
+        )
     };
     let mut lost: Vec<usize> = (0..pages).filter(|&i| unreadable(&mut fs, i)).collect();
     assert!(!lost.is_empty(), "the lost flash page held no live logical page");
@@ -178,7 +182,10 @@ fn a_page_beyond_repair_stays_an_error_while_the_steps_clean_around_it() {
     for i in 0..pages {
         let got = fs.read(f, (i * LOGICAL_PAGE) as u64, LOGICAL_PAGE);
         if lost.contains(&i) {
-            assert!(matches!(got, Err(FsError::Unrecoverable { .. })), "page {i}: {got:?}");
+            assert!(
+                matches!(got, Err(FsError::Corrupt(Corruption::Unrecoverable { .. }))),
+                "page {i}: {got:?}"
+            );
         } else {
             assert_eq!(got.unwrap(), model[i * LOGICAL_PAGE..(i + 1) * LOGICAL_PAGE], "page {i}");
         }

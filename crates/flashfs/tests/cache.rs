@@ -5,6 +5,7 @@ mod common;
 
 use std::time::Duration;
 
+use bitmend_flashfs::Corruption;
 use bitmend_flashfs::{
     Cached, Compression, Fs, FsError, FsOptions, Ino, SetAttr, Verify, LOGICAL_PAGE, ROOT,
 };
@@ -112,7 +113,9 @@ fn a_flip_in_a_dirty_page_is_refused_to_readers_and_never_reaches_flash_under_a_
     fs.write(f, 9 * LOGICAL_PAGE as u64 + 10, b"partial").unwrap();
     model[9 * LOGICAL_PAGE + 10..][..7].copy_from_slice(b"partial");
     for p in [2, 9] {
-        assert!(matches!(read_page(&mut fs, f, p), Err(FsError::CorruptInMemory { page, .. }) if page == p));
+        assert!(
+            matches!(read_page(&mut fs, f, p), Err(FsError::Corrupt(Corruption::InMemory { page, .. })) if page == p)
+        );
     }
     assert_eq!(fs.check_cache(100).dirty_caught, vec![(f.0, 2), (f.0, 9)]);
     fs.sync().unwrap();

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use bitmend_flashfs::{
     Compression, Falloc, Fs, FsError, FsOptions, XattrMode, LOGICAL_PAGE, ROOT, SYMLINK_MAX,
 };
+use bitmend_flashfs::{Corruption, PosixError};
 use bitmend_media::campaign::{self, Schedule};
 use bitmend_media::nand::{FaultyNand, RamNand};
 use bitmend_media::rng::Rng;
@@ -70,7 +71,7 @@ fn symlink_targets_up_to_4095_bytes_inline_or_as_data() {
     }
     assert!(matches!(
         fs.symlink(ROOT, b"long", &target(SYMLINK_MAX + 1), 0, 0),
-        Err(FsError::Invalid { .. })
+        Err(FsError::Posix(PosixError::Invalid { .. }))
     ));
     // From the log (synced, then a crash: no unmount), then from a checkpoint.
     fs.sync().unwrap();
@@ -111,7 +112,7 @@ fn symlink_targets_up_to_4095_bytes_inline_or_as_data() {
             for k in 0..6 {
                 match fs.lookup(ROOT, format!("long{k}").as_bytes()) {
                     Ok(s) => assert!(fs.readlink(s.ino).unwrap() == long(k), "cut at op {op}: long{k}"),
-                    Err(FsError::NotFound) => {
+                    Err(FsError::Posix(PosixError::NotFound)) => {
                         assert!(op < synced[k + 1], "cut at op {op}: long{k} lost after its sync")
                     }
                     Err(e) => panic!("cut at op {op}: {e}"),
@@ -129,7 +130,7 @@ fn extended_attributes_are_kept_by_the_log_and_the_checkpoint() {
     let f = fs.create(ROOT, b"f", 0o644, 0, 0).unwrap();
     let d = fs.mkdir(ROOT, b"d", 0o755, 0, 0).unwrap();
     let room = fs.xattr_room();
-    assert!(matches!(fs.getxattr(f.ino, b"user.none"), Err(FsError::NoXattr)));
+    assert!(matches!(fs.getxattr(f.ino, b"user.none"), Err(FsError::Posix(PosixError::NoXattr))));
     let mut want: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     for (name, value) in [
         (&b"user.mime_type"[..], &b"text/plain"[..]),
@@ -142,11 +143,26 @@ fn extended_attributes_are_kept_by_the_log_and_the_checkpoint() {
     }
     fs.setxattr(d.ino, b"user.dir", &noise(1, 300), XattrMode::Create).unwrap();
     // XATTR_CREATE on one that exists, XATTR_REPLACE on one that does not, a bad name.
-    assert!(matches!(fs.setxattr(d.ino, b"user.dir", b"x", XattrMode::Create), Err(FsError::Exists)));
-    assert!(matches!(fs.setxattr(d.ino, b"user.new", b"x", XattrMode::Replace), Err(FsError::NoXattr)));
-    assert!(matches!(fs.setxattr(f.ino, b"other.x", b"x", XattrMode::Any), Err(FsError::Unsupported { .. })));
-    assert!(matches!(fs.setxattr(f.ino, b"user.", b"x", XattrMode::Any), Err(FsError::Unsupported { .. })));
-    assert!(matches!(fs.setxattr(f.ino, &[b'u'; 256], b"x", XattrMode::Any), Err(FsError::NameTooLong)));
+    assert!(matches!(
+        fs.setxattr(d.ino, b"user.dir", b"x", XattrMode::Create),
+        Err(FsError::Posix(PosixError::Exists))
+    ));
+    assert!(matches!(
+        fs.setxattr(d.ino, b"user.new", b"x", XattrMode::Replace),
+        Err(FsError::Posix(PosixError::NoXattr))
+    ));
+    assert!(matches!(
+        fs.setxattr(f.ino, b"other.x", b"x", XattrMode::Any),
+        Err(FsError::Posix(PosixError::Unsupported { .. }))
+    ));
+    assert!(matches!(
+        fs.setxattr(f.ino, b"user.", b"x", XattrMode::Any),
+        Err(FsError::Posix(PosixError::Unsupported { .. }))
+    ));
+    assert!(matches!(
+        fs.setxattr(f.ino, &[b'u'; 256], b"x", XattrMode::Any),
+        Err(FsError::Posix(PosixError::NameTooLong))
+    ));
     // One value as large as the room allows; a byte more is refused and changes nothing.
     let used = 2 + want.iter().map(|(n, v)| 3 + n.len() + v.len()).sum::<usize>();
     let big = noise(2, room - used - 3 - b"user.big".len());
@@ -156,11 +172,11 @@ fn extended_attributes_are_kept_by_the_log_and_the_checkpoint() {
     more.push(0);
     assert!(matches!(
         fs.setxattr(f.ino, b"user.big", &more, XattrMode::Any),
-        Err(FsError::XattrTooBig { .. })
+        Err(FsError::Posix(PosixError::XattrTooBig { .. }))
     ));
     fs.removexattr(f.ino, b"trusted.md5").unwrap();
     want.remove(&b"trusted.md5"[..]);
-    assert!(matches!(fs.removexattr(f.ino, b"trusted.md5"), Err(FsError::NoXattr)));
+    assert!(matches!(fs.removexattr(f.ino, b"trusted.md5"), Err(FsError::Posix(PosixError::NoXattr))));
     let check = |fs: &mut Fs<RamNand>, when: &str| {
         let names: Vec<Vec<u8>> = want.keys().cloned().collect();
         assert_eq!(fs.listxattr(f.ino).unwrap(), names, "{when}");
@@ -283,8 +299,11 @@ fn fallocate_reserves_punches_and_zeroes() {
         fs = remount(fs);
     }
     // Not a regular file, an empty range: refused.
-    assert!(matches!(fs.fallocate(ROOT, 0, 1, Falloc::PunchHole), Err(FsError::IsDir)));
-    assert!(matches!(fs.fallocate(f, 0, 0, Falloc::PunchHole), Err(FsError::Invalid { .. })));
+    assert!(matches!(fs.fallocate(ROOT, 0, 1, Falloc::PunchHole), Err(FsError::Posix(PosixError::IsDir))));
+    assert!(matches!(
+        fs.fallocate(f, 0, 0, Falloc::PunchHole),
+        Err(FsError::Posix(PosixError::Invalid { .. }))
+    ));
 
     // A power cut at every operation of a punch after synced data: the range is the data or
     // zeros, page by page, and zeros once the sync returned.
@@ -330,7 +349,11 @@ fn a_long_symlink_whose_target_page_is_lost_is_an_error_not_other_bytes() {
     // rebuild it (3 pages lost).
     let page = common::pages_with(&mut fs, 3, s.ino.0, Some(0))[0];
     common::lose_beyond_repair(&mut fs, page);
-    assert!(matches!(fs.readlink(s.ino), Err(FsError::Unrecoverable { .. })), "{:?}", fs.readlink(s.ino));
+    assert!(
+        matches!(fs.readlink(s.ino), Err(FsError::Corrupt(Corruption::Unrecoverable { .. }))),
+        "{:?}",
+        fs.readlink(s.ino)
+    );
     // It can still be removed, and the file system checks clean after.
     fs.unlink(ROOT, b"long").unwrap();
     let (mut fs, _) = Fs::open(fs.unmount().unwrap(), opts()).unwrap();
@@ -362,7 +385,10 @@ fn dropping_privileges_clears_setuid_setgid_with_group_execute_and_the_capabilit
         let a = fs.getattr(*ino).unwrap();
         assert_eq!(a.perm, *want, "{}", String::from_utf8_lossy(name));
         assert_eq!((a.uid, a.gid, a.size), (7, 8, 10));
-        assert!(matches!(fs.getxattr(*ino, b"security.capability"), Err(FsError::NoXattr)));
+        assert!(matches!(
+            fs.getxattr(*ino, b"security.capability"),
+            Err(FsError::Posix(PosixError::NoXattr))
+        ));
         assert_eq!(fs.getxattr(*ino, b"user.keep").unwrap(), b"yes");
     }
 }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use bitmend_flashfs::Ino;
 use bitmend_flashfs::{Compression, FileType, Fs, FsError, FsOptions, SetAttr, ROOT};
+use bitmend_flashfs::{Corruption, PosixError};
 use bitmend_media::campaign::{self, Schedule};
 use bitmend_media::nand::{FaultyNand, Nand, NandError, RamNand};
 use bitmend_media::rng::Rng;
@@ -52,19 +53,28 @@ fn files_directories_links_and_errors() {
     fs.write(other.ino, 0, b"other").unwrap();
     fs.rename(ROOT, b"hard", ROOT, b"other").unwrap();
     assert_eq!(fs.lookup(ROOT, b"other").unwrap().ino, f.ino);
-    assert!(matches!(fs.getattr(other.ino), Err(FsError::NotFound)), "the replaced file is gone");
+    assert!(
+        matches!(fs.getattr(other.ino), Err(FsError::Posix(PosixError::NotFound))),
+        "the replaced file is gone"
+    );
     // Errors.
-    assert!(matches!(fs.create(ROOT, b"dir", 0o644, 0, 0), Err(FsError::Exists)));
-    assert!(matches!(fs.rmdir(ROOT, b"dir"), Err(FsError::NotEmpty)));
-    assert!(matches!(fs.unlink(ROOT, b"dir"), Err(FsError::IsDir)));
-    assert!(matches!(fs.lookup(f.ino, b"x"), Err(FsError::NotDir)));
-    assert!(matches!(fs.create(ROOT, &[b'x'; 256], 0o644, 0, 0), Err(FsError::NameTooLong)));
-    assert!(matches!(fs.rename(ROOT, b"dir", d.ino, b"inside"), Err(FsError::Invalid { .. })));
-    assert!(matches!(fs.lookup(ROOT, b"nothing"), Err(FsError::NotFound)));
+    assert!(matches!(fs.create(ROOT, b"dir", 0o644, 0, 0), Err(FsError::Posix(PosixError::Exists))));
+    assert!(matches!(fs.rmdir(ROOT, b"dir"), Err(FsError::Posix(PosixError::NotEmpty))));
+    assert!(matches!(fs.unlink(ROOT, b"dir"), Err(FsError::Posix(PosixError::IsDir))));
+    assert!(matches!(fs.lookup(f.ino, b"x"), Err(FsError::Posix(PosixError::NotDir))));
+    assert!(matches!(
+        fs.create(ROOT, &[b'x'; 256], 0o644, 0, 0),
+        Err(FsError::Posix(PosixError::NameTooLong))
+    ));
+    assert!(matches!(
+        fs.rename(ROOT, b"dir", d.ino, b"inside"),
+        Err(FsError::Posix(PosixError::Invalid { .. }))
+    ));
+    assert!(matches!(fs.lookup(ROOT, b"nothing"), Err(FsError::Posix(PosixError::NotFound))));
     // Unlink both names: the inode goes.
     fs.unlink(d.ino, b"file").unwrap();
     fs.unlink(ROOT, b"other").unwrap();
-    assert!(matches!(fs.getattr(f.ino), Err(FsError::NotFound)));
+    assert!(matches!(fs.getattr(f.ino), Err(FsError::Posix(PosixError::NotFound))));
     fs.rmdir(ROOT, b"dir").unwrap();
     let names: Vec<Vec<u8>> = fs.readdir(ROOT).unwrap().into_iter().map(|e| e.name).collect();
     assert_eq!(names, vec![b"sym".to_vec()]);
@@ -371,7 +381,7 @@ fn damage_beyond_the_redundancy_is_eio_for_that_range_only() {
                 assert_eq!(got, da[off as usize..(off as usize + 4096).min(60_000)], "wrong bytes at {off}");
                 ok += 1;
             }
-            Err(FsError::Unrecoverable { .. }) => eio += 1,
+            Err(FsError::Corrupt(Corruption::Unrecoverable { .. })) => eio += 1,
             Err(e) => panic!("{e}"),
         }
     }
@@ -652,7 +662,7 @@ fn special_files_keep_their_type_and_device_number_across_a_remount() {
         fs.mknod(ROOT, format!("s{i}").as_bytes(), *k, 0o640, *rdev, (7, 8)).unwrap();
     }
     let f = fs.lookup(ROOT, b"s0").unwrap();
-    assert!(matches!(fs.read(f.ino, 0, 10), Err(FsError::Invalid { .. })));
+    assert!(matches!(fs.read(f.ino, 0, 10), Err(FsError::Posix(PosixError::Invalid { .. }))));
     let (fs2, _) = Fs::open(fs.unmount().unwrap(), opts(Compression::Lz4)).unwrap();
     for (i, (k, rdev)) in kinds.iter().enumerate() {
         let a = fs2.lookup(ROOT, format!("s{i}").as_bytes()).unwrap();

@@ -8,6 +8,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
+use bitmend_flashfs::PosixError;
 use bitmend_flashfs::{Compression, Fs, FsOptions, SetAttr, ROOT};
 use bitmend_media::campaign::{self, Schedule};
 use bitmend_media::nand::{FaultyNand, RamNand};
@@ -173,7 +174,7 @@ fn power_cuts_among_groups_written_ahead_keep_every_synced_state() {
                     let attr = fs.getattr(ino).unwrap();
                     Some((fs.read(ino, 0, 1 << 16).unwrap(), attr.perm))
                 }
-                Err(bitmend_flashfs::FsError::NotFound) => None,
+                Err(bitmend_flashfs::FsError::Posix(PosixError::NotFound)) => None,
                 Err(e) => panic!("cut {cut}: {path}: {e}"),
             };
             let (o, n) = (old.get(path).cloned(), new.get(path).cloned());

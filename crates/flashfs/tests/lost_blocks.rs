@@ -6,6 +6,7 @@
 
 mod common;
 
+use bitmend_flashfs::FormatError;
 use bitmend_flashfs::{Compression, Fs, FsError, FsOptions, Ino, SuperblockCopy, ROOT};
 use bitmend_media::campaign::{self, Schedule};
 use bitmend_media::nand::{FaultyNand, RamNand, RawAccess};
@@ -139,7 +140,7 @@ fn with_no_copy_anywhere_the_image_is_refused_and_says_why() {
         destroy(&mut nand, b);
     }
     match Fs::open(nand, opts()) {
-        Err(FsError::NotAFs { why }) => {
+        Err(FsError::Format(FormatError::NotAFs { why })) => {
             assert!(why.contains("no readable superblock") && why.contains("segment"), "{why}")
         }
         other => panic!("{:?}", other.map(|(_, r)| r)),

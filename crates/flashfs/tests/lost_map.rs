@@ -5,6 +5,7 @@
 
 mod common;
 
+use bitmend_flashfs::Corruption;
 use bitmend_flashfs::{Compression, Fs, FsError, FsOptions, SetAttr, CHUNK_PAGES, LOGICAL_PAGE, ROOT};
 use bitmend_media::nand::{FaultyNand, RamNand};
 use common::{cfg, lose_beyond_repair, pages_with};
@@ -135,7 +136,7 @@ fn a_lost_map_whose_data_is_lost_too_stays_eio_never_wrong() {
         let at = page * LOGICAL_PAGE;
         match fs.read(f.ino, at as u64, LOGICAL_PAGE) {
             Ok(got) => assert!(got == data[at..at + LOGICAL_PAGE], "wrong bytes in page {page}"),
-            Err(FsError::Unrecoverable { .. }) => eio += 1,
+            Err(FsError::Corrupt(Corruption::Unrecoverable { .. })) => eio += 1,
             Err(e) => panic!("page {page}: {e}"),
         }
     }

@@ -4,6 +4,7 @@
 
 mod common;
 
+use bitmend_flashfs::Corruption;
 use bitmend_flashfs::Ino;
 use bitmend_flashfs::{Compression, Fs, FsConfig, FsError, FsOptions, PageAddr, PageHealth, ROOT};
 use bitmend_media::nand::{FaultyNand, RamNand};
@@ -128,7 +129,7 @@ fn damage_beyond_the_redundancy_is_reported_and_the_pass_completes() {
                     Ok(got) => {
                         assert_eq!(got, data[off..(off + 4096).min(data.len())], "inode {ino} at {off}")
                     }
-                    Err(FsError::Unrecoverable { .. }) => eio += 1,
+                    Err(FsError::Corrupt(Corruption::Unrecoverable { .. })) => eio += 1,
                     Err(e) => panic!("{e}"),
                 }
             }

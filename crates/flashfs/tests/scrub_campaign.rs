@@ -19,6 +19,7 @@ mod common;
 use std::collections::BTreeSet;
 
 use bitmend_flashfs::{Compression, Fs, FsConfig, FsError, FsOptions, Ino, PageAddr, ROOT};
+use bitmend_flashfs::{Corruption, PosixError};
 use bitmend_media::nand::{Geometry, Nand, RamNand, RawAccess, Timing};
 use bitmend_media::rng::Rng;
 
@@ -127,7 +128,7 @@ fn readable<N: Nand>(fs: &mut Fs<N>, model: &Model, what: &str) -> BTreeSet<usiz
     for (i, (d, name, want)) in model.files.iter().enumerate() {
         let ino = match lookup(fs, d, name) {
             Ok(ino) => ino,
-            Err(FsError::NotFound) => panic!("{what}: {d}/{name} is gone"),
+            Err(FsError::Posix(PosixError::NotFound)) => panic!("{what}: {d}/{name} is gone"),
             Err(_) => continue,
         };
         match fs.read(ino, 0, want.len() + 1) {
@@ -135,7 +136,10 @@ fn readable<N: Nand>(fs: &mut Fs<N>, model: &Model, what: &str) -> BTreeSet<usiz
                 assert!(got == *want, "{what}: {d}/{name} read back {} bytes that differ", got.len());
                 ok.insert(i);
             }
-            Err(FsError::Unrecoverable { .. } | FsError::NotWritten { .. }) => {}
+            Err(
+                FsError::Corrupt(Corruption::Unrecoverable { .. })
+                | FsError::Corrupt(Corruption::NotWritten { .. }),
+            ) => {}
             Err(e) => panic!("{what}: {d}/{name}: {e}"),
         }
     }

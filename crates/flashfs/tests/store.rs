@@ -2,6 +2,7 @@
 //! repaired; beyond it reads fail, never lie; power cuts at every NAND operation lose nothing
 //! synced.
 
+use bitmend_flashfs::Corruption;
 use bitmend_flashfs::{FsConfig, FsError, PageAddr, PageStore, Repaired};
 use bitmend_media::campaign::{self, Schedule};
 use bitmend_media::nand::{FaultyNand, Geometry, Nand, NandError, RamNand, Timing};
@@ -144,13 +145,16 @@ fn damage_beyond_both_levels_is_an_error_never_wrong_bytes() {
         store.nand_mut().lose_page(pg).unwrap();
     }
     let mut buf = vec![0u8; 512];
-    assert!(matches!(store.read(addrs[2], &mut buf), Err(FsError::Unrecoverable { .. })));
+    assert!(matches!(
+        store.read(addrs[2], &mut buf),
+        Err(FsError::Corrupt(Corruption::Unrecoverable { .. }))
+    ));
     // The rest reads back: page 3 from its stripe, every other page as written.
     let mut unrecoverable = 0;
     for (k, a) in addrs.iter().enumerate() {
         match store.read(*a, &mut buf) {
             Ok(_) => assert_eq!(buf, page(6, k as u64), "page {k} read back WRONG"),
-            Err(FsError::Unrecoverable { .. }) => unrecoverable += 1,
+            Err(FsError::Corrupt(Corruption::Unrecoverable { .. })) => unrecoverable += 1,
             Err(e) => panic!("{e}"),
         }
     }

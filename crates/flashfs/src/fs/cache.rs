@@ -11,7 +11,7 @@
 //!
 //! A read checks a cached page when the mount's strategy says it is due ([`Verify`]). A clean
 //! page that fails is dropped and read again from flash; a dirty one cannot be read again,
-//! and the read fails with [`FsError::CorruptInMemory`] (never its bytes).
+//! and the read fails with [`FsError::Corrupt(Corruption::InMemory)`] (never its bytes).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -21,6 +21,7 @@ use bitmend_code::crc;
 use bitmend_media::nand::Nand;
 
 use super::{Fs, Ino, LOGICAL_PAGE};
+use crate::Corruption;
 use crate::FsError;
 
 /// When a read checks the cached page it reads (Loris section IV-C).
@@ -242,7 +243,7 @@ impl PageCache {
         self.stats.checks += 1;
         if !page.sound() {
             self.stats.dirty_caught += 1;
-            return Err(FsError::CorruptInMemory { ino: key.0, page: key.1 });
+            return Err(Corruption::InMemory { ino: key.0, page: key.1 }.into());
         }
         if matches!(self.verify, Verify::AfterCheck(_)) {
             page.stamp = now;

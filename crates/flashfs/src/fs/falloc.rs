@@ -19,6 +19,7 @@ use super::Ino;
 use super::{now, Fs, LOGICAL_PAGE};
 use crate::fs::node::{self, FileType, NodeKind};
 use crate::FsError;
+use crate::PosixError;
 
 /// What `fallocate` does (Linux's mode bits 0, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE,
 /// FALLOC_FL_ZERO_RANGE).
@@ -108,13 +109,18 @@ impl<N: Nand> Fs<N> {
         let ino = ino.0;
         match self.inode(ino)?.attr.kind {
             FileType::File => {}
-            FileType::Dir => return Err(FsError::IsDir),
-            _ => return Err(FsError::Unsupported { why: "fallocate of a file that is not regular".into() }),
+            FileType::Dir => return Err(PosixError::IsDir.into()),
+            _ => {
+                return Err(
+                    PosixError::Unsupported { why: "fallocate of a file that is not regular".into() }.into()
+                )
+            }
         }
         let Some(end) = off.checked_add(len).filter(|_| len > 0) else {
-            return Err(FsError::Invalid {
+            return Err(PosixError::Invalid {
                 why: "fallocate of an empty range, or past the largest offset".into(),
-            });
+            }
+            .into());
         };
         let page = LOGICAL_PAGE as u64;
         match how {

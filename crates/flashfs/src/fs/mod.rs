@@ -41,6 +41,7 @@ pub use xattr::{XattrMode, XATTR_NAME_MAX};
 
 use crate::fs::node::Attr;
 use crate::store::PageStore;
+use crate::FormatError;
 use crate::{FsConfig, FsError};
 
 /// The root directory's inode number.
@@ -403,9 +404,10 @@ impl<N: Nand> Fs<N> {
     fn with_store(store: PageStore<N>, opts: FsOptions) -> Result<Fs<N>, FsError> {
         let page = store.layout.g.page_size;
         if page < MIN_PAGE {
-            return Err(FsError::Config {
+            return Err(FormatError::Config {
                 why: format!("{page}-byte pages: the file system needs {MIN_PAGE} or more"),
-            });
+            }
+            .into());
         }
         Ok(Fs {
             page: write::OpenPage::new(page as usize),

@@ -13,6 +13,7 @@ use crate::fs::cache::DirtyPage;
 use crate::fs::node::{self, Attr, FileType};
 use crate::store::{PageAddr, Repaired};
 use crate::FsError;
+use crate::{Corruption, PosixError};
 
 /// What the last reads decoded, so that a sequential read does not read or decompress the
 /// same thing once per logical page.
@@ -41,23 +42,23 @@ fn zero_page_crc() -> u32 {
 
 fn check_name(name: &[u8]) -> Result<(), FsError> {
     if name.len() > NAME_MAX {
-        return Err(FsError::NameTooLong);
+        return Err(PosixError::NameTooLong.into());
     }
     if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
-        return Err(FsError::Invalid { why: "not a valid file name".into() });
+        return Err(PosixError::Invalid { why: "not a valid file name".into() }.into());
     }
     Ok(())
 }
 
 impl<N: Nand> Fs<N> {
     pub(crate) fn inode(&self, ino: u64) -> Result<&Inode, FsError> {
-        self.ns.get(ino).ok_or(FsError::NotFound)
+        self.ns.get(ino).ok_or(FsError::Posix(PosixError::NotFound))
     }
 
     fn dir(&self, ino: u64) -> Result<&BTreeMap<Vec<u8>, u64>, FsError> {
         match self.inode(ino)?.attr.kind {
             FileType::Dir => Ok(self.ns.entries(ino).expect("every directory has entries")),
-            _ => Err(FsError::NotDir),
+            _ => Err(PosixError::NotDir.into()),
         }
     }
 
@@ -71,9 +72,9 @@ impl<N: Nand> Fs<N> {
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Attr, FsError> {
         let parent = parent.0;
         if name.len() > NAME_MAX {
-            return Err(FsError::NameTooLong);
+            return Err(PosixError::NameTooLong.into());
         }
-        let child = *self.dir(parent)?.get(name).ok_or(FsError::NotFound)?;
+        let child = *self.dir(parent)?.get(name).ok_or(FsError::Posix(PosixError::NotFound))?;
         self.getattr(Ino(child))
     }
 
@@ -105,7 +106,7 @@ impl<N: Nand> Fs<N> {
     ) -> Result<Attr, FsError> {
         check_name(name)?;
         if self.dir(parent)?.contains_key(name) {
-            return Err(FsError::Exists);
+            return Err(PosixError::Exists.into());
         }
         // A symlink's target goes into its inode node, or, when long, into a page of data.
         self.reserve(u64::from(!target.is_empty()), 1)?;
@@ -184,7 +185,9 @@ impl<N: Nand> Fs<N> {
     ) -> Result<Attr, FsError> {
         let parent = parent.0;
         if target.is_empty() || target.len() > SYMLINK_MAX {
-            return Err(FsError::Invalid { why: format!("symlink targets are 1 to {SYMLINK_MAX} bytes") });
+            return Err(
+                PosixError::Invalid { why: format!("symlink targets are 1 to {SYMLINK_MAX} bytes") }.into()
+            );
         }
         self.make(parent, name, (FileType::Symlink, 0o777, 0), (uid, gid), target)
     }
@@ -203,7 +206,7 @@ impl<N: Nand> Fs<N> {
         match kind {
             FileType::File => self.create(Ino(parent), name, perm, uid, gid),
             FileType::Dir | FileType::Symlink => {
-                Err(FsError::Invalid { why: "mknod makes files and special files".into() })
+                Err(PosixError::Invalid { why: "mknod makes files and special files".into() }.into())
             }
             _ => self.make(parent, name, (kind, perm, rdev), (uid, gid), b""),
         }
@@ -213,7 +216,7 @@ impl<N: Nand> Fs<N> {
         let ino = ino.0;
         let i = self.inode(ino)?;
         if i.attr.kind != FileType::Symlink {
-            return Err(FsError::Invalid { why: "not a symlink".into() });
+            return Err(PosixError::Invalid { why: "not a symlink".into() }.into());
         }
         if !i.target.is_empty() || i.attr.size == 0 {
             return Ok(i.target.clone());
@@ -222,7 +225,7 @@ impl<N: Nand> Fs<N> {
         let len = (i.attr.size as usize).min(SYMLINK_MAX);
         // Not a hole: a target page the index lost reads as an error, not as NULs.
         if self.loc(ino, 0)?.is_none() {
-            return Err(FsError::Unrecoverable { page: 0 });
+            return Err(Corruption::Unrecoverable { page: 0 }.into());
         }
         let mut page = self.page(ino, 0)?;
         page.truncate(len);
@@ -235,10 +238,10 @@ impl<N: Nand> Fs<N> {
         let parent = parent.0;
         check_name(name)?;
         if self.inode(ino)?.attr.kind == FileType::Dir {
-            return Err(FsError::IsDir);
+            return Err(PosixError::IsDir.into());
         }
         if self.dir(parent)?.contains_key(name) {
-            return Err(FsError::Exists);
+            return Err(PosixError::Exists.into());
         }
         self.reserve(0, 1)?;
         self.ns.add_entry(parent, name, ino);
@@ -293,9 +296,9 @@ impl<N: Nand> Fs<N> {
 
     pub fn unlink(&mut self, parent: Ino, name: &[u8]) -> Result<(), FsError> {
         let parent = parent.0;
-        let ino = *self.dir(parent)?.get(name).ok_or(FsError::NotFound)?;
+        let ino = *self.dir(parent)?.get(name).ok_or(FsError::Posix(PosixError::NotFound))?;
         if self.inode(ino)?.attr.kind == FileType::Dir {
-            return Err(FsError::IsDir);
+            return Err(PosixError::IsDir.into());
         }
         self.ns.remove_entry(parent, name);
         self.drop_link(ino);
@@ -309,9 +312,9 @@ impl<N: Nand> Fs<N> {
 
     pub fn rmdir(&mut self, parent: Ino, name: &[u8]) -> Result<(), FsError> {
         let parent = parent.0;
-        let ino = *self.dir(parent)?.get(name).ok_or(FsError::NotFound)?;
+        let ino = *self.dir(parent)?.get(name).ok_or(FsError::Posix(PosixError::NotFound))?;
         if !self.dir(ino)?.is_empty() {
-            return Err(FsError::NotEmpty);
+            return Err(PosixError::NotEmpty.into());
         }
         self.ns.remove_entry(parent, name);
         self.drop_link(ino);
@@ -353,11 +356,11 @@ impl<N: Nand> Fs<N> {
         let parent = parent.0;
         let newparent = newparent.0;
         check_name(newname)?;
-        let ino = *self.dir(parent)?.get(name).ok_or(FsError::NotFound)?;
+        let ino = *self.dir(parent)?.get(name).ok_or(FsError::Posix(PosixError::NotFound))?;
         self.dir(newparent)?;
         let is_dir = self.inode(ino)?.attr.kind == FileType::Dir;
         if is_dir && self.is_under(newparent, ino) {
-            return Err(FsError::Invalid { why: "a directory cannot move under itself".into() });
+            return Err(PosixError::Invalid { why: "a directory cannot move under itself".into() }.into());
         }
         let replaced = self.dir(newparent)?.get(newname).copied();
         if replaced == Some(ino) {
@@ -365,9 +368,9 @@ impl<N: Nand> Fs<N> {
         }
         if let Some(old) = replaced {
             match (is_dir, self.inode(old)?.attr.kind == FileType::Dir) {
-                (true, false) => return Err(FsError::NotDir),
-                (false, true) => return Err(FsError::IsDir),
-                (true, true) if !self.dir(old)?.is_empty() => return Err(FsError::NotEmpty),
+                (true, false) => return Err(PosixError::NotDir.into()),
+                (false, true) => return Err(PosixError::IsDir.into()),
+                (true, true) if !self.dir(old)?.is_empty() => return Err(PosixError::NotEmpty.into()),
                 _ => {}
             }
         }
@@ -408,9 +411,9 @@ impl<N: Nand> Fs<N> {
         if let Some(size) = set.size {
             if kind != FileType::File {
                 return Err(if kind == FileType::Dir {
-                    FsError::IsDir
+                    FsError::Posix(PosixError::IsDir)
                 } else {
-                    FsError::Invalid { why: "not a file".into() }
+                    FsError::Posix(PosixError::Invalid { why: "not a file".into() })
                 });
             }
             self.truncate(ino, size)?;
@@ -523,7 +526,7 @@ impl<N: Nand> Fs<N> {
         let slot = loc.slot as usize;
         let unreadable = |fs: &mut Self| {
             fs.stats.unreadable += 1;
-            FsError::Unrecoverable { page: loc.frags.first().map_or(0, |f| f.0) }
+            FsError::Corrupt(Corruption::Unrecoverable { page: loc.frags.first().map_or(0, |f| f.0) })
         };
         // A place past the page's own index can only come from a damaged map.
         let Some(first) = index.checked_sub(slot as u64) else { return Err(unreadable(self)) };
@@ -585,7 +588,7 @@ impl<N: Nand> Fs<N> {
             let (off, len) = (off as usize, len as usize);
             // A fragment outside its page can only come from a damaged (or hostile) index:
             // the logical page is unreadable, never a panic.
-            let bad = || FsError::Unrecoverable { page };
+            let bad = || FsError::Corrupt(Corruption::Unrecoverable { page });
             if page == PENDING {
                 payload.extend_from_slice(self.page.bytes(off..off + len).ok_or_else(bad)?);
                 continue;
@@ -639,8 +642,8 @@ impl<N: Nand> Fs<N> {
         let i = self.inode(ino)?;
         match i.attr.kind {
             FileType::File => {}
-            FileType::Dir => return Err(FsError::IsDir),
-            _ => return Err(FsError::Invalid { why: "not a regular file".into() }),
+            FileType::Dir => return Err(PosixError::IsDir.into()),
+            _ => return Err(PosixError::Invalid { why: "not a regular file".into() }.into()),
         }
         Ok(off..i.attr.size.min(off.saturating_add(len as u64)).max(off))
     }
@@ -677,8 +680,8 @@ impl<N: Nand> Fs<N> {
         let ino = ino.0;
         match self.inode(ino)?.attr.kind {
             FileType::File => {}
-            FileType::Dir => return Err(FsError::IsDir),
-            _ => return Err(FsError::Invalid { why: "not a regular file".into() }),
+            FileType::Dir => return Err(PosixError::IsDir.into()),
+            _ => return Err(PosixError::Invalid { why: "not a regular file".into() }.into()),
         }
         let old_size = self.inode(ino)?.attr.size;
         if off > old_size {
@@ -686,7 +689,7 @@ impl<N: Nand> Fs<N> {
         }
         let mut pos = off;
         let Some(end) = off.checked_add(data.len() as u64) else {
-            return Err(FsError::Invalid { why: "a write past the largest offset".into() });
+            return Err(PosixError::Invalid { why: "a write past the largest offset".into() }.into());
         };
         let pages = off / LOGICAL_PAGE as u64..end.div_ceil(LOGICAL_PAGE as u64);
         // A page whose index chunk is beyond repair cannot be written (its map could only

@@ -11,6 +11,7 @@ use bitmend_media::nand::Nand;
 use super::Fs;
 use crate::store::mount::PageHealth;
 use crate::store::{Repaired, SigCheck};
+use crate::Corruption;
 use crate::FsError;
 
 /// What a scrub pass has done so far.
@@ -112,11 +113,11 @@ impl<N: Nand> Fs<N> {
                             pass.repaired.insert(addr.0);
                             damaged.push(addr);
                         }
-                        Err(FsError::Unrecoverable { .. }) => r.unreadable_pages += 1,
+                        Err(FsError::Corrupt(Corruption::Unrecoverable { .. })) => r.unreadable_pages += 1,
                         // No spare or group says what the page is: a torn program (nothing
                         // acknowledged there) holds what its stripe says was programmed; a
                         // damaged page does not.
-                        Err(FsError::NotWritten { .. }) => {
+                        Err(FsError::Corrupt(Corruption::NotWritten { .. })) => {
                             if self.store.matches_stripe(addr)? == Some(false) {
                                 r.unsigned_damaged += 1;
                                 damaged.push(addr);
@@ -182,7 +183,7 @@ impl<N: Nand> Fs<N> {
             match self.page(ino, index) {
                 Ok(_) => report.logical_pages_relocated += self.stats.relocated - before,
                 // The page went bad again between the two reads: counted where it is read.
-                Err(FsError::Unrecoverable { .. }) => {}
+                Err(FsError::Corrupt(Corruption::Unrecoverable { .. })) => {}
                 Err(e) => return Err(e),
             }
         }

@@ -19,6 +19,7 @@ use crate::fs::cache::DirtyPage;
 use crate::fs::node::{self, Frag, NodeKind, FLAG_LAST, FRAG_HEADER, MAX_NODE_PAGES};
 use crate::store::PageAddr;
 use crate::FsError;
+use crate::{Corruption, PosixError};
 
 /// Maps a write-back step writes at most when too many chunks are dirty: about a quarter
 /// of a step's hold (a small file's map, not offered to zstd, takes 1 to 2 us).
@@ -271,9 +272,10 @@ impl<N: Nand> Fs<N> {
     fn commit_nodes(&mut self, nodes: Vec<Out>, record: bool) -> Result<(), FsError> {
         let need: usize = nodes.iter().map(|n| FRAG_HEADER + n.payload.len()).sum();
         if need > self.page.buf.len() {
-            return Err(FsError::Invalid {
+            return Err(PosixError::Invalid {
                 why: format!("an operation of {need} bytes does not fit in a page"),
-            });
+            }
+            .into());
         }
         if self.page.fill + need > self.page.buf.len() {
             self.seal_page()?;
@@ -649,7 +651,11 @@ impl<N: Nand> Fs<N> {
                 // a run whose index chunk became unreadable since it was accepted cannot be
                 // written ever: kept, it would fail every later sync. (The lock is held from
                 // the take to here: no write can have made any of them newer since.)
-                let lost_map = matches!(e, FsError::Unrecoverable { .. } | FsError::NotWritten { .. });
+                let lost_map = matches!(
+                    e,
+                    FsError::Corrupt(Corruption::Unrecoverable { .. })
+                        | FsError::Corrupt(Corruption::NotWritten { .. })
+                );
                 if !lost_map {
                     for (i, p) in run.drain(..).enumerate() {
                         self.wb.dirty.insert((ino, first + i as u64), p);
@@ -720,7 +726,7 @@ impl<N: Nand> Fs<N> {
     pub fn fsync(&mut self, ino: Ino) -> Result<(), FsError> {
         let ino = ino.0;
         if !self.ns.contains(ino) {
-            return Err(FsError::NotFound);
+            return Err(PosixError::NotFound.into());
         }
         if self.tier.is_some() {
             return Ok(());

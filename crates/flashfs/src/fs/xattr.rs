@@ -13,6 +13,7 @@ use super::Ino;
 use super::{now, Fs};
 use crate::fs::node::{self, NodeKind};
 use crate::FsError;
+use crate::PosixError;
 
 /// The namespaces Linux passes to a file system; a name must start with one of them and
 /// have more after it.
@@ -34,12 +35,13 @@ pub enum XattrMode {
 
 fn check_xattr_name(name: &[u8]) -> Result<(), FsError> {
     if name.len() > XATTR_NAME_MAX {
-        return Err(FsError::NameTooLong);
+        return Err(PosixError::NameTooLong.into());
     }
     if !NAMESPACES.iter().any(|ns| name.len() > ns.len() && name.starts_with(ns)) || name.contains(&0) {
-        return Err(FsError::Unsupported {
+        return Err(PosixError::Unsupported {
             why: "attribute names are user., security., system. or trusted. and more".into(),
-        });
+        }
+        .into());
     }
     Ok(())
 }
@@ -54,7 +56,7 @@ impl<N: Nand> Fs<N> {
     pub fn getxattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>, FsError> {
         let ino = ino.0;
         check_xattr_name(name)?;
-        self.inode(ino)?.xattrs.get(name).cloned().ok_or(FsError::NoXattr)
+        self.inode(ino)?.xattrs.get(name).cloned().ok_or(FsError::Posix(PosixError::NoXattr))
     }
 
     /// The names of the attributes of `ino`, in order.
@@ -69,13 +71,13 @@ impl<N: Nand> Fs<N> {
         check_xattr_name(name)?;
         let mut set = self.inode(ino)?.xattrs.clone();
         match (mode, set.contains_key(name)) {
-            (XattrMode::Create, true) => return Err(FsError::Exists),
-            (XattrMode::Replace, false) => return Err(FsError::NoXattr),
+            (XattrMode::Create, true) => return Err(PosixError::Exists.into()),
+            (XattrMode::Replace, false) => return Err(PosixError::NoXattr.into()),
             _ => {}
         }
         set.insert(name.to_vec(), value.to_vec());
         if node::xattrs_len(&set) > self.xattr_room() {
-            return Err(FsError::XattrTooBig { room: self.xattr_room() });
+            return Err(PosixError::XattrTooBig { room: self.xattr_room() }.into());
         }
         self.reserve(0, 1)?;
         self.put_xattrs(ino, set)
@@ -87,7 +89,7 @@ impl<N: Nand> Fs<N> {
         check_xattr_name(name)?;
         let mut set = self.inode(ino)?.xattrs.clone();
         if set.remove(name).is_none() {
-            return Err(FsError::NoXattr);
+            return Err(PosixError::NoXattr.into());
         }
         self.put_xattrs(ino, set)
     }

@@ -16,6 +16,7 @@ use super::mount::erased;
 use crate::store::layout::{Anchor, AnchorCkpt, Kind, Spare, RESERVED_BLOCKS};
 use crate::store::superblock::HeaderCopy;
 use crate::store::{PageAddr, PageStore, Segment};
+use crate::{FormatError, PosixError};
 use crate::{FsError, StoreMountReport};
 
 impl<N: Nand> PageStore<N> {
@@ -299,10 +300,12 @@ impl<N: Nand> PageStore<N> {
     /// follows the chain from its segment. Called once the checkpoint is durable.
     pub fn record_checkpoint(&mut self, page: PageAddr) -> Result<(), FsError> {
         let Some((phys, _, _)) = self.layout.locate(page.0) else {
-            return Err(FsError::Invalid { why: format!("page {} is not in a segment", page.0) });
+            return Err(PosixError::Invalid { why: format!("page {} is not in a segment", page.0) }.into());
         };
         let Some(&Segment { logical: segment, .. }) = self.w.used.iter().find(|u| u.physical == phys) else {
-            return Err(FsError::Invalid { why: format!("page {} is in no segment in use", page.0) });
+            return Err(
+                PosixError::Invalid { why: format!("page {} is in no segment in use", page.0) }.into()
+            );
         };
         self.write_anchor(Some(AnchorCkpt { page: page.0, segment, phys }))
     }
@@ -370,7 +373,7 @@ impl<N: Nand> PageStore<N> {
             }
             self.w.anchor = self.fresh_anchor_block(block)?;
         }
-        Err(FsError::Config { why: "no reserved block can hold the anchor log".into() })
+        Err(FormatError::Config { why: "no reserved block can hold the anchor log".into() }.into())
     }
 
     /// Erases the reserved block after `full` (or `full` itself when the other is bad) and

@@ -7,6 +7,7 @@ use bitmend_code::le;
 use bitmend_code::sig::Sig64;
 use bitmend_media::nand::Geometry;
 
+use crate::FormatError;
 use crate::FsError;
 
 /// The on-media version of the flash layout this build reads and writes.
@@ -79,7 +80,7 @@ impl Layout {
 
     /// The layout with `far_reserved` blocks kept at the chip's end (as a superblock says).
     pub fn keeping(g: Geometry, cfg: FsConfig, far_reserved: u32) -> Result<Layout, FsError> {
-        let bad = |why: String| Err(FsError::Config { why });
+        let bad = |why: String| Err(FsError::Format(FormatError::Config { why }));
         if g.spare_size < MIN_SPARE {
             return bad(format!("{} spare bytes per page; the file system needs {MIN_SPARE}", g.spare_size));
         }
@@ -448,7 +449,7 @@ impl Superblock {
 
     pub fn decode(page: &[u8]) -> Result<Superblock, FsError> {
         use superblock_at as at;
-        let not = |why: &str| FsError::NotAFs { why: why.to_string() };
+        let not = |why: &str| FsError::Format(FormatError::NotAFs { why: why.to_string() });
         if page[at::MAGIC..at::MAGIC + 8] != MAGIC {
             return Err(not("no file-system magic in the superblock page"));
         }
@@ -458,7 +459,7 @@ impl Superblock {
         }
         let version = get(at::VERSION);
         if !(FS_VERSION_OLDEST..=FS_VERSION).contains(&version) {
-            return Err(FsError::Version { found: version, supported: FS_VERSION });
+            return Err(FormatError::Version { found: version, supported: FS_VERSION }.into());
         }
         Ok(Superblock {
             g: Geometry {
@@ -578,7 +579,9 @@ mod tests {
             page[60..64].copy_from_slice(&crc.to_le_bytes());
             match Superblock::decode(&page) {
                 Ok(d) => assert!(ok && d == sb, "version {version}"),
-                Err(FsError::Version { found, .. }) => assert!(!ok && found == version, "version {version}"),
+                Err(FsError::Format(FormatError::Version { found, .. })) => {
+                    assert!(!ok && found == version, "version {version}")
+                }
                 Err(e) => panic!("version {version}: {e}"),
             }
         }

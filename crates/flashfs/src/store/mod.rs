@@ -23,6 +23,7 @@ pub(crate) mod superblock;
 use crate::FsError;
 pub use sigcheck::SigCheck;
 
+use crate::{FormatError, PosixError};
 use layout::{FsConfig, Kind, Layout, Spare, RESERVED_BLOCKS};
 
 /// A segment in use: its logical number (how many segments were opened before it: the log's
@@ -161,7 +162,8 @@ impl<N: Nand> PageStore<N> {
         }
         let good_data_bytes = good_blocks * (layout.max_group() as u64 * ps as u64);
         let code = |k: u32, m: u32| {
-            Codec::new(k as usize, m as usize).map_err(|e| FsError::Config { why: e.to_string() })
+            Codec::new(k as usize, m as usize)
+                .map_err(|e| FsError::Format(FormatError::Config { why: e.to_string() }))
         };
         Ok(PageStore {
             group_code: code(layout.max_group(), layout.cfg.parity_pages)?,
@@ -238,7 +240,7 @@ impl<N: Nand> PageStore<N> {
             }
         }
         if written == 0 {
-            return Err(FsError::Config { why: "both superblock blocks are bad".into() });
+            return Err(FormatError::Config { why: "both superblock blocks are bad".into() }.into());
         }
         for b in store.far_blocks()? {
             store.program_superblock(b)?;
@@ -476,7 +478,9 @@ impl<N: Nand> PageStore<N> {
     fn append_with(&mut self, data: &[u8], mark: u8) -> Result<PageAddr, FsError> {
         let ps = self.ps();
         if data.len() != ps {
-            return Err(FsError::Config { why: format!("a page is {ps} bytes, got {}", data.len()) });
+            return Err(
+                FormatError::Config { why: format!("a page is {ps} bytes, got {}", data.len()) }.into()
+            );
         }
         if self.w.seg.is_none() {
             self.open_segment()?;
@@ -757,7 +761,9 @@ impl<N: Nand> PageStore<N> {
     /// Erases a segment the file system no longer needs and makes it free.
     pub fn release_segment(&mut self, phys: u32) -> Result<(), FsError> {
         if self.w.seg.is_some_and(|s| s.physical == phys) {
-            return Err(FsError::Invalid { why: "the segment being written cannot be released".into() });
+            return Err(
+                PosixError::Invalid { why: "the segment being written cannot be released".into() }.into()
+            );
         }
         for b in 0..self.layout.cfg.blocks_per_segment {
             let block = self.layout.block(phys, b);

@@ -7,6 +7,7 @@ use bitmend_media::nand::Nand;
 use crate::store::layout::{Kind, Spare};
 use crate::store::{PageAddr, PageStore, Repaired};
 use crate::FsError;
+use crate::{Corruption, FormatError};
 
 /// A group inside a block: first data page, data pages, and where each parity page is.
 type GroupAt = (u32, u32, Vec<Option<u32>>);
@@ -27,12 +28,14 @@ impl<N: Nand> PageStore<N> {
     /// Reads page `addr` into `out`, checked against its signature and repaired if needed.
     pub fn read(&mut self, addr: PageAddr, out: &mut [u8]) -> Result<Repaired, FsError> {
         if out.len() != self.layout.g.page_size as usize {
-            return Err(FsError::Config { why: format!("a page is {} bytes", self.layout.g.page_size) });
+            return Err(
+                FormatError::Config { why: format!("a page is {} bytes", self.layout.g.page_size) }.into()
+            );
         }
         if let Some(s) = self.read_verified(addr.0, out)? {
             return match s.kind {
                 Kind::Data => Ok(Repaired::No),
-                _ => Err(FsError::NotWritten { page: addr.0 }),
+                _ => Err(Corruption::NotWritten { page: addr.0 }.into()),
             };
         }
         self.repair(addr.0, out)
@@ -46,15 +49,18 @@ impl<N: Nand> PageStore<N> {
     /// together must not cost data the page itself still holds whole.
     pub fn read_claimed(&mut self, addr: PageAddr, out: &mut [u8]) -> Result<Repaired, FsError> {
         match self.read(addr, out) {
-            Err(FsError::NotWritten { .. } | FsError::Unrecoverable { .. }) => {}
+            Err(
+                FsError::Corrupt(Corruption::NotWritten { .. })
+                | FsError::Corrupt(Corruption::Unrecoverable { .. }),
+            ) => {}
             done => return done,
         }
         let Some((seg, b, i)) = self.layout.locate(addr.0) else {
-            return Err(FsError::Unrecoverable { page: addr.0 });
+            return Err(Corruption::Unrecoverable { page: addr.0 }.into());
         };
         if self.read_raw(addr.0, out)?.is_some() {
             // Its spare decodes: the page is what it says, and no repair matched it.
-            return Err(FsError::Unrecoverable { page: addr.0 });
+            return Err(Corruption::Unrecoverable { page: addr.0 }.into());
         }
         if let Some(rebuilt) = self.rebuild_from_segment(seg, b, i, None)? {
             out.copy_from_slice(&rebuilt);
@@ -78,7 +84,7 @@ impl<N: Nand> PageStore<N> {
     fn repair(&mut self, page: u32, out: &mut [u8]) -> Result<Repaired, FsError> {
         let Some((seg, b, i)) = self.layout.locate(page) else {
             self.stats.unrecoverable += 1;
-            return Err(FsError::Unrecoverable { page });
+            return Err(Corruption::Unrecoverable { page }.into());
         };
         // The page's own spare, if it survived, says what the rebuilt bytes must sign to.
         // Without it, the page must be inside a closed group's data pages (so the bytes
@@ -86,12 +92,12 @@ impl<N: Nand> PageStore<N> {
         let own = self.read_raw(page, out)?;
         if own.is_some_and(|s| s.kind != Kind::Data) {
             self.stats.unrecoverable += 1;
-            return Err(FsError::Unrecoverable { page });
+            return Err(Corruption::Unrecoverable { page }.into());
         }
         if own.is_none() && self.find_group(seg, b, i, None)?.is_none() {
             // Not known to hold data: a torn program, or a page of an open group whose spare
             // is gone (which no parity covers yet).
-            return Err(FsError::NotWritten { page });
+            return Err(Corruption::NotWritten { page }.into());
         }
         if let Some(rebuilt) = self.rebuild_from_group(seg, b, i, own)? {
             out.copy_from_slice(&rebuilt);
@@ -104,7 +110,7 @@ impl<N: Nand> PageStore<N> {
             return Ok(Repaired::BySegment);
         }
         self.stats.unrecoverable += 1;
-        Err(FsError::Unrecoverable { page })
+        Err(Corruption::Unrecoverable { page }.into())
     }
 
     fn check_rebuilt(&self, data: &[u8], own: Option<Spare>) -> bool {

@@ -16,6 +16,7 @@ use crate::store::layout::{
     RESERVED_BLOCKS,
 };
 use crate::store::{PageAddr, PageStore};
+use crate::FormatError;
 use crate::FsError;
 
 /// Where the superblock a mount used was read.
@@ -60,11 +61,11 @@ impl<N: Nand> PageStore<N> {
     /// was used.
     pub(crate) fn with_superblock(mut nand: N, header: HeaderCopy) -> Result<PageStore<N>, FsError> {
         let g = nand.geometry();
-        let mut why = FsError::NotAFs {
+        let mut why = FsError::Format(FormatError::NotAFs {
             why: "no readable superblock: none in reserved blocks 0 and 1, at the chip's end, in an anchor, \
                   or in the first page of any segment"
                 .into(),
-        };
+        });
         let mut found = None;
         let reserved = (0..RESERVED_BLOCKS.min(g.blocks)).map(|b| (b, SuperblockCopy::Reserved { block: b }));
         let far: Vec<_> =
@@ -78,9 +79,13 @@ impl<N: Nand> PageStore<N> {
                     found = Some((copy, source));
                     break;
                 }
-                Ok(_) => why = FsError::NotAFs { why: "superblock geometry differs from the chip's".into() },
+                Ok(_) => {
+                    why = FsError::Format(FormatError::NotAFs {
+                        why: "superblock geometry differs from the chip's".into(),
+                    })
+                }
                 // A version this build does not read says more than "unreadable".
-                Err(e @ FsError::Version { .. }) => why = e,
+                Err(e @ FsError::Format(FormatError::Version { .. })) => why = e,
                 Err(_) => {}
             }
         }

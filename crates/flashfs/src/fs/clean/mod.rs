@@ -16,6 +16,7 @@ mod step;
 
 use super::Fs;
 use crate::store::Segment;
+use crate::Corruption;
 use crate::FsError;
 
 /// Free segments below which the cleaner runs (room to move a segment's data and write a
@@ -454,7 +455,7 @@ impl<N: Nand> Fs<N> {
                 }
                 // A page beyond repair keeps its place: erasing the segment would turn a
                 // read that fails (EIO) into one that returns something else.
-                Err(FsError::Unrecoverable { .. }) => readable = false,
+                Err(FsError::Corrupt(Corruption::Unrecoverable { .. })) => readable = false,
                 Err(e) => return Err(e),
             }
         }

@@ -18,6 +18,7 @@ use crate::fs::cache::DirtyPage;
 use crate::fs::checkpoint::CkptAt;
 use crate::fs::Fs;
 use crate::store::Segment;
+use crate::Corruption;
 use crate::FsError;
 
 /// Free segments above the cleaner's reserve that the background cleaner keeps: a
@@ -188,7 +189,7 @@ impl<N: Nand> Fs<N> {
                 }
                 // Left where it is: erasing the victim would turn a read that fails (EIO)
                 // into one that returns something else.
-                Err(FsError::Unrecoverable { .. }) => ev.stuck = true,
+                Err(FsError::Corrupt(Corruption::Unrecoverable { .. })) => ev.stuck = true,
                 Err(e) => return Err(e),
             }
         }

@@ -29,6 +29,7 @@ use super::keys::{frag_bytes, mix, ChunkKey, Frags, GroupId, MapSummary};
 use crate::fs::namespace::Namespace;
 use crate::fs::node::{self, NodeKind};
 use crate::fs::{Fs, Inode, PENDING};
+use crate::Corruption;
 use crate::FsError;
 
 const GROUP_MAGIC: u32 = 0x5247_534E; // "NSGR"
@@ -523,7 +524,10 @@ impl<N: Nand> Fs<N> {
         for (g, at) in table {
             let payload = match self.read_payload(&at.frags) {
                 Ok((p, _)) => p,
-                Err(FsError::Unrecoverable { .. } | FsError::NotWritten { .. }) => return Ok(None),
+                Err(
+                    FsError::Corrupt(Corruption::Unrecoverable { .. })
+                    | FsError::Corrupt(Corruption::NotWritten { .. }),
+                ) => return Ok(None),
                 Err(e) => return Err(e),
             };
             match decode_group(&payload, *g, at.crc) {

@@ -24,6 +24,7 @@ use crate::fs::node::FileType;
 use crate::fs::node::{frags, NodeKind, CODEC_FLAGS, FRAG_HEADER};
 use crate::fs::{Fs, Loc, PENDING};
 use crate::store::PageAddr;
+use crate::Corruption;
 use crate::FsError;
 use crate::{Ino, LOGICAL_PAGE};
 
@@ -501,7 +502,8 @@ impl<N: Nand> Fs<N> {
             None => {
                 // Beyond repair: rebuilt from the data nodes if that matches what the
                 // checkpoint says the map held, and written again at the next checkpoint.
-                let lost = FsError::Unrecoverable { page: at.frags.first().map_or(0, |f| f.0) };
+                let lost =
+                    FsError::Corrupt(Corruption::Unrecoverable { page: at.frags.first().map_or(0, |f| f.0) });
                 // A rebuild reads the whole log: tried once per map.
                 if !self.index.unrebuildable.insert((key, at.version)) {
                     return Err(lost);
@@ -536,7 +538,10 @@ impl<N: Nand> Fs<N> {
     fn read_map(&mut self, key: ChunkKey, at: &MapAt) -> Result<Option<ReadMap>, FsError> {
         let (payload, repaired) = match self.read_payload(&at.frags) {
             Ok(p) => p,
-            Err(FsError::Unrecoverable { .. } | FsError::NotWritten { .. }) => return Ok(None),
+            Err(
+                FsError::Corrupt(Corruption::Unrecoverable { .. })
+                | FsError::Corrupt(Corruption::NotWritten { .. }),
+            ) => return Ok(None),
             Err(e) => return Err(e),
         };
         let pages = decode_map(&payload, key);
@@ -728,7 +733,11 @@ impl<N: Nand> Fs<N> {
         let replayed: Vec<ChunkKey> = self.index.overlay.keys().copied().collect();
         for ck in replayed {
             match self.load_chunk(ck) {
-                Ok(_) | Err(FsError::Unrecoverable { .. } | FsError::NotWritten { .. }) => {}
+                Ok(_)
+                | Err(
+                    FsError::Corrupt(Corruption::Unrecoverable { .. })
+                    | FsError::Corrupt(Corruption::NotWritten { .. }),
+                ) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -831,7 +840,10 @@ impl<N: Nand> Fs<N> {
             // seems to hold counts only where the index agrees, below).
             match self.store.read_claimed(PageAddr(page), &mut flash) {
                 Ok(_) => {}
-                Err(FsError::Unrecoverable { .. } | FsError::NotWritten { .. }) => {
+                Err(
+                    FsError::Corrupt(Corruption::Unrecoverable { .. })
+                    | FsError::Corrupt(Corruption::NotWritten { .. }),
+                ) => {
                     unreadable.insert(page);
                     continue;
                 }
@@ -851,7 +863,10 @@ impl<N: Nand> Fs<N> {
                     // A map beyond repair: whatever of it is here cannot be moved.
                     let loc = match self.loc(f.key, index) {
                         Ok(l) => l,
-                        Err(FsError::Unrecoverable { .. } | FsError::NotWritten { .. }) => {
+                        Err(
+                            FsError::Corrupt(Corruption::Unrecoverable { .. })
+                            | FsError::Corrupt(Corruption::NotWritten { .. }),
+                        ) => {
                             unreadable.insert(page);
                             continue;
                         }
@@ -960,7 +975,10 @@ impl<N: Nand> Fs<N> {
                     }
                 }
                 // A map beyond repair stays where it is: its pages read as EIO, not as holes.
-                Err(FsError::Unrecoverable { .. } | FsError::NotWritten { .. }) => readable = false,
+                Err(
+                    FsError::Corrupt(Corruption::Unrecoverable { .. })
+                    | FsError::Corrupt(Corruption::NotWritten { .. }),
+                ) => readable = false,
                 Err(e) => return Err(e),
             }
         }

@@ -18,6 +18,7 @@ use super::keys::{chunk_key, mix, ChunkKey, MapSummary, CHUNK_PAGES};
 use crate::fs::node::{NodeKind, CODEC_FLAGS};
 use crate::fs::scan::{Assembler, Partial};
 use crate::fs::{Fs, Loc};
+use crate::Corruption;
 use crate::FsError;
 
 impl MapSummary {
@@ -48,7 +49,10 @@ impl<N: Nand> Fs<N> {
         for addr in self.store.log_pages(0, None)? {
             match self.store.read(addr, &mut flash) {
                 Ok(_) => {}
-                Err(FsError::Unrecoverable { .. } | FsError::NotWritten { .. }) => {
+                Err(
+                    FsError::Corrupt(Corruption::Unrecoverable { .. })
+                    | FsError::Corrupt(Corruption::NotWritten { .. }),
+                ) => {
                     nodes.lost_page();
                     continue;
                 }

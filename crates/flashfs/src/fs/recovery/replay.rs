@@ -13,13 +13,15 @@ use crate::fs::scan::{Assembler, Partial};
 use crate::fs::{Fs, FsOptions, Inode, Loc, ROOT};
 use crate::store::{PageStore, Repaired, Segment};
 use crate::FsError;
+use crate::{Corruption, FormatError};
 
 /// A node that replay cannot apply because the index chunk it belongs to has a map beyond
 /// repair: the node is counted lost (the chunk's pages read as EIO); other errors stop the
 /// mount.
 fn lost(e: FsError, report: &mut MountReport) -> Result<(), FsError> {
     match e {
-        FsError::Unrecoverable { .. } | FsError::NotWritten { .. } => {
+        FsError::Corrupt(Corruption::Unrecoverable { .. })
+        | FsError::Corrupt(Corruption::NotWritten { .. }) => {
             report.partial_nodes += 1;
             Ok(())
         }
@@ -119,7 +121,7 @@ impl<N: Nand> Fs<N> {
         }
         fs.reclaim_if_short(&mut report.store)?;
         if !fs.ns.contains(ROOT.0) {
-            return Err(FsError::NotAFs { why: "no root directory in the log".into() });
+            return Err(FormatError::NotAFs { why: "no root directory in the log".into() }.into());
         }
         let mut recovered = DirtyRecoveryReport::default();
         let records = dirty.as_ref().map_or(&[][..], |d| &d.records[..]);
@@ -189,8 +191,11 @@ impl<N: Nand> Fs<N> {
         for addr in pages {
             match fs.store.read(addr, &mut flash) {
                 Ok(how) => report.pages_repaired += (how != Repaired::No) as u64,
-                Err(e @ (FsError::Unrecoverable { .. } | FsError::NotWritten { .. })) => {
-                    if matches!(e, FsError::NotWritten { .. }) {
+                Err(
+                    e @ (FsError::Corrupt(Corruption::Unrecoverable { .. })
+                    | FsError::Corrupt(Corruption::NotWritten { .. })),
+                ) => {
+                    if matches!(e, FsError::Corrupt(Corruption::NotWritten { .. })) {
                         report.pages_skipped += 1;
                     } else {
                         report.pages_lost += 1;

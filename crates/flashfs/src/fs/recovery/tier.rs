@@ -11,6 +11,7 @@ use crate::fs::cache::DirtyPage;
 use crate::fs::node::{frags, NodeKind, FLAG_LAST};
 use crate::fs::scan::Partial;
 use crate::fs::{Fs, LOGICAL_PAGE};
+use crate::Corruption;
 use crate::FsError;
 
 impl<N: Nand> Fs<N> {
@@ -107,7 +108,10 @@ impl<N: Nand> Fs<N> {
             let (bytes, crc) = match self.page_and_crc(ino, index) {
                 Ok(p) => p,
                 // Beyond repair: it reads as EIO whatever its bytes.
-                Err(FsError::Unrecoverable { .. } | FsError::NotWritten { .. }) => continue,
+                Err(
+                    FsError::Corrupt(Corruption::Unrecoverable { .. })
+                    | FsError::Corrupt(Corruption::NotWritten { .. }),
+                ) => continue,
                 Err(e) => return Err(e),
             };
             if bytes[tail..].iter().all(|&b| b == 0) {
