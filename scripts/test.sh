@@ -15,6 +15,7 @@ fi
 # ...and built so, it links none of them; nor does a lower layer import a higher one.
 cargo build -p bitmend --locked
 ./scripts/layers.sh
+./scripts/parts.sh
 BITMEND_REQUIRE_ANCHORS=1 BITMEND_REQUIRE_FUSE=1 cargo test --workspace --all-features --locked
 # The mount under the POSIX suites, quick version (the full one: scripts/fuse-suites.sh).
 ./scripts/fuse-suites.sh --quick

@@ -254,12 +254,12 @@ pub struct MountArgs {
     pub writeback_cache: bool,
     /// Threads serving FUSE requests, each with its own /dev/fuse descriptor. A request
     /// holds the file system's lock only while it changes or reads it; receiving the next
-    /// request and copying replies to the kernel go on beside it (docs/DESIGN.md, "Threads and locks").
+    /// request and copying replies to the kernel go on beside it (docs/DESIGN.md, "Concurrency in the mount").
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub threads: u16,
     /// Write dirty data back in the request that passes the dirty limit, as before the
     /// write-back thread (for comparison). By default a thread of its own writes it back,
-    /// a step at a time, and that request returns at once (docs/DESIGN.md, "Threads and locks").
+    /// a step at a time, and that request returns at once (docs/DESIGN.md, "Concurrency in the mount").
     #[arg(long)]
     pub write_back_in_request: bool,
     /// Read every page under the file system's lock, as before reads went without it (for

@@ -85,7 +85,7 @@ pub fn is_mountpoint(mountpoint: &Path) -> bool {
 /// Sets the kernel's readahead for the file system mounted at `mountpoint` to `kib` KiB (its
 /// backing device's `read_ahead_kb`; 0 leaves it). FUSE starts a mount at 128 KiB whatever
 /// the daemon offers at init; a window of one full request (1 MiB) halves the round trips of
-/// a sequential reader (docs/DESIGN.md, "The mount at full speed"). Needs root: otherwise the
+/// a sequential reader (docs/PERFORMANCE.md, "The FUSE mount"). Needs root: otherwise the
 /// daemon's log says why the window stayed.
 pub fn set_readahead(mountpoint: &Path, kib: u32) {
     use std::os::unix::fs::MetadataExt;
