@@ -22,7 +22,7 @@ mod ops;
 pub use ops::PreparedWrite;
 mod read_plan;
 pub use read_plan::ReadPlan;
-mod recovery;
+pub(crate) mod recovery;
 mod scan;
 mod scrub;
 mod write;

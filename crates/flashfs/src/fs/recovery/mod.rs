@@ -3,6 +3,7 @@
 //! applied on top (`tier.rs`). What each found is reported, and what fails verification is
 //! named and never applied.
 
+pub(crate) mod checkpoint;
 mod replay;
 mod tier;
 

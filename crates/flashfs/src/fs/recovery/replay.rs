@@ -333,7 +333,7 @@ impl<N: Nand> Fs<N> {
         n: &Partial,
         dirent_versions: &mut HashMap<(u64, Vec<u8>), u64>,
     ) -> Result<bool, FsError> {
-        let Some(state) = crate::fs::checkpoint::decode_payload(n.head.flags, &n.payload) else {
+        let Some(state) = super::checkpoint::decode_payload(n.head.flags, &n.payload) else {
             return Ok(false);
         };
         // Version 8: the groups it names, all read whole before anything is replaced.
