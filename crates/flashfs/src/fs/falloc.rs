@@ -178,7 +178,7 @@ impl<N: Nand> Fs<N> {
             self.ns.set_ctime(ino, t);
         }
         self.wb.mark_inode(ino);
-        self.note_unsynced();
+        self.wb.note_unsynced();
         self.tier_inode(ino)
     }
 

@@ -115,6 +115,23 @@ impl Namespace {
         self.dirs.iter().find(|(_, e)| e.values().any(|&c| c == dir)).map(|(&p, _)| p)
     }
 
+    /// Whether `dir` is `ino` or lies under it.
+    pub fn is_under(&self, dir: u64, ino: u64) -> bool {
+        let mut d = dir;
+        loop {
+            if d == ino {
+                return true;
+            }
+            if d == ROOT.0 {
+                return false;
+            }
+            match self.parent_of(d) {
+                Some(p) => d = p,
+                None => return false,
+            }
+        }
+    }
+
     pub fn is_open(&self, ino: u64) -> bool {
         self.open_handles.contains_key(&ino)
     }

@@ -7,7 +7,7 @@ use bitmend_media::nand::Nand;
 use super::Ino;
 use super::{
     now, DirEntry, Fs, Inode, Loc, SetAttr, TierWrite, INLINE_TARGET_MAX, LOGICAL_PAGE, NAME_MAX, PENDING,
-    ROOT, SYMLINK_MAX,
+    SYMLINK_MAX,
 };
 use crate::fs::cache::DirtyPage;
 use crate::fs::node::{self, Attr, FileType};
@@ -92,10 +92,6 @@ impl<N: Nand> Fs<N> {
             .collect())
     }
 
-    fn touch(&mut self, ino: u64) {
-        self.ns.touch(ino, now());
-    }
-
     fn make(
         &mut self,
         parent: u64,
@@ -143,7 +139,7 @@ impl<N: Nand> Fs<N> {
             }
         }
         self.ns.add_entry(parent, name, ino);
-        self.touch(parent);
+        self.ns.touch(parent, now());
         let nodes =
             vec![self.inode_node(ino), Fs::<N>::dirent_node(parent, name, ino), self.inode_node(parent)];
         self.commit(nodes)?;
@@ -246,16 +242,11 @@ impl<N: Nand> Fs<N> {
         self.reserve(0, 1)?;
         self.ns.add_entry(parent, name, ino);
         self.ns.link(ino, now());
-        self.touch(parent);
+        self.ns.touch(parent, now());
         let nodes =
             vec![self.inode_node(ino), Fs::<N>::dirent_node(parent, name, ino), self.inode_node(parent)];
         self.commit(nodes)?;
         self.getattr(Ino(ino))
-    }
-
-    /// Drops one link to `ino`; the inode and its data go with the last.
-    fn drop_link(&mut self, ino: u64) -> node::Attr {
-        self.ns.drop_link(ino, now())
     }
 
     /// Notes an open handle on `ino` (it keeps an unlinked file alive).
@@ -301,8 +292,8 @@ impl<N: Nand> Fs<N> {
             return Err(PosixError::IsDir.into());
         }
         self.ns.remove_entry(parent, name);
-        self.drop_link(ino);
-        self.touch(parent);
+        self.ns.drop_link(ino, now());
+        self.ns.touch(parent, now());
         let nodes =
             vec![Fs::<N>::dirent_node(parent, name, 0), self.inode_node(ino), self.inode_node(parent)];
         self.commit(nodes)?;
@@ -317,31 +308,13 @@ impl<N: Nand> Fs<N> {
             return Err(PosixError::NotEmpty.into());
         }
         self.ns.remove_entry(parent, name);
-        self.drop_link(ino);
-        self.touch(parent);
+        self.ns.drop_link(ino, now());
+        self.ns.touch(parent, now());
         let nodes =
             vec![Fs::<N>::dirent_node(parent, name, 0), self.inode_node(ino), self.inode_node(parent)];
         self.commit(nodes)?;
         self.forget_if_unlinked(ino);
         Ok(())
-    }
-
-    /// Whether `dir` is `ino` or lies under it.
-    fn is_under(&self, dir: u64, ino: u64) -> bool {
-        let mut d = dir;
-        loop {
-            if d == ino {
-                return true;
-            }
-            if d == ROOT.0 {
-                return false;
-            }
-            // The parent of a directory: the directory listing it (one, for directories).
-            match self.ns.parent_of(d) {
-                Some(p) => d = p,
-                None => return false,
-            }
-        }
     }
 
     /// Renames atomically, replacing an existing target (a file by a file, an empty directory
@@ -359,7 +332,7 @@ impl<N: Nand> Fs<N> {
         let ino = *self.dir(parent)?.get(name).ok_or(FsError::Posix(PosixError::NotFound))?;
         self.dir(newparent)?;
         let is_dir = self.inode(ino)?.attr.kind == FileType::Dir;
-        if is_dir && self.is_under(newparent, ino) {
+        if is_dir && self.ns.is_under(newparent, ino) {
             return Err(PosixError::Invalid { why: "a directory cannot move under itself".into() }.into());
         }
         let replaced = self.dir(newparent)?.get(newname).copied();
@@ -386,12 +359,12 @@ impl<N: Nand> Fs<N> {
             nodes.push(Fs::<N>::dirent_node(parent, name, 0));
         }
         if let Some(old) = replaced {
-            self.drop_link(old);
+            self.ns.drop_link(old, now());
             nodes.push(self.inode_node(old));
         }
         self.ns.set_ctime(ino, now());
-        self.touch(parent);
-        self.touch(newparent);
+        self.ns.touch(parent, now());
+        self.ns.touch(newparent, now());
         nodes.push(self.inode_node(ino));
         nodes.push(self.inode_node(parent));
         if newparent != parent {
@@ -458,7 +431,7 @@ impl<N: Nand> Fs<N> {
             self.zero_past_end(ino, old)?;
             self.ns.set_size(ino, size);
         }
-        self.touch(ino);
+        self.ns.touch(ino, now());
         Ok(())
     }
 
@@ -704,14 +677,14 @@ impl<N: Nand> Fs<N> {
         // (the chip or the host under the image full) changes nothing. Staged first, its new
         // size went to flash with the flush's inode nodes and outlived the refusal (a test of
         // a full host found it: after a crash the file was one refused write longer).
-        if self.dirty_bytes() + new as usize * LOGICAL_PAGE > self.write_back_limit() {
+        if self.wb.dirty_bytes() + new as usize * LOGICAL_PAGE > self.write_back_limit() {
             self.flush_data()?;
         }
         // Pages fallocate reserved are paid for: the write takes their reservation over.
         let held = self.reserved.count(ino, pages.clone());
         self.reserve(new.saturating_sub(held), 0)?;
         self.reserved.take(ino, pages);
-        self.note_unsynced();
+        self.wb.note_unsynced();
         let mut changed = Vec::with_capacity(data.len() / LOGICAL_PAGE + 2);
         let mut whole_crcs = Vec::with_capacity(data.len() / LOGICAL_PAGE);
         while pos < end {
@@ -742,7 +715,7 @@ impl<N: Nand> Fs<N> {
         // pages are a harmless copy of what flash holds until the next checkout. This flush
         // is only for a write larger than the limit on its own.
         let pages = self.staged_pages((ino, off), &changed, &whole_crcs);
-        if self.dirty_bytes() > self.write_back_limit() {
+        if self.wb.dirty_bytes() > self.write_back_limit() {
             self.flush_data()?;
         }
         Ok((data.len(), self.tier_write(ino, pages)))

@@ -111,6 +111,34 @@ impl WriteBack {
         self.dirty_inodes.insert(ino);
     }
 
+    /// Dirty file data, in bytes.
+    pub fn dirty_bytes(&self) -> usize {
+        self.dirty.len() * LOGICAL_PAGE
+    }
+
+    /// Notes a change that the next `sync` makes durable.
+    pub fn note_unsynced(&mut self) {
+        self.unsynced_since.get_or_insert_with(std::time::Instant::now);
+    }
+
+    /// When the oldest change that is not yet durable was made.
+    pub fn unsynced_since(&self) -> Option<std::time::Instant> {
+        self.unsynced_since
+    }
+
+    /// Holds compression attempts for `ino` off after a poor one: for
+    /// [`SKIP_AFTER_INCOMPRESSIBLE`] pages, twice as long (plus one) as the last hold-off if
+    /// the attempt that ended it was poor too, up to [`SKIP_AFTER_INCOMPRESSIBLE_MAX`].
+    pub fn skip_after_incompressible(&mut self, ino: u64) {
+        if self.skip_compression.len() >= 4096 && !self.skip_compression.contains_key(&ino) {
+            self.skip_compression.clear();
+        }
+        let s = self.skip_compression.entry(ino).or_default();
+        let next = if s.last == 0 { SKIP_AFTER_INCOMPRESSIBLE } else { s.last * 2 + 1 };
+        s.last = next.min(SKIP_AFTER_INCOMPRESSIBLE_MAX);
+        s.left = s.last;
+    }
+
     /// `ino` is gone: nothing of it is written.
     pub fn forget(&mut self, ino: u64) {
         self.drop_pages(ino, 0..u64::MAX);
@@ -256,7 +284,7 @@ impl<N: Nand> Fs<N> {
     /// Puts fragment `f` in the page being filled: its header, then `f.len` bytes of the
     /// payload made of `pieces` back to back, from byte `from` on.
     fn put_frag(&mut self, f: &Frag, pieces: &[&[u8]], from: usize) -> u16 {
-        self.note_unsynced();
+        self.wb.note_unsynced();
         self.page.put(f, pieces, from)
     }
 
@@ -324,7 +352,7 @@ impl<N: Nand> Fs<N> {
             // read the others), and, judged as a page alone would be (see `write_page`),
             // the pages that follow are stored plain untried.
             if content >= joined.len() / 2 {
-                self.skip_after_incompressible(ino);
+                self.wb.skip_after_incompressible(ino);
             }
             for (i, p) in pages.iter().enumerate() {
                 let (crc, plain) = node::plain_data(&p.bytes, p.crc);
@@ -336,19 +364,6 @@ impl<N: Nand> Fs<N> {
             self.write_page_at(ino, first + i as u64, &p.bytes, p.crc, level)?;
         }
         Ok(())
-    }
-
-    /// Holds compression attempts for `ino` off after a poor one: for
-    /// [`SKIP_AFTER_INCOMPRESSIBLE`] pages, twice as long (plus one) as the last hold-off if
-    /// the attempt that ended it was poor too, up to [`SKIP_AFTER_INCOMPRESSIBLE_MAX`].
-    fn skip_after_incompressible(&mut self, ino: u64) {
-        if self.wb.skip_compression.len() >= 4096 && !self.wb.skip_compression.contains_key(&ino) {
-            self.wb.skip_compression.clear();
-        }
-        let s = self.wb.skip_compression.entry(ino).or_default();
-        let next = if s.last == 0 { SKIP_AFTER_INCOMPRESSIBLE } else { s.last * 2 + 1 };
-        s.last = next.min(SKIP_AFTER_INCOMPRESSIBLE_MAX);
-        s.left = s.last;
     }
 
     /// Writes one logical page of file data, whose CRC is `crc`, as a data node of its own.
@@ -389,7 +404,7 @@ impl<N: Nand> Fs<N> {
         // its trailing zeros: a short last page (or a hole) says nothing of the rest.
         let content = page.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
         if content >= page.len() / 2 && (codec == 0 || payload.len() - 4 > content - content / 8) {
-            self.skip_after_incompressible(ino);
+            self.wb.skip_after_incompressible(ino);
         } else {
             self.wb.skip_compression.remove(&ino);
         }
@@ -477,7 +492,7 @@ impl<N: Nand> Fs<N> {
                 Pending::Data(first, count) => {
                     for slot in 0..count as u64 {
                         let key = (first.0, first.1 + slot);
-                        self.push_pending(key, off, n as u16);
+                        self.index.push_pending(key, off, n as u16);
                         if !self.page.keys.contains(&key) {
                             self.page.keys.push(key);
                         }
@@ -508,7 +523,7 @@ impl<N: Nand> Fs<N> {
         // Groups to write ahead of a due checkpoint are the thread's work too, with no file
         // data dirty (a namespace changing).
         self.opts.background_write_back
-            && (self.dirty_bytes() >= self.opts.dirty_limit || self.groups_ahead() > 0)
+            && (self.wb.dirty_bytes() >= self.opts.dirty_limit || self.groups_ahead() > 0)
     }
 
     /// With [`FsOptions::background_write_back`](super::FsOptions): whether a writer should
@@ -531,7 +546,7 @@ impl<N: Nand> Fs<N> {
         } else {
             self.opts.dirty_limit.saturating_mul(super::BACKGROUND_WAIT_LIMIT)
         };
-        self.dirty_bytes() > limit
+        self.wb.dirty_bytes() > limit
     }
 
     /// With [`FsOptions::background_write_back`](super::FsOptions): whether the write-back
@@ -555,7 +570,7 @@ impl<N: Nand> Fs<N> {
         if self.groups_ahead() > 0 && !self.checkpoint_late() {
             return false;
         }
-        let dirty = self.dirty_bytes();
+        let dirty = self.wb.dirty_bytes();
         let half = self.opts.dirty_limit / 2;
         if self.checkpoint_due() && !self.checkpoint_overdue() {
             dirty <= half.min(super::CHECKPOINT_FLUSH_MOST * LOGICAL_PAGE)
@@ -710,15 +725,10 @@ impl<N: Nand> Fs<N> {
         self.tier_checkout()
     }
 
-    /// Notes a change that the next `sync` makes durable.
-    pub(crate) fn note_unsynced(&mut self) {
-        self.wb.unsynced_since.get_or_insert_with(std::time::Instant::now);
-    }
-
     /// When the oldest change that is not yet durable was made; `None` when a crash now
     /// would lose nothing. The mount commits once it is older than its commit interval.
     pub fn unsynced_since(&self) -> Option<std::time::Instant> {
-        self.wb.unsynced_since
+        self.wb.unsynced_since()
     }
 
     /// `fsync`: as `sync` (one log, so one file's durability is everyone's). With an NVRAM
@@ -732,9 +742,5 @@ impl<N: Nand> Fs<N> {
             return Ok(());
         }
         self.sync()
-    }
-
-    pub(crate) fn dirty_bytes(&self) -> usize {
-        self.wb.dirty.len() * super::LOGICAL_PAGE
     }
 }

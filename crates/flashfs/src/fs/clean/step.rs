@@ -229,7 +229,7 @@ impl<N: Nand> Fs<N> {
         let awaiting = &self.cleaner.background.awaiting_maps;
         !awaiting.is_empty()
             && (awaiting.iter().any(|a| a.mount_from != self.cp.mount_from())
-                || self.dirty_bytes() <= self.opts.dirty_limit / 2
+                || self.wb.dirty_bytes() <= self.opts.dirty_limit / 2
                 || self.store.free_segments() <= self.cleaner_reserve())
     }
 

@@ -260,6 +260,16 @@ impl Index {
         std::mem::take(&mut self.map_bytes_since)
     }
 
+    /// Adds a fragment, pending in the page being filled, to a logical page's location.
+    pub fn push_pending(&mut self, key: (u64, u64), off: u16, len: u16) {
+        if let Some(loc) = self.loc_mut(key) {
+            loc.frags.push((PENDING, off, len));
+            let (stored, footprint) = (loc.part(len as u64), loc.part(len as u64 + FRAG_HEADER as u64));
+            self.totals.stored += stored;
+            self.totals.footprint += footprint;
+        }
+    }
+
     /// A fragment of chunk `ck`'s map node was put at `off` in the page being filled.
     pub fn pend_map(&mut self, ck: ChunkKey, off: u16, len: u16) {
         if let Some(m) = self.maps.get_mut(&ck) {
@@ -619,17 +629,6 @@ impl<N: Nand> Fs<N> {
             self.count_loc(&old, false);
         }
         Ok(())
-    }
-
-    /// Adds a fragment, pending in the page being filled, to a logical page's location.
-    pub(crate) fn push_pending(&mut self, key: (u64, u64), off: u16, len: u16) {
-        if let Some(loc) = self.index.loc_mut(key) {
-            loc.frags.push((PENDING, off, len));
-            let (stored, footprint) = (loc.part(len as u64), loc.part(len as u64 + FRAG_HEADER as u64));
-            let t = &mut self.index.totals;
-            t.stored += stored;
-            t.footprint += footprint;
-        }
     }
 
     /// Points the fragments pending in the page just sealed at `addr`, and counts them.

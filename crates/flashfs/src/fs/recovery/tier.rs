@@ -120,7 +120,7 @@ impl<N: Nand> Fs<N> {
             let mut page = DirtyPage::with_crc(bytes, crc);
             page.cut(tail);
             self.set_dirty((ino, index), page);
-            self.note_unsynced();
+            self.wb.note_unsynced();
             report.pages_cut.push((ino, index));
         }
         Ok(())
@@ -156,7 +156,7 @@ impl<N: Nand> Fs<N> {
                 report.pages_cut.push((ino, index));
             }
             self.set_dirty((ino, index), page);
-            self.note_unsynced();
+            self.wb.note_unsynced();
             report.pages += 1;
         }
     }
