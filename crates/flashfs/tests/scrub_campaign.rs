@@ -136,10 +136,7 @@ fn readable<N: Nand>(fs: &mut Fs<N>, model: &Model, what: &str) -> BTreeSet<usiz
                 assert!(got == *want, "{what}: {d}/{name} read back {} bytes that differ", got.len());
                 ok.insert(i);
             }
-            Err(
-                FsError::Corrupt(Corruption::Unrecoverable { .. })
-                | FsError::Corrupt(Corruption::NotWritten { .. }),
-            ) => {}
+            Err(FsError::Corrupt(Corruption::Unrecoverable { .. } | Corruption::NotWritten { .. })) => {}
             Err(e) => panic!("{what}: {d}/{name}: {e}"),
         }
     }

@@ -668,8 +668,7 @@ impl<N: Nand> Fs<N> {
                 // the take to here: no write can have made any of them newer since.)
                 let lost_map = matches!(
                     e,
-                    FsError::Corrupt(Corruption::Unrecoverable { .. })
-                        | FsError::Corrupt(Corruption::NotWritten { .. })
+                    FsError::Corrupt(Corruption::Unrecoverable { .. } | Corruption::NotWritten { .. })
                 );
                 if !lost_map {
                     for (i, p) in run.drain(..).enumerate() {

@@ -49,10 +49,7 @@ impl<N: Nand> PageStore<N> {
     /// together must not cost data the page itself still holds whole.
     pub fn read_claimed(&mut self, addr: PageAddr, out: &mut [u8]) -> Result<Repaired, FsError> {
         match self.read(addr, out) {
-            Err(
-                FsError::Corrupt(Corruption::NotWritten { .. })
-                | FsError::Corrupt(Corruption::Unrecoverable { .. }),
-            ) => {}
+            Err(FsError::Corrupt(Corruption::NotWritten { .. } | Corruption::Unrecoverable { .. })) => {}
             done => return done,
         }
         let Some((seg, b, i)) = self.layout.locate(addr.0) else {

@@ -524,10 +524,9 @@ impl<N: Nand> Fs<N> {
         for (g, at) in table {
             let payload = match self.read_payload(&at.frags) {
                 Ok((p, _)) => p,
-                Err(
-                    FsError::Corrupt(Corruption::Unrecoverable { .. })
-                    | FsError::Corrupt(Corruption::NotWritten { .. }),
-                ) => return Ok(None),
+                Err(FsError::Corrupt(Corruption::Unrecoverable { .. } | Corruption::NotWritten { .. })) => {
+                    return Ok(None)
+                }
                 Err(e) => return Err(e),
             };
             match decode_group(&payload, *g, at.crc) {

@@ -548,10 +548,9 @@ impl<N: Nand> Fs<N> {
     fn read_map(&mut self, key: ChunkKey, at: &MapAt) -> Result<Option<ReadMap>, FsError> {
         let (payload, repaired) = match self.read_payload(&at.frags) {
             Ok(p) => p,
-            Err(
-                FsError::Corrupt(Corruption::Unrecoverable { .. })
-                | FsError::Corrupt(Corruption::NotWritten { .. }),
-            ) => return Ok(None),
+            Err(FsError::Corrupt(Corruption::Unrecoverable { .. } | Corruption::NotWritten { .. })) => {
+                return Ok(None)
+            }
             Err(e) => return Err(e),
         };
         let pages = decode_map(&payload, key);
@@ -733,10 +732,8 @@ impl<N: Nand> Fs<N> {
         for ck in replayed {
             match self.load_chunk(ck) {
                 Ok(_)
-                | Err(
-                    FsError::Corrupt(Corruption::Unrecoverable { .. })
-                    | FsError::Corrupt(Corruption::NotWritten { .. }),
-                ) => {}
+                | Err(FsError::Corrupt(Corruption::Unrecoverable { .. } | Corruption::NotWritten { .. })) => {
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -839,10 +836,7 @@ impl<N: Nand> Fs<N> {
             // seems to hold counts only where the index agrees, below).
             match self.store.read_claimed(PageAddr(page), &mut flash) {
                 Ok(_) => {}
-                Err(
-                    FsError::Corrupt(Corruption::Unrecoverable { .. })
-                    | FsError::Corrupt(Corruption::NotWritten { .. }),
-                ) => {
+                Err(FsError::Corrupt(Corruption::Unrecoverable { .. } | Corruption::NotWritten { .. })) => {
                     unreadable.insert(page);
                     continue;
                 }
@@ -862,10 +856,9 @@ impl<N: Nand> Fs<N> {
                     // A map beyond repair: whatever of it is here cannot be moved.
                     let loc = match self.loc(f.key, index) {
                         Ok(l) => l,
-                        Err(
-                            FsError::Corrupt(Corruption::Unrecoverable { .. })
-                            | FsError::Corrupt(Corruption::NotWritten { .. }),
-                        ) => {
+                        Err(FsError::Corrupt(
+                            Corruption::Unrecoverable { .. } | Corruption::NotWritten { .. },
+                        )) => {
                             unreadable.insert(page);
                             continue;
                         }
@@ -974,10 +967,9 @@ impl<N: Nand> Fs<N> {
                     }
                 }
                 // A map beyond repair stays where it is: its pages read as EIO, not as holes.
-                Err(
-                    FsError::Corrupt(Corruption::Unrecoverable { .. })
-                    | FsError::Corrupt(Corruption::NotWritten { .. }),
-                ) => readable = false,
+                Err(FsError::Corrupt(Corruption::Unrecoverable { .. } | Corruption::NotWritten { .. })) => {
+                    readable = false
+                }
                 Err(e) => return Err(e),
             }
         }

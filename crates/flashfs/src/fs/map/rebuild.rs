@@ -49,10 +49,7 @@ impl<N: Nand> Fs<N> {
         for addr in self.store.log_pages(0, None)? {
             match self.store.read(addr, &mut flash) {
                 Ok(_) => {}
-                Err(
-                    FsError::Corrupt(Corruption::Unrecoverable { .. })
-                    | FsError::Corrupt(Corruption::NotWritten { .. }),
-                ) => {
+                Err(FsError::Corrupt(Corruption::Unrecoverable { .. } | Corruption::NotWritten { .. })) => {
                     nodes.lost_page();
                     continue;
                 }

@@ -20,8 +20,7 @@ use crate::{Corruption, FormatError};
 /// mount.
 fn lost(e: FsError, report: &mut MountReport) -> Result<(), FsError> {
     match e {
-        FsError::Corrupt(Corruption::Unrecoverable { .. })
-        | FsError::Corrupt(Corruption::NotWritten { .. }) => {
+        FsError::Corrupt(Corruption::Unrecoverable { .. } | Corruption::NotWritten { .. }) => {
             report.partial_nodes += 1;
             Ok(())
         }
@@ -192,8 +191,7 @@ impl<N: Nand> Fs<N> {
             match fs.store.read(addr, &mut flash) {
                 Ok(how) => report.pages_repaired += (how != Repaired::No) as u64,
                 Err(
-                    e @ (FsError::Corrupt(Corruption::Unrecoverable { .. })
-                    | FsError::Corrupt(Corruption::NotWritten { .. })),
+                    e @ FsError::Corrupt(Corruption::Unrecoverable { .. } | Corruption::NotWritten { .. }),
                 ) => {
                     if matches!(e, FsError::Corrupt(Corruption::NotWritten { .. })) {
                         report.pages_skipped += 1;

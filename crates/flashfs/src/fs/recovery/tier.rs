@@ -108,10 +108,9 @@ impl<N: Nand> Fs<N> {
             let (bytes, crc) = match self.page_and_crc(ino, index) {
                 Ok(p) => p,
                 // Beyond repair: it reads as EIO whatever its bytes.
-                Err(
-                    FsError::Corrupt(Corruption::Unrecoverable { .. })
-                    | FsError::Corrupt(Corruption::NotWritten { .. }),
-                ) => continue,
+                Err(FsError::Corrupt(Corruption::Unrecoverable { .. } | Corruption::NotWritten { .. })) => {
+                    continue
+                }
                 Err(e) => return Err(e),
             };
             if bytes[tail..].iter().all(|&b| b == 0) {
