@@ -20,26 +20,7 @@ use bitmend_flashfs::{FsConfig, PageAddr, PageStore};
 use bitmend_media::nand::{Counters, FaultyNand, Geometry, Nand, RamNand, Timing};
 use bitmend_media::rng::Rng;
 
-use crate::harness::{Better, Options, Row};
-
-pub(crate) fn row(
-    case: String,
-    ours: f64,
-    anchor: &str,
-    anchor_value: f64,
-    unit: &'static str,
-    better: Better,
-) -> Row {
-    Row {
-        bench: "flashfs",
-        case,
-        ours,
-        anchor: anchor.into(),
-        anchor_value: Some(anchor_value),
-        unit,
-        better,
-    }
-}
+use crate::harness::{flashfs_row, Better, Options, Row};
 
 fn mb_per_s(bytes: u64, ns: u64) -> f64 {
     bytes as f64 * 1e3 / ns.max(1) as f64
@@ -78,7 +59,7 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
     let raw_write_ns = raw_write_page_ns(g, t);
     let raw_write = ps as f64 * 1e3 / raw_write_ns;
     let size = format!("{} MiB", (pages * ps) >> 20);
-    emit(row(
+    emit(flashfs_row(
         format!("page store sequential write {size} (p=1, s=1)"),
         mb_per_s(pages * ps, w.device_ns),
         "raw chip",
@@ -86,7 +67,7 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
         "MB/s",
         Better::Higher,
     ));
-    emit(row(
+    emit(flashfs_row(
         format!("page store write amplification {size}"),
         w.bytes_programmed as f64 / (pages * ps) as f64,
         "raw chip (data+spare)",
@@ -94,7 +75,7 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
         "x",
         Better::Lower,
     ));
-    emit(row(
+    emit(flashfs_row(
         format!("page store write CPU per page {size}"),
         cpu_ns / pages as f64,
         "chip program time",
@@ -111,7 +92,7 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
     let cpu_ns = cpu.elapsed().as_nanos() as f64;
     let r = store.nand().counters() - before;
     let raw_read = ps as f64 * 1e3 / (t.read_ns as f64 + g.raw_page_size() as f64 * t.transfer_ns_per_byte);
-    emit(row(
+    emit(flashfs_row(
         format!("page store sequential read {size} (verified)"),
         mb_per_s(pages * ps, r.device_ns),
         "raw chip",
@@ -119,7 +100,7 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
         "MB/s",
         Better::Higher,
     ));
-    emit(row(
+    emit(flashfs_row(
         format!("page store read CPU per page {size} (signature check)"),
         cpu_ns / pages as f64,
         "chip read time",
@@ -137,7 +118,7 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
         store.sync().expect("sync");
     }
     let c = store.nand().counters() - before;
-    emit(row(
+    emit(flashfs_row(
         "page store append+sync, device time per synced page".into(),
         c.device_ns as f64 / n as f64 / 1e3,
         "raw chip program",
@@ -194,7 +175,7 @@ fn repair(opts: &Options, emit: &mut dyn FnMut(Row)) {
         cpu.sort_by(|a, b| a.total_cmp(b));
         dev.sort_by(|a, b| a.total_cmp(b));
         let seed = if how == "group" { 24.7 } else { 57.0 };
-        emit(row(
+        emit(flashfs_row(
             format!("repair one page from {how} parity, CPU"),
             cpu[cpu.len() / 2],
             "RCFFS paper",
@@ -202,7 +183,7 @@ fn repair(opts: &Options, emit: &mut dyn FnMut(Row)) {
             "ms",
             Better::Lower,
         ));
-        emit(row(
+        emit(flashfs_row(
             format!("repair one page from {how} parity, device reads"),
             dev[dev.len() / 2],
             "RCFFS paper",
@@ -246,8 +227,15 @@ fn mount(opts: &Options, emit: &mut dyn FnMut(Row)) {
         };
         let (mut fs, report, ms, reads) = timed(nand);
         assert!(!report.store.scanned, "mounted by the anchor chain");
-        emit(row(format!("mount {name} clean, device + CPU"), ms, "RCFFS paper", 40.0, "ms", Better::Lower));
-        emit(row(
+        emit(flashfs_row(
+            format!("mount {name} clean, device + CPU"),
+            ms,
+            "RCFFS paper",
+            40.0,
+            "ms",
+            Better::Lower,
+        ));
+        emit(flashfs_row(
             format!("mount {name} clean: pages read"),
             reads as f64,
             "pages readable in 40 ms",
@@ -267,7 +255,7 @@ fn mount(opts: &Options, emit: &mut dyn FnMut(Row)) {
         nand.power_on();
         let (_, report, ms, reads) = timed(nand);
         assert!(!report.store.scanned, "mounted by the anchor chain");
-        emit(row(
+        emit(flashfs_row(
             format!("mount {name} after a power cut, device + CPU"),
             ms,
             "RCFFS paper",
@@ -275,7 +263,7 @@ fn mount(opts: &Options, emit: &mut dyn FnMut(Row)) {
             "ms",
             Better::Lower,
         ));
-        emit(row(
+        emit(flashfs_row(
             format!("mount {name} after a power cut: pages read"),
             reads as f64,
             "pages readable in 40 ms",
@@ -328,7 +316,7 @@ fn fs_small_files(opts: &Options, rng: &mut Rng, emit: &mut dyn FnMut(Row)) {
     let cpu_ms = cpu.elapsed().as_secs_f64() * 1e3 / files as f64;
     let c = fs.store().nand().counters() - before;
     let raw_ms = 3.0 * prog_page_ns / 1e6; // 5 KiB = 3 pages of data, nothing else
-    emit(row(
+    emit(flashfs_row(
         format!("{files} x 5 KiB files: device time per file"),
         c.device_ns as f64 / 1e6 / files as f64,
         "raw chip (3 data pages)",
@@ -337,7 +325,7 @@ fn fs_small_files(opts: &Options, rng: &mut Rng, emit: &mut dyn FnMut(Row)) {
         Better::Lower,
     ));
     let lfs = crate::littlefs::small_files(files, &five);
-    emit(row(
+    emit(flashfs_row(
         format!("{files} x 5 KiB files: device time per file, synced at end"),
         c.device_ns as f64 / 1e6 / files as f64,
         "littlefs (commit per close)",
@@ -345,7 +333,7 @@ fn fs_small_files(opts: &Options, rng: &mut Rng, emit: &mut dyn FnMut(Row)) {
         "ms",
         Better::Lower,
     ));
-    emit(row(
+    emit(flashfs_row(
         format!("{files} x 5 KiB files: pages read per file"),
         c.reads as f64 / files as f64,
         "littlefs",
@@ -353,7 +341,7 @@ fn fs_small_files(opts: &Options, rng: &mut Rng, emit: &mut dyn FnMut(Row)) {
         "pages",
         Better::Lower,
     ));
-    emit(row(
+    emit(flashfs_row(
         format!("{files} x 5 KiB files: CPU per file"),
         cpu_ms,
         "raw chip (3 data pages)",
@@ -361,7 +349,7 @@ fn fs_small_files(opts: &Options, rng: &mut Rng, emit: &mut dyn FnMut(Row)) {
         "ms",
         Better::Lower,
     ));
-    emit(row(
+    emit(flashfs_row(
         format!("{files} x 5 KiB files: flash used"),
         c.bytes_programmed as f64 / 1024.0,
         "file bytes",
@@ -406,7 +394,7 @@ fn fs_one_file(
     let w = fs.store().nand().counters() - before;
     let bytes = (mb << 20) as u64;
     let raw_write = g.page_size as f64 * 1e3 / raw_write_page_ns(g, t);
-    emit(row(
+    emit(flashfs_row(
         format!("sequential write {mb} MiB file + sync"),
         mb_per_s(bytes, w.device_ns),
         "raw chip",
@@ -419,7 +407,7 @@ fn fs_one_file(
         fs.read(f.ino, (i << 20) as u64, 1 << 20).expect("read");
     }
     let r = fs.store().nand().counters() - before;
-    emit(row(
+    emit(flashfs_row(
         format!("sequential read {mb} MiB file (verified)"),
         mb_per_s(bytes, r.device_ns),
         "raw chip",
@@ -441,7 +429,7 @@ fn fs_one_file(
         overwrites.push((at, page.clone()));
     }
     let o = fs.store().nand().counters() - before;
-    emit(row(
+    emit(flashfs_row(
         "random 4 KiB overwrite + fsync".into(),
         n as f64 * 1e9 / o.device_ns as f64,
         "raw chip (2 page programs)",
@@ -449,7 +437,7 @@ fn fs_one_file(
         "ops/s",
         Better::Higher,
     ));
-    emit(row(
+    emit(flashfs_row(
         "random 4 KiB overwrite + fsync: write amplification".into(),
         o.bytes_programmed as f64 / (n as f64 * 4096.0),
         "raw chip (data+spare)",
@@ -480,7 +468,7 @@ fn fs_one_file(
 /// raw chip's two page reads.
 fn random_read_rows(ops_per_s: f64, cpu_us: f64, emit: &mut dyn FnMut(Row)) {
     let (_, read_page_ns) = page_times();
-    emit(row(
+    emit(flashfs_row(
         "random 4 KiB read (verified, uncached)".into(),
         ops_per_s,
         "raw chip (2 page reads)",
@@ -488,7 +476,7 @@ fn random_read_rows(ops_per_s: f64, cpu_us: f64, emit: &mut dyn FnMut(Row)) {
         "ops/s",
         Better::Higher,
     ));
-    emit(row(
+    emit(flashfs_row(
         "random 4 KiB read, uncached: CPU per read".into(),
         cpu_us,
         "raw chip (2 page reads)",
@@ -517,7 +505,7 @@ fn vs_littlefs(ours: &OneFile, (pieces, overwrites, reads): Workload, emit: &mut
     let (mb, n, bytes) = (*mb, *n, (*mb << 20) as u64);
     let lfs = crate::littlefs::one_file(pieces, overwrites, reads);
     let vs_lfs = |case: &str, ours: f64, theirs: f64| {
-        row(format!("{case} vs littlefs"), ours, "littlefs", theirs, "MB/s", Better::Higher)
+        flashfs_row(format!("{case} vs littlefs"), ours, "littlefs", theirs, "MB/s", Better::Higher)
     };
     emit(vs_lfs(
         &format!("sequential write {mb} MiB file + sync"),
@@ -532,7 +520,7 @@ fn vs_littlefs(ours: &OneFile, (pieces, overwrites, reads): Workload, emit: &mut
     let ops = |c: &Counters| n as f64 * 1e9 / c.device_ns.max(1) as f64;
     emit(Row { unit: "ops/s", ..vs_lfs("random 4 KiB overwrite + fsync", ops(o), ops(&lfs.overwrite.chip)) });
     emit(Row { unit: "ops/s", ..vs_lfs("random 4 KiB read", ops(rr), ops(&lfs.random_read.chip)) });
-    emit(row(
+    emit(flashfs_row(
         "random 4 KiB overwrite + fsync: flash programmed per op".into(),
         o.bytes_programmed as f64 / n as f64 / 1024.0,
         "littlefs",
@@ -553,7 +541,7 @@ fn fs_mount_times(fs: bitmend_flashfs::Fs<RamNand>, mb: usize, page: &[u8], emit
     let (fs, _) = Fs::open(nand, fsopts).expect("mount");
     let ms =
         (fs.store().nand().counters() - before).device_ns as f64 / 1e6 + t0.elapsed().as_secs_f64() * 1e3;
-    emit(row(
+    emit(flashfs_row(
         format!("mount after clean unmount ({mb} MiB file), device + CPU"),
         ms,
         "RCFFS paper",
@@ -577,7 +565,7 @@ fn fs_mount_times(fs: bitmend_flashfs::Fs<RamNand>, mb: usize, page: &[u8], emit
     let (fs, _) = Fs::open(nand, fsopts).expect("mount after cut");
     let ms =
         (fs.store().nand().counters() - before).device_ns as f64 / 1e6 + t0.elapsed().as_secs_f64() * 1e3;
-    emit(row(
+    emit(flashfs_row(
         format!("mount after a power cut ({mb} MiB file), device + CPU"),
         ms,
         "RCFFS paper",
@@ -726,7 +714,7 @@ pub fn codecs(opts: &Options, emit: &mut dyn FnMut(Row)) {
         let c = fs.store().nand().counters() - before;
         let back = fs.read(f.ino, 0, text.len()).expect("read");
         assert!(back == text, "{name}: the text read back differs");
-        emit(row(
+        emit(flashfs_row(
             format!("{mb} MiB text, {name}: flash programmed"),
             c.bytes_programmed as f64 / 1024.0,
             "file bytes",
@@ -734,7 +722,7 @@ pub fn codecs(opts: &Options, emit: &mut dyn FnMut(Row)) {
             "KiB",
             Better::Lower,
         ));
-        emit(row(
+        emit(flashfs_row(
             format!("{mb} MiB text, {name}: write + sync, device time"),
             mb_per_s(text.len() as u64, c.device_ns),
             "raw chip",
@@ -742,7 +730,7 @@ pub fn codecs(opts: &Options, emit: &mut dyn FnMut(Row)) {
             "MB/s",
             Better::Higher,
         ));
-        emit(row(
+        emit(flashfs_row(
             format!("{mb} MiB text, {name}: write + sync, CPU"),
             mb_per_s(text.len() as u64, cpu_ns),
             "raw chip",
@@ -761,7 +749,7 @@ pub fn codecs(opts: &Options, emit: &mut dyn FnMut(Row)) {
         }
         let cpu_us = cpu.elapsed().as_secs_f64() * 1e6 / n as f64;
         let rr = fs.store().nand().counters() - before;
-        emit(row(
+        emit(flashfs_row(
             format!("{mb} MiB text, {name}: random 4 KiB read, uncached, device time"),
             n as f64 * 1e9 / rr.device_ns.max(1) as f64,
             "raw chip (2 page reads)",
@@ -769,7 +757,7 @@ pub fn codecs(opts: &Options, emit: &mut dyn FnMut(Row)) {
             "ops/s",
             Better::Higher,
         ));
-        emit(row(
+        emit(flashfs_row(
             format!("{mb} MiB text, {name}: random 4 KiB read, uncached, CPU"),
             cpu_us,
             "raw chip (2 page reads)",

@@ -256,3 +256,23 @@ pub fn gbps(bytes: usize, ns: f64) -> f64 {
 pub fn keep<T>(v: T) -> T {
     black_box(v)
 }
+
+/// A row of `bench flashfs` (its page store, file system and scale rows alike).
+pub(crate) fn flashfs_row(
+    case: String,
+    ours: f64,
+    anchor: &str,
+    anchor_value: f64,
+    unit: &'static str,
+    better: Better,
+) -> Row {
+    Row {
+        bench: "flashfs",
+        case,
+        ours,
+        anchor: anchor.into(),
+        anchor_value: Some(anchor_value),
+        unit,
+        better,
+    }
+}

@@ -13,7 +13,7 @@ use bitmend_flashfs::{Compression, Fs, FsConfig, FsOptions, ROOT};
 use bitmend_media::nand::{Geometry, Nand, RamNand, Timing};
 use bitmend_media::rng::Rng;
 
-use crate::flashfs::row;
+use crate::harness::flashfs_row;
 use crate::harness::{Better, Options, Row};
 
 /// Device and CPU time per operation (ms), and segments the cleaner emptied per operation.
@@ -66,7 +66,7 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
     let half = churn(0.5, ops, 21);
     let full = churn(0.95, ops, 21);
     let case = |what: &str| format!("4 KiB file create + fsync, 95% full: {what}");
-    emit(row(
+    emit(flashfs_row(
         case("device time per op"),
         full.device_ms,
         "the same at 50% full",
@@ -74,8 +74,15 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
         "ms",
         Better::Lower,
     ));
-    emit(row(case("CPU per op"), full.cpu_ms, "the same at 50% full", half.cpu_ms, "ms", Better::Lower));
-    emit(row(
+    emit(flashfs_row(
+        case("CPU per op"),
+        full.cpu_ms,
+        "the same at 50% full",
+        half.cpu_ms,
+        "ms",
+        Better::Lower,
+    ));
+    emit(flashfs_row(
         case("segments cleaned per op"),
         full.cleaned,
         "the same at 50% full",

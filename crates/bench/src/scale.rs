@@ -14,7 +14,7 @@ use bitmend_flashfs::{Fs, FsConfig, FsOptions, ROOT};
 use bitmend_media::nand::{FileNand, Geometry};
 use bitmend_media::rng::Rng;
 
-use crate::flashfs::row;
+use crate::harness::flashfs_row;
 use crate::harness::{Better, Options, Row};
 
 struct Mounted {
@@ -92,7 +92,7 @@ pub fn scale(opts: &Options, emit: &mut dyn FnMut(Row)) {
                 return;
             }
         };
-        emit(row(
+        emit(flashfs_row(
             format!("mount {name} image file, wall time"),
             m.ms,
             "RCFFS paper",
@@ -104,8 +104,15 @@ pub fn scale(opts: &Options, emit: &mut dyn FnMut(Row)) {
         let first = *smallest.get_or_insert(ram);
         let mib = |b: u64| b as f64 / (1 << 20) as f64;
         let case = format!("RAM the mount takes, {name} image");
-        emit(row(case, mib(ram), "the 128 MiB image's", mib(first), "MiB", Better::Lower));
+        emit(flashfs_row(case, mib(ram), "the 128 MiB image's", mib(first), "MiB", Better::Lower));
         let case = format!("RAM the mount takes per GiB of flash, {name} image");
-        emit(row(case, mib(ram) / gib, "the 128 MiB image's", mib(first) / 0.125, "MiB", Better::Lower));
+        emit(flashfs_row(
+            case,
+            mib(ram) / gib,
+            "the 128 MiB image's",
+            mib(first) / 0.125,
+            "MiB",
+            Better::Lower,
+        ));
     }
 }

@@ -8,7 +8,7 @@ use bitmend_media::pmem::{MmapRegion, Region};
 use bitmend_media::rng::Rng;
 
 use crate::error::CliError;
-use crate::inject::{Fault, InjectArgs};
+use crate::inject_args::{Fault, InjectArgs};
 use crate::json::json_str;
 
 /// Why a file took no damage: not a pool (then the NAND error says what it is not), or a

@@ -10,6 +10,7 @@ mod fscmd;
 mod fuse;
 mod holds;
 mod inject;
+mod inject_args;
 mod inject_pool;
 mod json;
 mod kv;

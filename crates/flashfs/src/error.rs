@@ -2,7 +2,8 @@
 //! names ([`PosixError`]: the request cannot be done as asked, nothing is damaged), the
 //! medium's failures ([`FsError::Nand`]: I/O, or the host's disk full under a thin image),
 //! damage found ([`Corruption`]: beyond the redundancy, never wrong bytes), no space, an
-//! image that is not one this build mounts ([`FormatError`]), and the NVRAM tier's faults.
+//! image that is not one this build mounts ([`FormatError`]), and the NVRAM tier's faults
+//! ([`DirtyStateError`]).
 //! Each is `#[non_exhaustive]` and converts into [`FsError`] with `From`.
 
 use bitmend_media::nand::NandError;
@@ -28,7 +29,7 @@ pub enum FsError {
     Format(#[from] FormatError),
     /// The NVRAM tier failed to keep the dirty state (its region failed, or is damaged).
     #[error(transparent)]
-    Tier(#[from] crate::fs::DirtyStateError),
+    Tier(#[from] DirtyStateError),
     /// The NVRAM tier holds the dirty state of another file system: it is not applied.
     #[error("the NVRAM tier holds the state of file system {found:016x}, not of this one ({ours:016x})")]
     ForeignTier { found: u64, ours: u64 },
@@ -136,4 +137,21 @@ impl PosixError {
             PosixError::Unsupported { .. } => libc::EOPNOTSUPP,
         }
     }
+}
+
+/// Why a tier did not take something.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DirtyStateError {
+    /// No room (or a record too large for it): the file system writes the state to flash
+    /// instead, which makes it just as durable.
+    #[error("the NVRAM tier is full")]
+    Full,
+    /// The tier's medium failed, or holds damage past its redundancy: what it was asked to
+    /// keep is not kept. `source` is the tier's own error.
+    #[error("the NVRAM tier failed: {source}")]
+    Failed {
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }

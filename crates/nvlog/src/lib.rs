@@ -30,10 +30,10 @@ mod scrub;
 
 pub use error::LogError;
 pub use layout::{LogConfig, LOG_VERSION};
+pub use log::{Cause, Repair};
 pub use log::{LogStats, NvLog, Record};
 pub use record::HEADER as RECORD_HEADER;
 pub use recover::RecoveryReport;
-pub use repair::{Cause, Repair};
 pub use scrub::{LogScrubReport, ScrubTotals, Scrubber};
 
 /// A record's position in the log: its byte offset in the log's record space, increasing

@@ -16,9 +16,10 @@ use crate::layout::{
     superblock_copies, HeadSlot, Layout, SegmentHeader, Superblock, SUPERBLOCK_A, SUPERBLOCK_B, SUPERBLOCK_C,
     SUPERBLOCK_SIZE,
 };
+use crate::log::{Cause, Repair};
 use crate::log::{NvLog, Tail};
 use crate::record;
-use crate::repair::{Cause, Expect, Repair};
+use crate::repair::Expect;
 use crate::{LogError, RecordId};
 
 /// What opening the log found and did.

@@ -21,34 +21,6 @@ use crate::log::NvLog;
 use crate::record::{self, HEADER};
 use crate::LogError;
 
-/// Why a repair was made.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Cause {
-    /// A data chunk's bytes did not match its signature or its records' CRCs; rebuilt.
-    DataChunk,
-    /// A parity chunk's signature disagreed with the data chunks'; recomputed.
-    ParityChunk,
-    /// A copy of a segment header was damaged; rewritten.
-    SegmentHeader,
-    /// A copy of the superblock was damaged; rewritten.
-    Superblock,
-    /// The current head slot was damaged; rewritten.
-    HeadSlot,
-    /// Non-zero bytes where the log keeps zeros (past the tail); zeroed.
-    Garbage,
-}
-
-/// One repair: where, why, and the tags of the records whose bytes it restored (the PRIMS
-/// "module identification": which parts of the system had their data hit).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Repair {
-    pub segment: u64,
-    /// Chunk index (data 0..k, then parity), or `usize::MAX` for a structure outside chunks.
-    pub chunk: usize,
-    pub cause: Cause,
-    pub tags: Vec<u16>,
-}
-
 /// What a data chunk must be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Expect {

@@ -15,7 +15,7 @@ use bitmend_media::pmem::Region;
 
 use crate::layout::{superblock_copies, HeadSlot, Superblock, SUPERBLOCK_SIZE};
 use crate::log::NvLog;
-use crate::repair::{Cause, Repair};
+use crate::log::{Cause, Repair};
 use crate::LogError;
 
 /// What a scrub checked and did.

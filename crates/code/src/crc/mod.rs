@@ -10,6 +10,7 @@
 //! - [`update`]: the CRC of a page after a sub-range changed, from the old CRC and the old and
 //!   new bytes of that range only (Loris section V-C).
 
+mod clmul;
 mod fold;
 mod kernel;
 mod page;

@@ -40,7 +40,7 @@ pub(crate) const fn x_pow(mut n: u64) -> u32 {
 fn fast() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        super::kernel::available()
+        super::clmul::available()
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -54,7 +54,7 @@ fn mul_form(a: u32, b: u32) -> u32 {
     #[cfg(target_arch = "x86_64")]
     if fast() {
         // SAFETY: `fast` checked SSE4.2 and PCLMULQDQ.
-        return unsafe { super::kernel::mul_x33(a, b) };
+        return unsafe { super::clmul::mul_x33(a, b) };
     }
     mul_mod(a, b)
 }

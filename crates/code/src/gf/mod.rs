@@ -33,6 +33,13 @@ pub use tables::{div, inv, mul, pow};
 /// The signature kernels step their Horner accumulators with it.
 pub type WordMul = [u8; 4];
 
+/// Applies a [`WordMul`] to one word (the scalar twin of the engines' step).
+#[inline]
+pub fn apply(m: &WordMul, a: u16) -> u16 {
+    let (lo, hi) = (a as u8, (a >> 8) as u8);
+    (mul(m[0], lo) ^ mul(m[1], hi)) as u16 | ((mul(m[2], lo) ^ mul(m[3], hi)) as u16) << 8
+}
+
 /// A 64-byte group as the signature kernels see it: bytes 0..32 are the low halves of 32
 /// GF(2^16) words, bytes 32..64 their high halves (see docs/FORMAT.md, "signature").
 pub type Lanes = [u8; 64];
@@ -67,7 +74,7 @@ pub trait Engine: Send + Sync + 'static {
             for (level, m) in steps.iter().enumerate() {
                 let h = 16 >> level;
                 for r in 0..h {
-                    w[r] ^= crate::sig::gf16::apply(m, w[r + h]);
+                    w[r] ^= apply(m, w[r + h]);
                 }
             }
             *o = w[0];

@@ -5,6 +5,7 @@
 
 use std::sync::OnceLock;
 
+pub use crate::gf::apply;
 use crate::gf::tables::mul_bitwise;
 use crate::gf::{mul, WordMul};
 
@@ -51,13 +52,6 @@ pub fn scale16(a: u16, c: u8) -> u16 {
 pub fn word_mul(g: u16) -> WordMul {
     let (g0, g1) = (g as u8, (g >> 8) as u8);
     [g0, mul(g1, T), g1, g0 ^ g1]
-}
-
-/// Applies a [`WordMul`] to one word (the scalar twin of the engines' step).
-#[inline]
-pub fn apply(m: &WordMul, a: u16) -> u16 {
-    let (lo, hi) = (a as u8, (a >> 8) as u8);
-    (mul(m[0], lo) ^ mul(m[1], hi)) as u16 | ((mul(m[2], lo) ^ mul(m[3], hi)) as u16) << 8
 }
 
 /// The order of the multiplicative group.

@@ -26,6 +26,7 @@ use super::cache::DirtyPage;
 use super::node::FRAG_HEADER;
 use super::write::Out;
 use super::{Fs, LOGICAL_PAGE};
+pub use crate::error::DirtyStateError;
 use crate::FsError;
 
 /// Where a mount keeps its dirty state durable between flash syncs.
@@ -113,23 +114,6 @@ impl TierWrite {
         }
         Ok(())
     }
-}
-
-/// Why a tier did not take something.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum DirtyStateError {
-    /// No room (or a record too large for it): the file system writes the state to flash
-    /// instead, which makes it just as durable.
-    #[error("the NVRAM tier is full")]
-    Full,
-    /// The tier's medium failed, or holds damage past its redundancy: what it was asked to
-    /// keep is not kept. `source` is the tier's own error.
-    #[error("the NVRAM tier failed: {source}")]
-    Failed {
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
 }
 
 /// The bytes of nodes as the page being filled holds them, each with its version.

@@ -12,7 +12,7 @@
 
 use bitmend_media::nand::{Nand, NandError};
 
-use super::mount::erased;
+use super::layout::erased;
 use crate::store::layout::{Anchor, AnchorCkpt, Kind, Spare, RESERVED_BLOCKS};
 use crate::store::superblock::HeaderCopy;
 use crate::store::{PageAddr, PageStore, Segment};

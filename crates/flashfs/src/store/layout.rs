@@ -480,6 +480,11 @@ impl Superblock {
     }
 }
 
+/// Whether bytes read back are all ones: an erased page (or spare).
+pub(crate) fn erased(b: &[u8]) -> bool {
+    b.iter().all(|&x| x == 0xFF)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -444,7 +444,7 @@ impl<N: Nand> PageStore<N> {
             NandError::NotProgrammable { .. } => {
                 let mut spare = vec![0u8; self.layout.g.spare_size as usize];
                 self.nand.read_spare(page, &mut spare)?;
-                crate::store::mount::erased(&spare) && self.unwritten(page)?
+                layout::erased(&spare) && self.unwritten(page)?
             }
             _ => false,
         };

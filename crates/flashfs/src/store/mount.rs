@@ -10,7 +10,7 @@
 
 use bitmend_media::nand::Nand;
 
-use crate::store::layout::{Kind, Spare};
+use crate::store::layout::{erased, Kind, Spare};
 use crate::store::superblock::SuperblockCopy;
 use crate::store::{PageAddr, PageStore, Segment};
 use crate::FsError;
@@ -42,11 +42,6 @@ pub struct StoreMountReport {
     pub segments_reclaimed: u32,
     /// Where the superblock was read.
     pub superblock: Option<SuperblockCopy>,
-}
-
-/// Whether bytes read back are all ones: an erased page (or spare).
-pub(crate) fn erased(b: &[u8]) -> bool {
-    b.iter().all(|&x| x == 0xFF)
 }
 
 impl<N: Nand> PageStore<N> {

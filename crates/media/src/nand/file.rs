@@ -13,7 +13,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
 use super::chip::{chip_backend, Cells, Chip};
-use super::image_cells::{ImageCells, ImageLayout};
+use super::image_cells::{decode_entry, encode_entry, ImageCells, ImageLayout, BLOCK_ENTRY_SIZE};
 use super::{BlockState, Geometry, NandError, Timing};
 
 /// The on-media version of the NAND image layout this build makes (it reads version 1 too).
@@ -24,8 +24,6 @@ const IMAGE_VERSION_PLAIN: u32 = 1;
 
 pub(crate) const MAGIC: [u8; 8] = *b"BMNDIMG\0";
 pub(crate) const HEADER_SIZE: u64 = 4096;
-pub(crate) const BLOCK_ENTRY_SIZE: u64 = 8;
-const FLAG_BAD: u16 = 1;
 
 // Header fields, by offset (FORMAT.md, "NAND image header").
 const OFF_MAGIC: usize = 0;
@@ -117,22 +115,6 @@ fn decode_header(path: &str, h: &[u8]) -> Result<(Geometry, u32), NandError> {
         return Err(not("data offset does not match the geometry"));
     }
     Ok((g, version))
-}
-
-pub(crate) fn encode_entry(s: &BlockState) -> [u8; BLOCK_ENTRY_SIZE as usize] {
-    let mut e = [0u8; 8];
-    e[0..4].copy_from_slice(&s.erase_count.to_le_bytes());
-    e[4..6].copy_from_slice(&(s.next_index as u16).to_le_bytes());
-    e[6..8].copy_from_slice(&(if s.bad { FLAG_BAD } else { 0 }).to_le_bytes());
-    e
-}
-
-fn decode_entry(e: &[u8]) -> BlockState {
-    BlockState {
-        erase_count: u32::from_le_bytes(e[0..4].try_into().unwrap()),
-        next_index: u16::from_le_bytes(e[4..6].try_into().unwrap()) as u32,
-        bad: u16::from_le_bytes(e[6..8].try_into().unwrap()) & FLAG_BAD != 0,
-    }
 }
 
 /// A NAND chip in an image file, locked for exclusive use while open.

@@ -16,6 +16,27 @@ use std::os::unix::io::AsRawFd;
 use super::chip::Cells;
 use super::{BlockState, NandError};
 
+/// Bytes of a block's entry in the image's block table (FORMAT.md, "NAND image header").
+pub(crate) const BLOCK_ENTRY_SIZE: u64 = 8;
+const FLAG_BAD: u16 = 1;
+
+/// A block's entry: its erase count, the next page to program, whether it is bad.
+pub(crate) fn encode_entry(s: &BlockState) -> [u8; BLOCK_ENTRY_SIZE as usize] {
+    let mut e = [0u8; 8];
+    e[0..4].copy_from_slice(&s.erase_count.to_le_bytes());
+    e[4..6].copy_from_slice(&(s.next_index as u16).to_le_bytes());
+    e[6..8].copy_from_slice(&(if s.bad { FLAG_BAD } else { 0 }).to_le_bytes());
+    e
+}
+
+pub(crate) fn decode_entry(e: &[u8]) -> BlockState {
+    BlockState {
+        erase_count: u32::from_le_bytes(e[0..4].try_into().unwrap()),
+        next_index: u16::from_le_bytes(e[4..6].try_into().unwrap()) as u32,
+        bad: u16::from_le_bytes(e[6..8].try_into().unwrap()) & FLAG_BAD != 0,
+    }
+}
+
 /// Whether a block's range of the file is backed by allocated space.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Space {
@@ -377,9 +398,8 @@ impl Cells for ImageCells {
     }
 
     fn store_state(&mut self, block: u32, state: &BlockState) -> Result<(), NandError> {
-        let at = (self.layout.table + block as u64 * super::file::BLOCK_ENTRY_SIZE) as usize;
-        self.map.bytes()[at..at + super::file::BLOCK_ENTRY_SIZE as usize]
-            .copy_from_slice(&super::file::encode_entry(state));
+        let at = (self.layout.table + block as u64 * BLOCK_ENTRY_SIZE) as usize;
+        self.map.bytes()[at..at + BLOCK_ENTRY_SIZE as usize].copy_from_slice(&encode_entry(state));
         Ok(())
     }
 
