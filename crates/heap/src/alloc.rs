@@ -180,7 +180,9 @@ impl Allocator {
     /// The run and block index of payload `p`, if it is the start of a block's payload.
     fn locate(&self, p: Ptr) -> Option<(u32, usize)> {
         let off = p.0.checked_sub(self.sb.first_run + RUN_HEADER + BLOCK_HEADER)?;
-        let run = (off / RUN) as u32;
+        // A pointer far past the pool (damage in what held it) has no run: its index must
+        // not wrap around to one.
+        let run = u32::try_from(off / RUN).ok()?;
         let within = off % RUN;
         match self.runs.get(run as usize)? {
             RunUse::Blocks { class, slots } => {

@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::time::Duration;
 
-use bitmend_heap::{HeapError, Pool, PoolOptions, Ptr, TxState};
+use bitmend_heap::{HeapError, Pool, PoolOptions, Ptr, TxState, RUN};
 use bitmend_media::campaign::{self, Schedule};
 use bitmend_media::pmem::{CrashGranularity, CrashRegion, Region};
 use bitmend_media::rng::Rng;
@@ -349,4 +349,17 @@ fn a_transaction_too_large_for_the_journal_says_so_and_changes_nothing() {
         pool.tx(|tx| tx.write(p, off, &[2; 4096])).unwrap();
     }
     assert!(pool.read(p, 0, big).unwrap().iter().all(|&b| b == 2));
+}
+
+/// A pointer whose run index is past 2^32 runs (a damaged slot, found by fuzzing) names no
+/// block, however its low bits fall: refused, never read as the block 2^32 runs before it.
+#[test]
+fn a_pointer_past_the_last_run_names_no_block_even_when_its_run_wraps() {
+    let mut pool = Pool::create(region(CrashGranularity::Line), opts()).unwrap();
+    let p = pool.tx(|tx| tx.alloc(100)).unwrap();
+    assert!(pool.size_of(p).is_ok());
+    let far = Ptr(p.0 + (1u64 << 32) * RUN);
+    assert!(matches!(pool.size_of(far), Err(HeapError::NotAllocated { .. })));
+    assert!(matches!(pool.object(far), Err(HeapError::NotAllocated { .. })));
+    assert!(matches!(pool.read(far, 0, 8), Err(HeapError::NotAllocated { .. })));
 }
