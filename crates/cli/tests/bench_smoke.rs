@@ -173,8 +173,11 @@ fn bench_flashfs_quick_json_rows() {
     for l in &lines {
         assert_eq!(field(l, "bench"), "\"flashfs\"");
         let ours: f64 = field(l, "ours").parse().unwrap();
-        // Zero is a measurement too (the small files need no page read).
-        assert!(ours >= 0.0 && (ours > 0.0 || l.contains("pages read")), "{l}");
+        // Zero is a measurement too: the small files need no page read, and 300 creates at
+        // 95% full empty 0 to 6 segments (checkpoints hold times, so their sizes, and where
+        // the cleaner's turn falls, move from run to run).
+        let counts = l.contains("pages read") || l.contains("segments cleaned");
+        assert!(ours >= 0.0 && (ours > 0.0 || counts), "{l}");
         if l.contains("\"anchor\": \"littlefs") {
             let theirs: f64 = field(l, "anchor_value").parse().unwrap();
             assert!(theirs > 0.0, "littlefs measured nothing: {l}");
