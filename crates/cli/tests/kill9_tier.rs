@@ -6,8 +6,8 @@
 //! done or not. The state carries over from round to round. The commit interval is an hour,
 //! so nothing reaches flash but by the dirty limit: the tier is what keeps it.
 //!
-//! Rounds: `KILL9_ROUNDS` (default 24, as CI runs it; the campaigns in docs/DESIGN.md, "What
-//! the campaigns found", ran hundreds).
+//! Rounds: `KILL9_ROUNDS` (default 24, as CI runs it; the campaigns in docs/DESIGN.md, "Rules the
+//! campaigns hold", ran hundreds).
 
 mod common;
 
