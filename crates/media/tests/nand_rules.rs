@@ -1,6 +1,14 @@
 //! The chip's rules, on every backend: each test fails on a backend that is lax about its rule.
+//!
+//! With `BITMEND_MTD=/dev/mtdX` (a chip whose contents may be lost, such as nandsim's), the
+//! rules that need no access beneath them run on that real chip too, in raw spare mode and in
+//! ECC mode (`scripts/vm/` runs them so).
 
-use bitmend_media::nand::{FileNand, Geometry, Nand, NandError, RamNand, RawAccess, Timing};
+use std::sync::Mutex;
+
+use bitmend_media::nand::{
+    FileNand, Geometry, MtdNand, Nand, NandError, OobMode, RamNand, RawAccess, Timing,
+};
 
 fn small() -> Geometry {
     Geometry::new(512, 16, 8, 16).unwrap()
@@ -15,7 +23,7 @@ fn temp_path(name: &str) -> std::path::PathBuf {
 }
 
 /// Runs `check` on a RAM chip and on a file chip of the same geometry.
-fn on_every_backend(name: &str, check: impl Fn(&mut dyn NandRaw)) {
+fn on_every_simulated_backend(name: &str, check: impl Fn(&mut dyn NandRaw)) {
     let mut ram = RamNand::new(small()).unwrap();
     check(&mut ram);
     let path = temp_path(name);
@@ -23,6 +31,32 @@ fn on_every_backend(name: &str, check: impl Fn(&mut dyn NandRaw)) {
     check(&mut file);
     drop(file);
     std::fs::remove_file(&path).unwrap();
+}
+
+/// One test at a time on the real chip: the tests share it.
+static MTD: Mutex<()> = Mutex::new(());
+
+/// Runs `check` on the simulated chips and, when `BITMEND_MTD` names one, on the real chip in
+/// both spare modes, its first 8 good blocks erased first (the checks use those).
+fn on_every_backend(name: &str, check: impl Fn(&mut dyn Nand)) {
+    on_every_simulated_backend(name, |n| check(n));
+    on_real_chip(check);
+}
+
+/// Runs `check` on the chip `BITMEND_MTD` names, if any, as [`on_every_backend`] says.
+fn on_real_chip(check: impl Fn(&mut dyn Nand)) {
+    let Some(dev) = std::env::var_os("BITMEND_MTD") else { return };
+    let _one = MTD.lock().unwrap_or_else(|e| e.into_inner());
+    for mode in [OobMode::Raw, OobMode::Ecc] {
+        let mut chip = MtdNand::open(dev.as_ref(), mode).unwrap();
+        for b in 0..8 {
+            if !chip.is_bad(b).unwrap() {
+                chip.erase(b).unwrap();
+            }
+        }
+        let mut fresh = MtdNand::open(dev.as_ref(), mode).unwrap();
+        check(&mut fresh);
+    }
 }
 
 trait NandRaw: Nand + RawAccess {}
@@ -34,7 +68,7 @@ fn page(g: &Geometry, seed: u8) -> (Vec<u8>, Vec<u8>) {
     (d, s)
 }
 
-fn read(n: &mut dyn NandRaw, p: u32) -> (Vec<u8>, Vec<u8>) {
+fn read(n: &mut (impl Nand + ?Sized), p: u32) -> (Vec<u8>, Vec<u8>) {
     let g = n.geometry();
     let mut d = vec![0; g.page_size as usize];
     let mut s = vec![0; g.spare_size as usize];
@@ -135,7 +169,7 @@ fn erase_sets_every_bit_of_the_block_and_only_that_block() {
 
 #[test]
 fn programming_only_clears_bits() {
-    on_every_backend("and", |n| {
+    on_every_simulated_backend("and", |n| {
         let g = n.geometry();
         // A cell stuck at 0 in an erased page (written beneath the rules, as a fault would).
         n.raw_write(20, 0, &[0x0F]).unwrap();
@@ -154,7 +188,7 @@ fn programming_only_clears_bits() {
 /// kept by the next program over it.
 #[test]
 fn programming_only_clears_bits_after_the_block_was_surveyed_and_after_a_reopen() {
-    on_every_backend("and-surveyed", |n| {
+    on_every_simulated_backend("and-surveyed", |n| {
         let g = n.geometry();
         let (d, s) = page(&g, 7);
         // Page 24 (block 3) surveyed erased by the program of page 24 ...
@@ -188,7 +222,7 @@ fn programming_only_clears_bits_after_the_block_was_surveyed_and_after_a_reopen(
 
 #[test]
 fn bad_blocks_refuse_program_and_erase_but_read() {
-    on_every_backend("bad", |n| {
+    on_every_simulated_backend("bad", |n| {
         let g = n.geometry();
         let (d, s) = page(&g, 6);
         n.program(g.first_page(5), &d, &s).unwrap();
@@ -199,6 +233,22 @@ fn bad_blocks_refuse_program_and_erase_but_read() {
         assert!(matches!(n.program(g.first_page(5) + 1, &d, &s), Err(NandError::BadBlock { block: 5 })));
         assert_eq!(read(n, g.first_page(5)), (d, s));
         assert!(!n.is_bad(4).unwrap());
+    });
+}
+
+/// On a real chip, marking a block bad erases it and writes the chip's own marker (the
+/// kernel's `nand_block_markbad`), so its pages do not read back; the rest of the rule holds.
+#[test]
+fn bad_blocks_on_a_real_chip_refuse_program_and_erase() {
+    on_real_chip(|n| {
+        let g = n.geometry();
+        let (d, s) = page(&g, 6);
+        let block = (0..8).rev().find(|&b| !n.is_bad(b).unwrap()).expect("a good block among the first 8");
+        n.program(g.first_page(block), &d, &s).unwrap();
+        n.mark_bad(block).unwrap();
+        assert!(n.is_bad(block).unwrap());
+        assert!(matches!(n.erase(block), Err(NandError::BadBlock { .. })));
+        assert!(matches!(n.program(g.first_page(block) + 1, &d, &s), Err(NandError::BadBlock { .. })));
     });
 }
 

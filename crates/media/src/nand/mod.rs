@@ -20,12 +20,14 @@ mod faulty;
 mod file;
 mod geometry;
 mod image_cells;
+mod mtd;
 mod ram;
 
 pub use data_reader::DataReader;
 pub use faulty::{Area, Endurance, FaultyNand, NandFault, Torn, WearOut};
 pub use file::{FileNand, IMAGE_VERSION};
 pub use geometry::Geometry;
+pub use mtd::{is_char_device, EccStats, MtdNand, OobMode};
 pub use ram::RamNand;
 
 /// Errors of a NAND chip: the caller's mistakes (range, rule violations) and the medium's
