@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::flash::{Flash, FlashKind};
 use crate::json::json_str;
 use bitmend_flashfs::{Compression, Fs, FsConfig, FsOptions};
-use bitmend_media::nand::FileNand;
+use bitmend_media::nand::{FileNand, Nand};
 use clap::builder::TypedValueParser as _;
 use clap::{Args, ValueEnum};
 
@@ -77,9 +78,9 @@ pub(crate) fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// Opens an image for a command that needs it unmounted; if it is mounted, says where and
-/// what to do instead.
-pub(crate) fn open_image(image: &Path) -> Result<FileNand, CliError> {
+/// Opens an image (or an MTD device) for a command that needs it unmounted; if it is
+/// mounted, says where and what to do instead.
+pub(crate) fn open_image(image: &Path) -> Result<Flash, CliError> {
     // A mountpoint given where an image is wanted: say which image is mounted there.
     if image.is_dir() {
         return Err(CliError::Target(
@@ -96,20 +97,19 @@ pub(crate) fn open_image(image: &Path) -> Result<FileNand, CliError> {
             },
         ));
     }
-    let nand = FileNand::open(image).map_err(|e| match (&e, crate::mounted::mounted_at(image)) {
-        (bitmend_media::nand::NandError::Locked { .. }, Some(at)) => CliError::Target(format!(
+    crate::flash::open(image).map_err(|e| match (&e, crate::mounted::mounted_at(image)) {
+        (CliError::Nand(bitmend_media::nand::NandError::Locked { .. }), Some(at)) => CliError::Target(format!(
             "{}: mounted at {at}; unmount it first (bitmend umount {at}), or scrub it mounted: bitmend scrub {at}",
             image.display(),
             at = at.display()
         )),
-        _ => CliError::Nand(e),
-    })?;
-    Ok(nand)
+        _ => e,
+    })
 }
 
 /// [`open_image`] for a command that reads or repairs the image unmounted: it says so when
 /// the NVRAM tier holds changes the flash does not have yet.
-pub(crate) fn open_image_offline(image: &Path) -> Result<FileNand, CliError> {
+pub(crate) fn open_image_offline(image: &Path) -> Result<Flash, CliError> {
     let nand = open_image(image)?;
     if let Some(note) = crate::nvram::pending_note(image) {
         eprintln!("bitmend: {note}");
@@ -117,24 +117,23 @@ pub(crate) fn open_image_offline(image: &Path) -> Result<FileNand, CliError> {
     Ok(nand)
 }
 
-/// Opens an unmounted image's file system (fsck, stat, scrub): its errors name the image.
-pub(crate) fn open_fs_offline(
-    image: &Path,
-) -> Result<(Fs<FileNand>, bitmend_flashfs::MountReport), CliError> {
-    let nand = open_image_offline(image)?;
-    Fs::open(nand, FsOptions::default())
-        .map_err(|source| CliError::Image { image: image.to_path_buf(), source })
-}
-
-pub fn mkfs(a: &MkfsArgs) -> Result<(), CliError> {
+/// Makes the image file of `mkfs`: `--force` replaces a bitmend image (never anything else,
+/// and never one that is mounted).
+fn mkfs_image(a: &MkfsArgs) -> Result<FileNand, CliError> {
     let g = a.geometry.geometry()?;
-    if !a.force && a.image.exists() {
-        return Err(CliError::Target(format!(
-            "{}: exists; mkfs makes a new image (--force replaces this one, and what it holds)",
-            a.image.display()
-        )));
-    }
-    if a.force && a.image.exists() {
+    if a.image.exists() {
+        if !a.force {
+            return Err(CliError::Target(format!(
+                "{}: exists; mkfs makes a new image (--force replaces this one, and what it holds)",
+                a.image.display()
+            )));
+        }
+        if !bitmend_media::nand::is_image_file(&a.image) {
+            return Err(CliError::Target(format!(
+                "{}: not a bitmend NAND image; --force replaces bitmend images only (remove it yourself if it is to go)",
+                a.image.display()
+            )));
+        }
         // A mounted image is live: replacing it under its daemon destroys what it holds,
         // fsync'd data included.
         if let Err(bitmend_media::nand::NandError::Locked { .. }) = FileNand::open(&a.image) {
@@ -147,16 +146,59 @@ pub fn mkfs(a: &MkfsArgs) -> Result<(), CliError> {
             let _ = std::fs::remove_file(p);
         }
     }
-    let nand = if a.thin { FileNand::create_thin(&a.image, g)? } else { FileNand::create(&a.image, g)? };
+    Ok(if a.thin { FileNand::create_thin(&a.image, g)? } else { FileNand::create(&a.image, g)? })
+}
+
+/// Readies an MTD device for `mkfs`: its geometry is the chip's (geometry options and
+/// `--thin` are for image files), and every good block is erased, which `--force` must allow
+/// when the chip holds anything in its first blocks.
+fn mkfs_device(a: &MkfsArgs) -> Result<bitmend_media::nand::MtdNand, CliError> {
+    let device = a.image.display();
+    if a.thin || a.geometry.given() {
+        return Err(CliError::Usage(format!(
+            "{device}: an MTD device has its own geometry and space: --thin and the geometry options are for image files"
+        )));
+    }
+    let mut chip = match open_image(&a.image)? {
+        Flash::Mtd(m) => m,
+        Flash::Image(_) => unreachable!("a character device opens as an MTD chip"),
+    };
+    if !a.force && crate::media::holds_data(&mut chip, 2)? {
+        return Err(CliError::Target(format!(
+            "{device}: holds data; mkfs erases the whole chip (--force does, and what it holds is lost)"
+        )));
+    }
+    crate::media::erase_all(&mut chip, &format!("erasing {device}"))?;
+    if let Some(p) = crate::nvram::default_path(&a.image) {
+        let _ = std::fs::remove_file(p);
+    }
+    Ok(chip)
+}
+
+/// Opens an unmounted image's file system (fsck, stat, scrub): its errors name the image.
+pub(crate) fn open_fs_offline(image: &Path) -> Result<(Fs<Flash>, bitmend_flashfs::MountReport), CliError> {
+    let nand = open_image_offline(image)?;
+    Fs::open(nand, FsOptions::default())
+        .map_err(|source| CliError::Image { image: image.to_path_buf(), source })
+}
+
+pub fn mkfs(a: &MkfsArgs) -> Result<(), CliError> {
+    let nand = match crate::flash::kind(&a.image)? {
+        FlashKind::Mtd => Flash::Mtd(mkfs_device(a)?),
+        FlashKind::Image | FlashKind::Missing => Flash::Image(mkfs_image(a)?),
+    };
     let made = Fs::format(nand, a.config(), a.compress.options()).and_then(|fs| {
         let (total, _) = fs.statfs();
         fs.unmount().map(|_| total)
     });
     // A failed mkfs leaves nothing behind: the next one must not find "File exists".
     let total = made.map_err(|e| {
-        let _ = std::fs::remove_file(&a.image);
+        if crate::flash::kind(&a.image).ok() == Some(FlashKind::Image) {
+            let _ = std::fs::remove_file(&a.image);
+        }
         err(e)
     })?;
+    let g = crate::flash::open(&a.image).map(|n| n.geometry())?;
     println!(
         "{}: {g}; {} parity page(s) per group, {} parity block(s) per segment of {} blocks; {} MiB for files",
         a.image.display(),
@@ -444,7 +486,7 @@ fn check_mountpoint(mountpoint: &Path) -> Result<(), CliError> {
 fn default_mkfs(a: &MountArgs) -> MkfsArgs {
     MkfsArgs {
         image: a.image.clone(),
-        geometry: GeometryArgs { size: 128 << 20, page: 2048, spare: 64, block: 128 << 10 },
+        geometry: GeometryArgs::default(),
         parity_pages: 1,
         parity_blocks: 1,
         segment_blocks: 16,
@@ -480,11 +522,11 @@ fn fuse_config(a: &MountArgs) -> fuser::Config {
 /// the tier holds); the image's own errors name the image.
 fn open_for_mount(
     a: &MountArgs,
-    nand: FileNand,
+    nand: Flash,
     opts: FsOptions,
     nvram: Option<&Path>,
     nvram_size: usize,
-) -> Result<(Fs<FileNand>, bitmend_flashfs::MountReport), CliError> {
+) -> Result<(Fs<Flash>, bitmend_flashfs::MountReport), CliError> {
     let on_image = |e: CliError| match e {
         CliError::Fs(source) => CliError::Image { image: a.image.clone(), source },
         e => e,

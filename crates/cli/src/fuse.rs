@@ -7,8 +7,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::MutexGuard;
 
+use crate::flash::Flash;
 use bitmend_flashfs::{Attr, Falloc, FileType, Fs, FsError, Ino, PreparedWrite, SetAttr, XattrMode, ROOT};
-use bitmend_media::nand::{DataReader, FileNand};
+use bitmend_media::nand::DataReader;
 use fuser::{
     Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, LockOwner,
     OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
@@ -68,14 +69,14 @@ pub fn write_out(shared: &Shared, nvram: Option<&std::path::Path>) {
 struct Locked<'a>(MutexGuard<'a, Mounted>);
 
 impl Deref for Locked<'_> {
-    type Target = Fs<FileNand>;
-    fn deref(&self) -> &Fs<FileNand> {
+    type Target = Fs<Flash>;
+    fn deref(&self) -> &Fs<Flash> {
         self.0.fs.as_ref().expect("mounted")
     }
 }
 
 impl DerefMut for Locked<'_> {
-    fn deref_mut(&mut self) -> &mut Fs<FileNand> {
+    fn deref_mut(&mut self) -> &mut Fs<Flash> {
         self.0.fs.as_mut().expect("mounted")
     }
 }

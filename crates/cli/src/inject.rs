@@ -43,7 +43,15 @@ pub fn run(args: InjectArgs) -> Result<(), CliError> {
         t.as_nanos() as u64 ^ (std::process::id() as u64) << 32
     });
     let chip = match crate::fscmd::open_image(&args.image) {
-        Ok(chip) => chip,
+        Ok(crate::flash::Flash::Image(chip)) => chip,
+        Ok(crate::flash::Flash::Mtd(_)) => {
+            return Err(CliError::Target(format!(
+                "{}: an MTD device; inject writes beneath a chip's rules, which only an image file allows \
+                 (on a simulated chip, use nandsim's own faults: bitflips=, gravepages=, weakpages=, \
+                 badblocks=, or nandflipbits)",
+                args.image.display()
+            )))
+        }
         Err(nand) => return crate::inject_pool::run(&args, seed).map_err(|pool| pool.or_not_nand(nand)),
     };
     let mut pick = Rng::new(seed ^ 0x5EED_0F7A_26E7);

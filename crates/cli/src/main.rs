@@ -6,6 +6,7 @@ mod commit;
 mod demo;
 mod demo_heap;
 mod error;
+mod flash;
 mod fscmd;
 mod fuse;
 mod holds;

@@ -3,6 +3,7 @@
 use crate::error::CliError;
 use std::path::PathBuf;
 
+use crate::flash::Flash;
 use crate::json::json_str;
 use bitmend_media::nand::{FileNand, Geometry, Nand, RawAccess};
 use clap::{Args, Subcommand};
@@ -27,28 +28,39 @@ enum MediaCommand {
     Info(InfoArgs),
 }
 
-#[derive(Args, Debug)]
+/// The shape of an image file's chip (a real chip has its own).
+#[derive(Args, Debug, Default)]
 pub struct GeometryArgs {
-    /// Data capacity of the chip (spare areas not counted).
-    #[arg(long, default_value = "128MiB", value_parser = parse_size)]
-    pub size: u64,
-    /// Data bytes per page.
-    #[arg(long, default_value = "2KiB", value_parser = parse_size)]
-    pub page: u64,
-    /// Spare (out-of-band) bytes per page.
-    #[arg(long, default_value = "64", value_parser = parse_size)]
-    pub spare: u64,
-    /// Data bytes per erase block.
-    #[arg(long, default_value = "128KiB", value_parser = parse_size)]
-    pub block: u64,
+    /// Data capacity of the chip (spare areas not counted) [default: 128MiB].
+    #[arg(long, value_parser = parse_size)]
+    pub size: Option<u64>,
+    /// Data bytes per page [default: 2KiB].
+    #[arg(long, value_parser = parse_size)]
+    pub page: Option<u64>,
+    /// Spare (out-of-band) bytes per page [default: 64].
+    #[arg(long, value_parser = parse_size)]
+    pub spare: Option<u64>,
+    /// Data bytes per erase block [default: 128KiB].
+    #[arg(long, value_parser = parse_size)]
+    pub block: Option<u64>,
 }
 
 impl GeometryArgs {
     pub fn geometry(&self) -> Result<Geometry, CliError> {
         let usage = |why: String| CliError::Usage(why);
-        let page = u32::try_from(self.page).map_err(|_| usage("--page is too large".into()))?;
-        let spare = u32::try_from(self.spare).map_err(|_| usage("--spare is too large".into()))?;
-        Geometry::with_size(page, spare, self.block, self.size).map_err(|e| usage(e.to_string()))
+        let d = Geometry::RCFFS;
+        let page = u32::try_from(self.page.unwrap_or(d.page_size as u64))
+            .map_err(|_| usage("--page is too large".into()))?;
+        let spare = u32::try_from(self.spare.unwrap_or(d.spare_size as u64))
+            .map_err(|_| usage("--spare is too large".into()))?;
+        let block = self.block.unwrap_or(d.block_size());
+        let size = self.size.unwrap_or(d.total_size());
+        Geometry::with_size(page, spare, block, size).map_err(|e| usage(e.to_string()))
+    }
+
+    /// Whether any geometry option was given.
+    pub fn given(&self) -> bool {
+        self.size.is_some() || self.page.is_some() || self.spare.is_some() || self.block.is_some()
     }
 }
 
@@ -92,7 +104,8 @@ pub struct Survey {
     pub empty_blocks: u32,
 }
 
-pub fn survey(n: &FileNand) -> Result<Survey, CliError> {
+pub fn survey(flash: &Flash) -> Result<Survey, CliError> {
+    let Some(n) = flash.image() else { return survey_device(flash) };
     let g = n.geometry();
     let mut s = Survey { geometry: g, bad: vec![], erase_counts: vec![], used_pages: 0, empty_blocks: 0 };
     for b in 0..g.blocks {
@@ -105,6 +118,69 @@ pub fn survey(n: &FileNand) -> Result<Survey, CliError> {
         s.empty_blocks += (st.next_index == 0 && !st.bad) as u32;
     }
     Ok(s)
+}
+
+/// What a real chip can say without reading every page: its bad blocks. Erase counts are
+/// this open's (a chip keeps none), and which pages are programmed is not surveyed.
+fn survey_device(n: &Flash) -> Result<Survey, CliError> {
+    let g = n.geometry();
+    let mut s = Survey { geometry: g, bad: vec![], erase_counts: vec![], used_pages: 0, empty_blocks: 0 };
+    for b in 0..g.blocks {
+        if n.is_bad(b)? {
+            s.bad.push(b);
+        }
+        s.erase_counts.push(n.erase_count(b)?);
+    }
+    Ok(s)
+}
+
+/// Whether any of the first `blocks` good blocks of `n` has a page that does not read erased
+/// in its first two pages (where a file system keeps its superblock, and most keep a header).
+pub fn holds_data(n: &mut impl Nand, blocks: u32) -> Result<bool, CliError> {
+    let g = n.geometry();
+    let (mut data, mut spare) = (vec![0u8; g.page_size as usize], vec![0u8; g.spare_size as usize]);
+    let good: Vec<u32> =
+        (0..g.blocks).filter(|&b| !n.is_bad(b).unwrap_or(true)).take(blocks as usize).collect();
+    for b in good {
+        for p in g.first_page(b)..g.first_page(b) + 2.min(g.pages_per_block) {
+            n.read_page(p, &mut data, &mut spare)?;
+            if data.iter().chain(&spare).any(|&x| x != 0xFF) {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// Erases every good block of `n`, a line of progress on a terminal; a block whose erase
+/// fails is marked bad by the chip and passed over.
+pub fn erase_all(n: &mut impl Nand, what: &str) -> Result<(), CliError> {
+    use std::io::{IsTerminal, Write};
+    let g = n.geometry();
+    let tty = std::io::stderr().is_terminal();
+    let mut failed = 0;
+    for b in 0..g.blocks {
+        if n.is_bad(b)? {
+            continue;
+        }
+        match n.erase(b) {
+            Ok(()) => {}
+            Err(bitmend_media::nand::NandError::EraseFailed { .. }) => failed += 1,
+            Err(e) => return Err(e.into()),
+        }
+        if tty && (b % 64 == 63 || b + 1 == g.blocks) {
+            let pct = (b + 1) * 100 / g.blocks;
+            eprint!("\r{what}: [{:<25}] {}/{} blocks", "#".repeat(pct as usize / 4), b + 1, g.blocks);
+            let _ = std::io::stderr().flush();
+        }
+    }
+    if tty {
+        eprintln!();
+    }
+    if failed > 0 {
+        eprintln!("bitmend: {what}: {failed} block(s) failed to erase and are now marked bad");
+    }
+    Ok(())
 }
 
 /// Buckets of erase counts: (from, to inclusive, blocks).
@@ -122,7 +198,7 @@ pub fn histogram(counts: &[u32], buckets: u32) -> Vec<(u32, u32, usize)> {
 }
 
 fn info(path: &std::path::Path, json: bool) -> Result<(), CliError> {
-    let n = FileNand::open(path)?;
+    let n = crate::flash::open(path)?;
     let s = survey(&n)?;
     let g = s.geometry;
     let hist = histogram(&s.erase_counts, 8);

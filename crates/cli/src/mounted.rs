@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use bitmend_media::nand::{FileNand, NandError};
+use bitmend_media::nand::NandError;
 use clap::Args;
 
 use crate::scrubber::CONTROL_NAME;
@@ -195,12 +195,12 @@ pub fn umount(a: &UmountArgs) -> Result<(), CliError> {
     }
     let deadline = Instant::now() + Duration::from_secs(a.timeout);
     loop {
-        match FileNand::open(&image) {
+        match crate::flash::open(&image) {
             Ok(_) => return Ok(()),
-            Err(NandError::Locked { .. }) if Instant::now() < deadline => {
+            Err(CliError::Nand(NandError::Locked { .. })) if Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(20));
             }
-            Err(NandError::Locked { .. }) => {
+            Err(CliError::Nand(NandError::Locked { .. })) => {
                 return Err(format!(
                     "unmounted, but the daemon still holds {} after {} s",
                     image.display(),

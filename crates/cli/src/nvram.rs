@@ -9,8 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::flash::Flash;
 use bitmend_flashfs::{Fs, FsOptions, MountReport};
-use bitmend_media::nand::FileNand;
 use bitmend_media::pmem::{on_tmpfs, MmapRegion, Persistence};
 use bitmend_tier::{DirtyTier, TierReport};
 
@@ -103,11 +103,11 @@ fn regions(path: &Path, size: usize) -> Result<(MmapRegion, MmapRegion, bool), C
 /// Mounts `nand` with its dirty state in the tier at `path` (made, `size` bytes, if it does
 /// not exist), recovering what the tier held first.
 pub fn mount(
-    nand: FileNand,
+    nand: Flash,
     opts: FsOptions,
     path: &Path,
     size: usize,
-) -> Result<(Fs<FileNand>, MountReport, TierReport), CliError> {
+) -> Result<(Fs<Flash>, MountReport, TierReport), CliError> {
     let tier_error =
         |e: bitmend_tier::TierError| CliError::Target(format!("NVRAM tier {}: {e}", path.display()));
     let (log, heap, created) = regions(path, size)?;

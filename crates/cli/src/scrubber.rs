@@ -13,11 +13,11 @@ use parking_lot::{Mutex, MutexGuard};
 
 use bitmend_flashfs::{Fs, QuickScrubReport, ScrubPass, ScrubReport};
 
+use crate::flash::Flash;
 use crate::holds::Holds;
 use crate::report::{
     health_json, quick_json, quick_text, report_json, report_text, space_json, Quick, Space,
 };
-use bitmend_media::nand::FileNand;
 
 /// The control file's name in the root directory, and its inode number (beyond any the file
 /// system hands out).
@@ -27,7 +27,7 @@ pub const CONTROL_INO: u64 = u64::MAX - 1;
 /// What the FUSE session and the scrubber thread share.
 pub struct Mounted {
     /// `None` once unmounted: the thread then stops.
-    pub fs: Option<Fs<FileNand>>,
+    pub fs: Option<Fs<Flash>>,
     pass: Option<ScrubPass>,
     /// The newest pass's report (running or finished), and its number (1 for the first).
     report: ScrubReport,
@@ -58,7 +58,7 @@ pub struct Schedule {
     pub cache_check_rate: u64,
 }
 
-pub fn share(fs: Fs<FileNand>, schedule: Schedule) -> Shared {
+pub fn share(fs: Fs<Flash>, schedule: Schedule) -> Shared {
     Arc::new(Mutex::new(Mounted {
         fs: Some(fs),
         pass: None,

@@ -117,12 +117,21 @@ fn decode_header(path: &str, h: &[u8]) -> Result<(Geometry, u32), NandError> {
     Ok((g, version))
 }
 
+/// Whether `path` is a regular file that starts as a bitmend NAND image does (its magic),
+/// whether or not the rest of it is sound: what `mkfs --force` may replace.
+pub fn is_image_file(path: impl AsRef<Path>) -> bool {
+    let mut magic = [0u8; MAGIC.len()];
+    std::fs::metadata(path.as_ref()).is_ok_and(|m| m.is_file())
+        && File::open(path.as_ref()).is_ok_and(|f| f.read_exact_at(&mut magic, 0).is_ok())
+        && magic == MAGIC
+}
+
 /// A NAND chip in an image file, locked for exclusive use while open.
 pub struct FileNand {
     pub(crate) chip: Chip<ImageCells>,
 }
 
-fn lock(file: &File, path: &str) -> Result<(), NandError> {
+pub(crate) fn lock(file: &File, path: &str) -> Result<(), NandError> {
     // SAFETY: flock on a descriptor we own; no memory is passed.
     let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if r != 0 {

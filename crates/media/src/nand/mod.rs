@@ -25,7 +25,7 @@ mod ram;
 
 pub use data_reader::DataReader;
 pub use faulty::{Area, Endurance, FaultyNand, NandFault, Torn, WearOut};
-pub use file::{FileNand, IMAGE_VERSION};
+pub use file::{is_image_file, FileNand, IMAGE_VERSION};
 pub use geometry::Geometry;
 pub use mtd::{is_char_device, EccStats, MtdNand, OobMode};
 pub use ram::RamNand;

@@ -156,8 +156,16 @@ impl MtdNand {
             return Err(NandError::NotAnImage { path: name, why: "not an MTD character device".into() });
         }
         let file = OpenOptions::new().read(true).write(true).open(path).map_err(io)?;
+        super::file::lock(&file, &name)?;
         let mut info = MtdInfoUser::default();
-        ioctl(&file, MEMGETINFO, &mut info).map_err(io)?;
+        if let Err(e) = ioctl(&file, MEMGETINFO, &mut info) {
+            return Err(match e.raw_os_error() {
+                Some(libc::ENOTTY) | Some(libc::EINVAL) => {
+                    NandError::NotAnImage { path: name, why: "a character device that is not an MTD chip".into() }
+                }
+                _ => io(e),
+            });
+        }
         if info.kind != MTD_NANDFLASH && info.kind != MTD_MLCNANDFLASH {
             return Err(NandError::NotAnImage {
                 path: name,
