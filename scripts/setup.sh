@@ -12,7 +12,8 @@ packages=(
   libclang-dev        # bindgen, for littlefs (the littlefs2 crate): the flash file system anchor
   fio stress-ng rsync # tools with their own verification, run on the mount by fuse-suites.sh
   dbench postmark     # scripts/fuse-perf.sh
-  mtd-utils           # mkfs.ubifs: the anchor of `bitmend bench corpus`
+  mtd-utils           # mkfs.ubifs: the anchor of `bitmend bench corpus`; nandflipbits in the VM
+  qemu-system-x86     # scripts/vm/: a Linux VM with the kernel's NAND simulator (/dev/mtd0)
 )
 
 missing=()
