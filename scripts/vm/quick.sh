@@ -10,6 +10,14 @@ work="$(mktemp -d)"
 mnt="$work/mnt"
 tree=/usr/share/doc/fio
 mkdir -p "$mnt"
+# The chip's rules, as the simulated chips keep them (crates/media/tests/nand_rules.rs), when
+# that test is built.
+rules="$(ls -t "$(dirname "$bin")"/deps/nand_rules-* 2>/dev/null | grep -v '\.d$' | head -1 || true)"
+if [ -n "$rules" ]; then
+  BITMEND_MTD="$dev" "$rules" --test-threads 1 -q | tail -1
+else
+  echo "quick: the NAND-rule tests are not built (cargo test -p bitmend-media --no-run): skipped"
+fi
 "$bin" mkfs "$dev" --force >/dev/null
 "$bin" mount "$dev" "$mnt" >/dev/null
 cp -r "$tree" "$mnt/tree"

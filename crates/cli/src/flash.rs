@@ -57,12 +57,27 @@ pub fn kind(path: &Path) -> Result<FlashKind, CliError> {
     }
 }
 
-/// Opens the chip `path` names: an image file, or an MTD device with its spare used raw.
+/// Opens the chip `path` names: an image file, or an MTD device with its spare used the way
+/// the file system on it was made (raw, unless its superblock records the spare its ECC
+/// leaves free).
 pub fn open(path: &Path) -> Result<Flash, CliError> {
     match kind(path)? {
-        FlashKind::Mtd => Ok(Flash::Mtd(MtdNand::open(path, OobMode::Raw)?)),
+        FlashKind::Mtd => {
+            let mut raw = MtdNand::open(path, OobMode::Raw)?;
+            let recorded = bitmend_flashfs::recorded_geometry(&mut raw);
+            if recorded.is_some_and(|g| g.spare_size != raw.geometry().spare_size) {
+                drop(raw);
+                return Ok(Flash::Mtd(MtdNand::open(path, OobMode::Ecc)?));
+            }
+            Ok(Flash::Mtd(raw))
+        }
         FlashKind::Image | FlashKind::Missing => Ok(Flash::Image(FileNand::open(path)?)),
     }
+}
+
+/// Opens an MTD device for `mkfs`, its spare used as `mode` says.
+pub fn open_device(path: &Path, mode: OobMode) -> Result<MtdNand, CliError> {
+    Ok(MtdNand::open(path, mode)?)
 }
 
 impl Flash {

@@ -35,6 +35,12 @@ impl CompressArg {
     }
 }
 
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OobArg {
+    Raw,
+    Ecc,
+}
+
 #[derive(Args, Debug)]
 pub struct MkfsArgs {
     /// The NAND image file to create (use --force to replace an existing one).
@@ -56,6 +62,12 @@ pub struct MkfsArgs {
     /// Replace an existing image.
     #[arg(long)]
     pub force: bool,
+    /// On an MTD device, how the spare area is used: `raw`, every spare byte bitmend's and the
+    /// kernel's ECC off (software correction only, RCFFS's way); `ecc`, the kernel's ECC
+    /// corrects first and bitmend keeps its spare in the bytes the ECC leaves free. Recorded
+    /// in the superblock: later commands open the chip the same way.
+    #[arg(long, value_enum, default_value_t = OobArg::Raw)]
+    pub oob: OobArg,
     /// Make the image even if the host has not room for all of it (thin provisioning: the
     /// image takes space as it is written, and a program that finds the host full fails
     /// with an I/O error). By default the host's space for the whole image is reserved at
@@ -121,6 +133,12 @@ pub(crate) fn open_image_offline(image: &Path) -> Result<Flash, CliError> {
 /// and never one that is mounted).
 fn mkfs_image(a: &MkfsArgs) -> Result<FileNand, CliError> {
     let g = a.geometry.geometry()?;
+    if a.oob != OobArg::Raw {
+        return Err(CliError::Usage(format!(
+            "{}: --oob is for MTD devices; an image file's spare is bitmend's",
+            a.image.display()
+        )));
+    }
     if a.image.exists() {
         if !a.force {
             return Err(CliError::Target(format!(
@@ -159,10 +177,14 @@ fn mkfs_device(a: &MkfsArgs) -> Result<bitmend_media::nand::MtdNand, CliError> {
             "{device}: an MTD device has its own geometry and space: --thin and the geometry options are for image files"
         )));
     }
-    let mut chip = match open_image(&a.image)? {
-        Flash::Mtd(m) => m,
-        Flash::Image(_) => unreachable!("a character device opens as an MTD chip"),
+    let mode = match a.oob {
+        OobArg::Raw => bitmend_media::nand::OobMode::Raw,
+        OobArg::Ecc => bitmend_media::nand::OobMode::Ecc,
     };
+    let mut chip = crate::flash::open_device(&a.image, mode).map_err(|e| match open_image(&a.image) {
+        Err(mounted) => mounted,
+        Ok(_) => e,
+    })?;
     if !a.force && crate::media::holds_data(&mut chip, 2)? {
         return Err(CliError::Target(format!(
             "{device}: holds data; mkfs erases the whole chip (--force does, and what it holds is lost)"
@@ -493,6 +515,7 @@ fn default_mkfs(a: &MountArgs) -> MkfsArgs {
         compress: a.compress.unwrap_or(CompressArg::Lz4),
         force: false,
         thin: false,
+        oob: OobArg::Raw,
     }
 }
 

@@ -36,5 +36,5 @@ pub use fs::{
 pub use error::{Corruption, FormatError, FsError, PosixError};
 pub use store::layout::{FsConfig, Kind, Spare, FS_VERSION, MIN_SPARE};
 pub use store::mount::{PageHealth, StoreMountReport};
-pub use store::superblock::SuperblockCopy;
+pub use store::superblock::{recorded_geometry, SuperblockCopy};
 pub use store::{PageAddr, PageStore, Repaired, Segment, SigCheck, StoreStats};

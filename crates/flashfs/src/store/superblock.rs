@@ -52,6 +52,19 @@ pub type HeaderCopy = fn(&[u8]) -> Option<&[u8]>;
 /// A copy read from a page: the superblock and the version that wrote it.
 type Found = (Superblock, u32);
 
+/// The geometry a file system on `nand` recorded, from the first superblock copy in a
+/// reserved block that decodes (their data areas only: the spare size is what is asked).
+/// A real chip whose spare can be used two ways (raw, or what its ECC leaves free) is
+/// opened the way the file system on it was made.
+pub fn recorded_geometry<N: Nand + ?Sized>(nand: &mut N) -> Option<bitmend_media::nand::Geometry> {
+    let g = nand.geometry();
+    let mut page = vec![0u8; g.page_size as usize];
+    (0..RESERVED_BLOCKS.min(g.blocks)).find_map(|block| {
+        nand.read_data(g.first_page(block), &mut page).ok()?;
+        Superblock::decode(&page).ok().map(|sb| sb.g)
+    })
+}
+
 /// Erase blocks read from the chip's end, at most, to find its last good blocks.
 const FAR_SCAN: u32 = 64;
 

@@ -160,9 +160,10 @@ impl MtdNand {
         let mut info = MtdInfoUser::default();
         if let Err(e) = ioctl(&file, MEMGETINFO, &mut info) {
             return Err(match e.raw_os_error() {
-                Some(libc::ENOTTY) | Some(libc::EINVAL) => {
-                    NandError::NotAnImage { path: name, why: "a character device that is not an MTD chip".into() }
-                }
+                Some(libc::ENOTTY) | Some(libc::EINVAL) => NandError::NotAnImage {
+                    path: name,
+                    why: "a character device that is not an MTD chip".into(),
+                },
                 _ => io(e),
             });
         }
