@@ -16,6 +16,7 @@ mod inject_pool;
 mod json;
 mod kv;
 mod media;
+mod mount_helper;
 mod mounted;
 mod nvram;
 mod report;
@@ -104,7 +105,18 @@ fn die_quietly_on_closed_pipe() {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.first().is_some_and(mount_helper::invoked_as_helper) {
+        match mount_helper::translate(&argv) {
+            Ok(Some(mount)) => argv = mount,
+            Ok(None) => return ExitCode::SUCCESS,
+            Err(why) => {
+                eprintln!("mount.bitmend: {why}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let cli = Cli::parse_from(argv);
     if !matches!(cli.command, Command::Mount(_)) {
         die_quietly_on_closed_pipe();
     }
