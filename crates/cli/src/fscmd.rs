@@ -43,7 +43,8 @@ pub enum OobArg {
 
 #[derive(Args, Debug)]
 pub struct MkfsArgs {
-    /// The NAND image file to create (use --force to replace an existing one).
+    /// The NAND image file to create (--force replaces an existing bitmend image), or an MTD
+    /// device (/dev/mtdN) to erase and format (--force when it holds data).
     pub image: PathBuf,
     #[command(flatten)]
     pub geometry: GeometryArgs,
@@ -234,7 +235,7 @@ pub fn mkfs(a: &MkfsArgs) -> Result<(), CliError> {
 
 #[derive(Args, Debug)]
 pub struct MountArgs {
-    /// The NAND image file.
+    /// The NAND image file, or the MTD device (/dev/mtdN).
     pub image: PathBuf,
     /// Where to mount it (created if missing).
     pub mountpoint: PathBuf,
@@ -670,7 +671,7 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
-    /// The NAND image file (not mounted).
+    /// The NAND image file or MTD device (not mounted).
     pub image: PathBuf,
     /// Rewrite what reading had to repair, so the image is clean afterwards.
     #[arg(long)]
@@ -815,7 +816,7 @@ fn stat_mounted(a: &StatArgs) -> Result<(), CliError> {
 
 #[derive(Args, Debug)]
 pub struct StatArgs {
-    /// The NAND image file (not mounted), or the mountpoint of a mounted file system (asked
+    /// The NAND image file or MTD device (not mounted), or the mountpoint of a mounted file system (asked
     /// through its daemon's control file).
     pub image: PathBuf,
     /// One JSON object on stdout instead of text.

@@ -9,6 +9,7 @@ mod error;
 mod flash;
 mod fscmd;
 mod fuse;
+mod generate;
 mod holds;
 mod inject;
 mod inject_args;
@@ -45,9 +46,9 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Make a flash file system on a new NAND image file.
+    /// Make a flash file system on a new NAND image file, or on a NAND chip (/dev/mtdN).
     Mkfs(fscmd::MkfsArgs),
-    /// Mount a flash file system image with FUSE.
+    /// Mount a flash file system (an image file, or a chip: /dev/mtdN) with FUSE.
     ///
     /// Without --foreground the mount runs in a background process and this command returns
     /// once it is mounted; unmount with `bitmend umount MOUNTPOINT`. Everything is written
@@ -92,6 +93,8 @@ enum Command {
     /// An ordered key-value store in persistent memory (a pool file): transactions that
     /// survive crashes, checksummed allocator headers, a journal that heals itself.
     Kv(kv::KvArgs),
+    /// Man pages and shell completions, made from these very definitions.
+    Generate(generate::GenerateArgs),
 }
 
 /// A closed stdout (`bitmend stat MNT | head -1`) ends a command as it ends any Unix tool,
@@ -140,6 +143,7 @@ fn main() -> ExitCode {
         Command::Media(args) => media::run(args).map(|()| 0),
         Command::Inject(args) => inject::run(args).map(|()| 0),
         Command::Kv(args) => kv::run(args),
+        Command::Generate(args) => generate::run(args).map(|()| 0),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -74,7 +74,7 @@ struct CreateArgs {
 
 #[derive(Args, Debug)]
 struct InfoArgs {
-    /// The image file.
+    /// The image file, or an MTD device (/dev/mtdN).
     image: PathBuf,
     /// One JSON object on stdout instead of text.
     #[arg(long)]

@@ -18,7 +18,7 @@ use crate::scrubber::CONTROL_NAME;
 
 #[derive(Args, Debug)]
 pub struct ScrubArgs {
-    /// A NAND image file (not mounted), or the mountpoint of a mounted bitmend file system
+    /// A NAND image file or MTD device (not mounted), or the mountpoint of a mounted bitmend file system
     /// (its daemon runs the pass; see `bitmend mount --scrub-every`).
     pub target: PathBuf,
     /// One JSON object on stdout instead of text.
