@@ -14,6 +14,7 @@ packages=(
   dbench postmark     # scripts/fuse-perf.sh
   mtd-utils           # mkfs.ubifs: the anchor of `bitmend bench corpus`; nandflipbits in the VM
   qemu-system-x86     # scripts/vm/: a Linux VM with the kernel's NAND simulator (/dev/mtd0)
+  ndctl               # scripts/vm/dax.sh: an fsdax namespace on the VM's emulated NVDIMM
 )
 
 missing=()

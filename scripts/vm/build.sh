@@ -40,5 +40,6 @@ if at < 0:
 open(sys.argv[2], "wb").write(lzma.LZMADecompressor().decompress(data[at:]))
 PY
 python3 "$here/initrd.py" "kernel-$kernel" busybox/bin/busybox initrd.img \
-  zstd nandsim ubifs jffs2 fuse 9p 9pnet_virtio virtio_pci nd_pmem nfit dax_pmem ext4
+  zstd crc32c_generic crc32c_intel nandsim ubifs jffs2 fuse 9p 9pnet_virtio virtio_pci \
+  nd_pmem nfit dax_pmem ext4
 echo "vm/build.sh: target/vm/vmlinux and initrd.img ($kernel)"

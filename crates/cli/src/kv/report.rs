@@ -222,13 +222,16 @@ pub fn stat(s: Session, file: &Path, json: bool) -> Result<(), CliError> {
     // The protection: stripes k+m over how many pages, and the version that says so.
     let geo = pool.geometry();
     let stripes = geo.map_or("null".to_string(), |g| format!("\"{}+{}\"", g.shape.k, g.shape.m));
+    // How a writer makes a store durable in this file: what the medium under it allows.
+    let dax = bitmend_media::pmem::maps_direct(file);
     if json {
         let w: Vec<String> = wear.iter().map(|n| n.to_string()).collect();
         println!(
             "{{\"file\": {}, \"capacity\": {}, \"entries\": {}, \"nodes\": {}, \"depth\": {}, \"value_blocks\": {}, \
              \"allocated_blocks\": {}, \"free_blocks\": {}, \"quarantined_blocks\": {}, \"unassigned_runs\": {}, \
              \"journal_used\": {log_used}, \"journal_capacity\": {log_cap}, \"version\": {}, \"stripes\": {stripes}, \
-             \"protected_pages\": {}, \"free_bytes\": {free}, \"more_entries_estimate\": {}, \"wear_histogram\": [{}]}}",
+             \"protected_pages\": {}, \"free_bytes\": {free}, \"more_entries_estimate\": {}, \"wear_histogram\": [{}], \
+             \"dax\": {dax}}}",
             json_str(&file.display().to_string()),
             pool.capacity(),
             t.entries,
@@ -298,6 +301,16 @@ pub fn stat(s: Session, file: &Path, json: bool) -> Result<(), CliError> {
             })
             .collect();
         println!("  wear           blocks by times allocated: {}", buckets.join(", "));
+        if dax {
+            let flush = bitmend_media::pmem::flush_instruction();
+            println!(
+                "  persistence    direct access (DAX, MAP_SYNC): a writer persists with {flush} and sfence"
+            );
+        } else {
+            println!(
+                "  persistence    through the page cache: a writer persists with msync (not a DAX file)"
+            );
+        }
     }
     Ok(())
 }

@@ -414,6 +414,33 @@ pub fn on_tmpfs(path: impl AsRef<Path>) -> bool {
     r == 0 && st.f_type == libc::TMPFS_MAGIC
 }
 
+/// Whether a writer's mapping of `path` is direct access: the kernel grants MAP_SYNC (a
+/// DAX file system over persistent memory), so a persist is a cache-line write-back and a
+/// fence, not an msync. Asked with a read-only mapping of the file's first page, so that a
+/// reader can say how writers persist without taking the file.
+pub fn maps_direct(path: impl AsRef<Path>) -> bool {
+    let Ok(file) = File::open(path.as_ref()) else { return false };
+    let len = page_size();
+    // SAFETY: a fresh read-only shared mapping of one page of a file we hold open, unmapped
+    // at once; MAP_SYNC is refused (EOPNOTSUPP/EINVAL) unless the file is DAX.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return false;
+    }
+    // SAFETY: the mapping made above, of `len` bytes.
+    unsafe { libc::munmap(ptr, len) };
+    true
+}
+
 fn page_size() -> usize {
     // SAFETY: sysconf has no memory effects.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };

@@ -20,7 +20,7 @@ mod ram;
 pub use crash::{CrashGranularity, CrashPoint, CrashRegion, CrashReport};
 pub use faults::{RegionFault, RegionFaults};
 pub use guard::{GuardStats, Guarded, Reprotect};
-pub use mmap::{flush_instruction, on_tmpfs, MmapRegion, Persistence};
+pub use mmap::{flush_instruction, maps_direct, on_tmpfs, MmapRegion, Persistence};
 pub use protected::ProtectedRegion;
 pub use ram::RamRegion;
 
