@@ -37,21 +37,27 @@ fn targets(n: &FileNand, page: Option<u32>, pages: u32, rng: &mut Rng) -> Result
     Ok(rng.distinct(k, candidates.len() as u64).into_iter().map(|i| candidates[i as usize]).collect())
 }
 
+/// Why `inject` refuses an MTD device.
+fn not_a_device(device: &std::path::Path) -> CliError {
+    CliError::Target(format!(
+        "{}: an MTD device; inject writes beneath a chip's rules, which only an image file allows \
+         (on a simulated chip, use nandsim's own faults: bitflips=, gravepages=, weakpages=, \
+         badblocks=, or nandflipbits)",
+        device.display()
+    ))
+}
+
+/// A seed that differs from run to run, when none is given.
+fn fresh_seed() -> u64 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    t.as_nanos() as u64 ^ (std::process::id() as u64) << 32
+}
+
 pub fn run(args: InjectArgs) -> Result<(), CliError> {
-    let seed = args.seed.unwrap_or_else(|| {
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        t.as_nanos() as u64 ^ (std::process::id() as u64) << 32
-    });
+    let seed = args.seed.unwrap_or_else(fresh_seed);
     let chip = match crate::fscmd::open_image(&args.image) {
         Ok(crate::flash::Flash::Image(chip)) => chip,
-        Ok(crate::flash::Flash::Mtd(_)) => {
-            return Err(CliError::Target(format!(
-                "{}: an MTD device; inject writes beneath a chip's rules, which only an image file allows \
-                 (on a simulated chip, use nandsim's own faults: bitflips=, gravepages=, weakpages=, \
-                 badblocks=, or nandflipbits)",
-                args.image.display()
-            )))
-        }
+        Ok(crate::flash::Flash::Mtd(_)) => return Err(not_a_device(&args.image)),
         Err(nand) => return crate::inject_pool::run(&args, seed).map_err(|pool| pool.or_not_nand(nand)),
     };
     let mut pick = Rng::new(seed ^ 0x5EED_0F7A_26E7);

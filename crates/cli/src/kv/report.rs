@@ -301,18 +301,19 @@ pub fn stat(s: Session, file: &Path, json: bool) -> Result<(), CliError> {
             })
             .collect();
         println!("  wear           blocks by times allocated: {}", buckets.join(", "));
-        if dax {
-            let flush = bitmend_media::pmem::flush_instruction();
-            println!(
-                "  persistence    direct access (DAX, MAP_SYNC): a writer persists with {flush} and sfence"
-            );
-        } else {
-            println!(
-                "  persistence    through the page cache: a writer persists with msync (not a DAX file)"
-            );
-        }
+        println!("  persistence    {}", persistence_line(dax));
     }
     Ok(())
+}
+
+/// How a writer makes a store of the pool durable, for `kv stat`.
+fn persistence_line(dax: bool) -> String {
+    if dax {
+        let flush = bitmend_media::pmem::flush_instruction();
+        format!("direct access (DAX, MAP_SYNC): a writer persists with {flush} and sfence")
+    } else {
+        "through the page cache: a writer persists with msync (not a DAX file)".to_string()
+    }
 }
 
 /// [`Kv::check`] with every read checked, a damaged page rebuilt and the walk taken again.
