@@ -14,7 +14,12 @@ mkdir -p "$mnt"
 # that test is built.
 rules="$(ls -t "$(dirname "$bin")"/deps/nand_rules-* 2>/dev/null | grep -v '\.d$' | head -1 || true)"
 if [ -n "$rules" ]; then
-  BITMEND_MTD="$dev" "$rules" --test-threads 1 -q | tail -1
+  said="$(BITMEND_MTD="$dev" "$rules" --test-threads 1 -q 2>&1 | grep '^test result')" || {
+    echo "quick: the NAND-rule tests failed on $dev:"
+    BITMEND_MTD="$dev" "$rules" --test-threads 1 2>&1 | cut -c1-200 | tail -30
+    exit 1
+  }
+  echo "quick: the NAND-rule tests on $dev: $said"
 else
   echo "quick: the NAND-rule tests are not built (cargo test -p bitmend-media --no-run): skipped"
 fi
@@ -35,14 +40,14 @@ fi
 echo "quick: $(wc -l < "$work/manifest") files written, unmounted, fsck clean"
 # One bit flipped in one programmed page of each of the first 32 erase blocks, each at a
 # different page index (within what one group parity page and one parity block repair):
-# offsets where the chip holds data (nanddump, without the kernel's ECC, shows which pages are
-# not erased).
+# offsets where the chip holds data (nanddump, without the kernel's ECC and with bad blocks
+# read as erased, shows which pages are not erased).
 g="$(mtdinfo "$dev" | sed -n 's/^Minimum input\/output unit size: *\([0-9]*\) bytes.*/\1/p')"
 ppb=$(( $(mtdinfo "$dev" | sed -n 's/^Eraseblock size: *\([0-9]*\) bytes.*/\1/p') / g ))
 flips=()
 for ((b = 0; b < 32; b++)); do
   p=$(( b * ppb + (b * 7 + 3) % ppb ))
-  if nanddump -n -q -s $((p * g)) -l "$g" "$dev" 2>/dev/null | tr -d '\377' | head -c 1 | grep -q .; then
+  if nanddump -n -q --bb=padbad -s $((p * g)) -l "$g" "$dev" 2>/dev/null | tr -d '\377' | head -c 1 | grep -q .; then
     flips+=("$(( b % 8 ))@$(( p * g + (b * 97) % g ))")
   fi
 done

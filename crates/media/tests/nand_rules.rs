@@ -54,6 +54,8 @@ fn on_real_chip(check: impl Fn(&mut dyn Nand)) {
                 chip.erase(b).unwrap();
             }
         }
+        // The device is locked while open: let it go before the check opens it afresh.
+        drop(chip);
         let mut fresh = MtdNand::open(dev.as_ref(), mode).unwrap();
         check(&mut fresh);
     }
