@@ -19,5 +19,6 @@ cargo build -p bitmend --locked
 BITMEND_REQUIRE_ANCHORS=1 BITMEND_REQUIRE_FUSE=1 cargo test --workspace --all-features --locked
 # The mount under the POSIX suites, quick version (the full one: scripts/fuse-suites.sh).
 ./scripts/fuse-suites.sh --quick
-# A real MTD chip: the kernel's nandsim in a VM (mkfs, files, fsx, stored bit flips, fsck).
+# A real MTD chip: the kernel's nandsim in a VM (mkfs, files, fsx, stored bit flips, fsck,
+# mount(8) and fstab through mount.bitmend).
 ./scripts/vm/run.sh scripts/vm/quick.sh target/debug/bitmend

@@ -23,6 +23,9 @@ mount -t proc proc $r/proc
 mount -t sysfs sys $r/sys
 mount -t devtmpfs dev $r/dev
 for d in tmp run dev/shm; do mkdir -p $r/$d; mount -t tmpfs "$d" $r/$d; done
+# The modules and busybox (the host may have no insmod), where a script can load nandsim
+# again with other parameters (its fault knobs).
+mkdir -p $r/run/vm-modules && cp /lib/modules/*.ko /bin/busybox $r/run/vm-modules/
 mkdir -p $r$(arg workdir) 2>/dev/null
 mount -t 9p -o $v9,rw work $r$(arg workdir)
 chroot $r /bin/bash -c "cd $(arg workdir) && export HOME=/tmp PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/root/.cargo/bin && exec bash $(arg script | tr ',' ' ')"

@@ -2,7 +2,8 @@
 # Inside the VM (scripts/vm/run.sh scripts/vm/quick.sh [BITMEND]): bitmend on a real MTD chip
 # (nandsim's /dev/mtd0). mkfs; mount; a tree of files and a short fsx; unmount; fsck; bits
 # flipped in the stored pages with mtd-utils' nandflipbits (the chip's own cells, not
-# bitmend's injector); the files read back byte for byte after a remount; fsck clean.
+# bitmend's injector); the files read back byte for byte after a remount; fsck clean. Then
+# mount(8), busybox's mount and an fstab line through mount.bitmend (mount-helper.sh).
 set -euo pipefail
 bin="$(realpath "${1:-target/debug/bitmend}")"
 dev=/dev/mtd0
@@ -62,3 +63,5 @@ echo "quick: every file reads back byte for byte; the mount repaired $repaired f
 "$bin" umount "$mnt"
 "$bin" fsck "$dev" | grep -q '^  clean' || { "$bin" fsck "$dev"; exit 1; }
 echo "quick: fsck clean after the remount"
+# mount(8) and fstab through the mount.bitmend helper.
+bash "$(dirname "$0")/mount-helper.sh" "$bin"

@@ -1,5 +1,6 @@
 //! The chip's rules, written once over any store of cells (RAM or an image file).
 
+use super::geometry::check_len;
 use super::{BlockState, Counters, Geometry, NandError, Timing};
 
 /// Where a chip keeps its bits and its per-block state. Page `p` occupies
@@ -36,13 +37,6 @@ pub(crate) struct Chip<C> {
 
 /// Not known which pages of the block are erased (after an open, or a raw write).
 const UNSURVEYED: u32 = u32::MAX;
-
-fn check_len(what: &'static str, got: usize, expected: u32) -> Result<(), NandError> {
-    if got != expected as usize {
-        return Err(NandError::BufferSize { what, got, expected: expected as usize });
-    }
-    Ok(())
-}
 
 impl<C: Cells> Chip<C> {
     pub fn new(geometry: Geometry, cells: C, blocks: Vec<BlockState>) -> Chip<C> {
@@ -83,20 +77,15 @@ impl<C: Cells> Chip<C> {
         spare: Option<&mut [u8]>,
     ) -> Result<(), NandError> {
         let g = self.geometry;
-        g.check_page(page)?;
+        let bytes = g.check_buffers(page, data.as_deref(), spare.as_deref())?;
         let off = self.page_offset(page);
-        let mut bytes = 0;
         // Straight into the caller's buffers: the cells are memory (an image is mapped), so
         // data and spare read apart cost no more than one read and a copy out of it.
         if let Some(d) = data {
-            check_len("page data", d.len(), g.page_size)?;
             self.cells.read_at(off, d)?;
-            bytes += d.len();
         }
         if let Some(s) = spare {
-            check_len("spare area", s.len(), g.spare_size)?;
             self.cells.read_at(off + g.page_size as u64, s)?;
-            bytes += s.len();
         }
         self.counters.reads += 1;
         self.counters.bytes_read += bytes as u64;
@@ -106,9 +95,7 @@ impl<C: Cells> Chip<C> {
 
     pub fn program(&mut self, page: u32, data: &[u8], spare: &[u8]) -> Result<(), NandError> {
         let g = self.geometry;
-        g.check_page(page)?;
-        check_len("page data", data.len(), g.page_size)?;
-        check_len("spare area", spare.len(), g.spare_size)?;
+        g.check_buffers(page, Some(data), Some(spare))?;
         let block = g.block_of(page);
         let index = g.index_in_block(page);
         let state = self.blocks[block as usize];

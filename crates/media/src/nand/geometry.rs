@@ -121,6 +121,27 @@ impl Geometry {
         Ok(())
     }
 
+    /// An error unless `page` exists and each buffer given is a whole page's data or spare
+    /// area. Returns the bytes the buffers hold (what a read moves).
+    pub fn check_buffers(
+        &self,
+        page: u32,
+        data: Option<&[u8]>,
+        spare: Option<&[u8]>,
+    ) -> Result<usize, NandError> {
+        self.check_page(page)?;
+        let mut bytes = 0;
+        if let Some(d) = data {
+            check_len("page data", d.len(), self.page_size)?;
+            bytes += d.len();
+        }
+        if let Some(s) = spare {
+            check_len("spare area", s.len(), self.spare_size)?;
+            bytes += s.len();
+        }
+        Ok(bytes)
+    }
+
     /// An error unless `block` exists.
     pub fn check_block(&self, block: u32) -> Result<(), NandError> {
         if block >= self.blocks {
@@ -128,6 +149,14 @@ impl Geometry {
         }
         Ok(())
     }
+}
+
+/// An error unless a buffer holds exactly what it must.
+pub(crate) fn check_len(what: &'static str, got: usize, expected: u32) -> Result<(), NandError> {
+    if got != expected as usize {
+        return Err(NandError::BufferSize { what, got, expected: expected as usize });
+    }
+    Ok(())
 }
 
 fn check_page_size(page_size: u32) -> Result<(), NandError> {

@@ -314,17 +314,7 @@ impl Nand for MtdNand {
         data: Option<&mut [u8]>,
         spare: Option<&mut [u8]>,
     ) -> Result<(), NandError> {
-        let g = self.geometry;
-        g.check_page(page)?;
-        let mut bytes = 0;
-        if let Some(d) = &data {
-            check_len("page data", d.len(), g.page_size)?;
-            bytes += d.len();
-        }
-        if let Some(s) = &spare {
-            check_len("spare area", s.len(), g.spare_size)?;
-            bytes += s.len();
-        }
+        let bytes = self.geometry.check_buffers(page, data.as_deref(), spare.as_deref())?;
         if data.is_none() && spare.is_none() {
             return Ok(());
         }
@@ -336,9 +326,7 @@ impl Nand for MtdNand {
 
     fn program(&mut self, page: u32, data: &[u8], spare: &[u8]) -> Result<(), NandError> {
         let g = self.geometry;
-        g.check_page(page)?;
-        check_len("page data", data.len(), g.page_size)?;
-        check_len("spare area", spare.len(), g.spare_size)?;
+        g.check_buffers(page, Some(data), Some(spare))?;
         let block = g.block_of(page);
         let index = g.index_in_block(page);
         if self.bad[block as usize] {
@@ -427,11 +415,4 @@ impl Nand for MtdNand {
         // Every MTD operation is done when its ioctl returns.
         Ok(())
     }
-}
-
-fn check_len(what: &'static str, got: usize, expected: u32) -> Result<(), NandError> {
-    if got != expected as usize {
-        return Err(NandError::BufferSize { what, got, expected: expected as usize });
-    }
-    Ok(())
 }

@@ -1,0 +1,327 @@
+#!/usr/bin/env bash
+# Inside the VM: RCFFS's experiment (section 5 of the seed) with its real peers. bitmend (its
+# spare area raw, the kernel's ECC off, and with the kernel's ECC), JFFS2 and UBIFS, each on
+# the same nandsim chip, erased before each, with compression on for all (bitmend lz4, JFFS2
+# zlib and rtime, UBIFS lzo: their defaults). YAFFS2, RCFFS's other peer, is not in the kernel.
+#
+#   scripts/vm/run.sh --nandsim first_id_byte=0x20,second_id_byte=0xf1,third_id_byte=0x00,fourth_id_byte=0x15 \
+#       scripts/vm/peers.sh target/release/bitmend [perf|faults|all] [quick]
+#
+# (128 MiB, 2 KiB pages, 128 KiB blocks, 64 spare bytes.) `perf` prints the performance rows,
+# each file system's figure and bitmend's ratio to each peer (above 1: bitmend is better);
+# `faults` prints, for each fault, the files each file system gives back intact, refuses
+# with an error, or gives back wrong. The faults come from nandsim's own knobs and from
+# mtd-utils' nandflipbits, never from bitmend's injectors. Under QEMU's emulation the figures
+# are CPU-bound: the ratios within one run are what mean something. `quick` runs every row
+# smaller, to try the script.
+set -euo pipefail
+bin="$(realpath "${1:-target/release/bitmend}")"
+what="${2:-all}"
+quick="${3:-}"
+here="$(cd "$(dirname "$0")" && pwd)"
+dev=/dev/mtd0
+work="$(mktemp -d)"
+mnt="$work/mnt"
+mkdir -p "$mnt"
+start=$(date +%s)
+say() { echo "peers [$(( $(date +%s) - start ))s] $*" >&2; }
+now() { date +%s.%N; }
+# a / b, and the figures of a row, with awk (one python start costs seconds under emulation).
+calc() { awk "BEGIN { printf \"%.${2:-2}f\", $1 }"; }
+modules=/run/vm-modules
+nandsim_params="$(tr '\0' ' ' < /proc/cmdline | sed -n 's/.*vm\.nandsim=\([^ ]*\).*/\1/p' | tr ',' ' ')"
+chip_kib=$(( $(cat /sys/class/mtd/mtd0/size) / 1024 ))
+
+# --- the file systems ------------------------------------------------------------------
+# bitmend-raw and bitmend-ecc are one file system with its spare area used two ways.
+fs_list="bitmend-raw bitmend-ecc jffs2 ubifs"
+make_fs() {
+  flash_erase -q "$dev" 0 0 2>/dev/null || true
+  case "$1" in
+    bitmend-raw) "$bin" mkfs "$dev" --force --oob raw >/dev/null ;;
+    bitmend-ecc) "$bin" mkfs "$dev" --force --oob ecc >/dev/null ;;
+    jffs2) ;;
+    ubifs*) ubiformat -q -y "$dev" >/dev/null 2>&1
+           ubiattach -m 0 >/dev/null
+           ubimkvol /dev/ubi0 -N data -m >/dev/null
+           ubidetach -m 0 >/dev/null ;;
+  esac
+}
+# Everything a boot does before the files are there: for UBIFS, UBI's attach too.
+mount_fs() {
+  case "$1" in
+    bitmend-*) "$bin" mount "$dev" "$mnt" --nvram none --scrub-every 0 >/dev/null ;;
+    jffs2) mount -t jffs2 mtd0 "$mnt" ;;
+    ubifs) ubiattach -m 0 >/dev/null && mount -t ubifs ubi0:data "$mnt" ;;
+    # UBIFS checks data nodes' CRCs on read only when asked (its default trusts the ECC).
+    ubifs-crc) ubiattach -m 0 >/dev/null && mount -t ubifs -o chk_data_crc ubi0:data "$mnt" ;;
+  esac
+}
+umount_fs() {
+  case "$1" in
+    bitmend-*) "$bin" umount "$mnt" ;;
+    jffs2) umount "$mnt" ;;
+    ubifs*) umount "$mnt"; ubidetach -m 0 >/dev/null ;;
+  esac
+}
+# Everything durable: sync(2) does not reach a FUSE daemon.
+sync_fs() { case "$1" in bitmend-*) "$bin" sync "$mnt" ;; *) sync ;; esac; }
+used_kib() { df -k "$mnt" | awk 'NR == 2 { print $3 }'; }
+timed_mount_ms() { local t0; t0=$(now); mount_fs "$1"; calc "($(now) - $t0) * 1000" 0; }
+
+# Writes COUNT files of SIZE random bytes under DIR (1,000 to a folder); stops at the first
+# error (ENOSPC) and prints how many it wrote.
+write_files() {
+  python3 - "$@" <<'PY'
+import os, sys
+root, count, size, first = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+done = 0
+try:
+    for i in range(first, first + count):
+        d = os.path.join(root, f"d{i // 1000}")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, f"f{i}"), "wb") as f:
+            f.write(os.urandom(size))
+        done += 1
+except OSError:
+    pass
+print(done)
+PY
+}
+
+# --- performance ------------------------------------------------------------------------
+declare -A fig
+rows=()
+record() { # row, file system, figure
+  [[ " ${rows[*]} " == *" $1 "* ]] || rows+=("$1")
+  fig["$1|$2"]="$3"
+}
+files=1000; txns=15000; copies=1000; big=32; fills="10 30 50"
+tree=/usr/lib/python3.11
+if [ -n "$quick" ]; then files=100; txns=300; copies=50; big=2; fills="2 4"; tree=/usr/share/doc/fio; fi
+
+perf_one() {
+  local fs=$1 t0 t1 n=0 pct want got
+  make_fs "$fs"
+  mount_fs "$fs"
+  say "$fs: a tree ($tree)"
+  t0=$(now)
+  tar -C "$(dirname "$tree")" --exclude=__pycache__ --exclude=site-packages --exclude=dist-packages \
+    -cf - "$(basename "$tree")" | tar -C "$mnt" -xf -
+  sync_fs "$fs"; t1=$(now)
+  record "tree written + sync, s" "$fs" "$(calc "$t1 - $t0")"
+  record "space the tree takes, KiB" "$fs" "$(used_kib)"
+  rm -rf "${mnt:?}/$(basename "$tree")"; sync_fs "$fs"
+  say "$fs: $copies copies of a 5 KB file"
+  head -c 5000 /dev/urandom > "$work/five"
+  mkdir "$mnt/copies"
+  t0=$(now); for ((i = 0; i < copies; i++)); do cp "$work/five" "$mnt/copies/c$i"; done; sync_fs "$fs"; t1=$(now)
+  record "$copies copies of a 5 KB file + sync, s" "$fs" "$(calc "$t1 - $t0")"
+  rm -rf "$mnt/copies"; sync_fs "$fs"
+  say "$fs: a $big MiB file"
+  head -c $((big << 20)) /dev/urandom > "$work/big"
+  t0=$(now); cp "$work/big" "$mnt/big"; sync_fs "$fs"; t1=$(now)
+  record "$big MiB file written + sync, MB/s" "$fs" "$(calc "$big * 1.048576 / ($t1 - $t0)")"
+  umount_fs "$fs"; mount_fs "$fs"
+  t0=$(now); cmp "$work/big" "$mnt/big"; t1=$(now)
+  record "$big MiB file read after a remount, MB/s" "$fs" "$(calc "$big * 1.048576 / ($t1 - $t0)")"
+  rm -f "$mnt/big"; sync_fs "$fs"
+  say "$fs: PostMark, $files files, $txns transactions"
+  mkdir "$mnt/pm"
+  printf 'set location %s\nset number %s\nset transactions %s\nset size 500 10000\nset read 4096\nset write 4096\nrun\nquit\n' \
+    "$mnt/pm" "$files" "$txns" > "$work/pm"
+  t0=$(now); (cd "$work" && postmark "$work/pm" >/dev/null); sync_fs "$fs"; t1=$(now)
+  record "PostMark $files files $txns transactions + sync, s" "$fs" "$(calc "$t1 - $t0")"
+  rm -rf "$mnt/pm"; sync_fs "$fs"
+  for pct in $fills; do
+    want=$(( chip_kib * pct / 100 / 2 - n ))
+    say "$fs: filling to $pct% of the chip with 2 KB files ($want more)"
+    got=$(write_files "$mnt/small" "$want" 2048 "$n")
+    n=$((n + got))
+    sync_fs "$fs"
+    umount_fs "$fs"
+    if [ "$got" -lt "$want" ]; then
+      record "mount after a clean unmount, chip $pct% 2 KB files, ms" "$fs" "full"
+      mount_fs "$fs"
+      break
+    fi
+    record "mount after a clean unmount, chip $pct% 2 KB files, ms" "$fs" "$(timed_mount_ms "$fs")"
+  done
+  cut_and_mount "$fs"
+  umount_fs "$fs"
+}
+
+# The power cut, as each file system can have it in one VM (nandsim's chip lives in the VM's
+# RAM and dies with it): bitmend's daemon killed mid-write (its programs are ioctls that
+# return once the page is on the chip, so the chip holds what a cut at that moment leaves);
+# UBIFS under UBI's own power-cut emulation (every write after the cut point fails, as if the
+# power had gone); JFFS2 has no such switch.
+cut_and_mount() {
+  local fs=$1 writer dbg=/sys/kernel/debug/ubi/ubi0
+  case "$fs" in
+    jffs2) record "mount after a power cut mid-write, ms" "$fs" "n/a"; return ;;
+    ubifs) mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
+           echo 400 > "$dbg/tst_emulate_power_cut_min"; echo 400 > "$dbg/tst_emulate_power_cut_max"
+           echo 1 > "$dbg/tst_emulate_power_cut" ;;
+  esac
+  say "$fs: a power cut mid-write"
+  write_files "$mnt/cut" 100000 2048 0 >/dev/null &
+  writer=$!
+  case "$fs" in
+    bitmend-*) sleep 5; pkill -9 -f "bitmend mount $dev" || true
+               wait "$writer" || true; umount -l "$mnt" 2>/dev/null || true
+               fusermount3 -u -z "$mnt" 2>/dev/null || true ;;
+    ubifs) wait "$writer" || true
+           umount "$mnt"; echo 0 > "$dbg/tst_emulate_power_cut"; ubidetach -m 0 >/dev/null ;;
+  esac
+  record "mount after a power cut mid-write, ms" "$fs" "$(timed_mount_ms "$fs")"
+}
+
+perf_table() {
+  local r b j u rj ru
+  printf '%-56s %11s %11s %9s %9s %9s %9s\n' "row" bitmend-raw bitmend-ecc jffs2 ubifs "raw/jffs2" "raw/ubifs"
+  for r in "${rows[@]}"; do
+    b=${fig["$r|bitmend-raw"]}; j=${fig["$r|jffs2"]}; u=${fig["$r|ubifs"]}
+    ratio() { # better-is-higher ratio of bitmend-raw to a peer
+      [[ "$1" =~ ^[0-9.]+$ && "$b" =~ ^[0-9.]+$ ]] && [ "$(calc "$1 * $b" 6)" != "0.000000" ] || { echo "-"; return; }
+      if [[ "$r" == *"MB/s" ]]; then calc "$b / $1"; else calc "$1 / $b"; fi
+    }
+    rj=$(ratio "$j"); ru=$(ratio "$u")
+    printf '%-56s %11s %11s %9s %9s %9s %9s\n' "$r" "$b" "${fig["$r|bitmend-ecc"]}" "$j" "$u" "$rj" "$ru"
+  done
+}
+
+# --- faults ------------------------------------------------------------------------------
+declare -A outcome
+fault_rows=()
+# The same files on every file system: a real tree and some random ones, with their sums.
+fault_files() {
+  mkdir -p "$work/files"
+  if [ ! -f "$work/manifest" ]; then
+    tar -C /usr/share/doc -cf - fio python3.11 bash 2>/dev/null | tar -C "$work/files" -xf - || true
+    (cd "$work/files" && for ((i = 0; i < 40; i++)); do head -c $(( (i * 7919) % 300000 + 1 )) /dev/urandom > "r$i"; done)
+    (cd "$work/files" && find . -type f -exec sha256sum {} + | sort -k2) > "$work/manifest"
+  fi
+}
+# Reads every file back: intact (its sum), refused (an error), wrong (no error, other bytes).
+check_files() {
+  local fs=$1 row=$2 intact=0 refused=0 wrong=0 sum name
+  while read -r sum name; do
+    if got=$(sha256sum 2>/dev/null < "$mnt/files/$name"); then
+      if [ "${got%% *}" = "$sum" ]; then intact=$((intact + 1)); else wrong=$((wrong + 1)); fi
+    else
+      refused=$((refused + 1))
+    fi
+  done < "$work/manifest"
+  [[ " ${fault_rows[*]} " == *" $row "* ]] || fault_rows+=("$row")
+  outcome["$row|$fs"]="$intact/$refused/$wrong"
+  say "$fs, $row: intact $intact, refused $refused, wrong $wrong"
+}
+# The chip loaded again with nandsim's fault knobs (empty: none).
+reload_nandsim() {
+  "$modules/busybox" rmmod nandsim
+  # shellcheck disable=SC2086
+  "$modules/busybox" insmod "$modules/nandsim.ko" $nandsim_params "$@"
+}
+put_files() { mkdir -p "$mnt/files"; cp -r "$work/files/." "$mnt/files/"; sync_fs "$1"; }
+mount_or_record() { # fs row: mounts, or records every file refused if the mount fails
+  if ! mount_fs "$1" 2>"$work/mount-err"; then
+    say "$1, $2: the mount failed: $(head -c 300 "$work/mount-err")"
+    [[ " ${fault_rows[*]} " == *" $2 "* ]] || fault_rows+=("$2")
+    outcome["$2|$1"]="mount failed"
+    [[ "$1" == ubifs* ]] && ubidetach -m 0 >/dev/null 2>&1
+    return 1
+  fi
+}
+
+# Stored bit flips: K bits, at random, in one programmed page of every erase block that holds data (the
+# chip dumped without the kernel's ECC, bad blocks read as erased, shows which hold data).
+# Prints how many pages got them.
+flips_row() {
+  local k=$1
+  nanddump -n -q --bb=padbad -f "$work/chip" "$dev" 2>/dev/null
+  python3 - "$work/chip" "$k" "$(cat /sys/class/mtd/mtd0/writesize)" \
+      "$(cat /sys/class/mtd/mtd0/erasesize)" > "$work/flips" <<'PY'
+import random, sys
+chip, k, page, block = open(sys.argv[1], "rb").read(), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+ppb = block // page
+for b in range(len(chip) // block):
+    p = b * ppb + (b * 7 + 3) % ppb
+    if chip[p * page:(p + 1) * page].count(0xFF) == page:
+        continue
+    for bit in random.Random(b * 10007 + k).sample(range(page * 8), k):
+        print(f"{bit % 8}@{p * page + bit // 8}")
+PY
+  [ -s "$work/flips" ] && xargs -n 1000 nandflipbits -q "$dev" < "$work/flips"
+  echo $(( $(wc -l < "$work/flips") / k ))
+}
+
+faults_one() {
+  local fs=$1 k n row
+  for k in 1 8 64 1000; do
+    row="$k bits flipped in one page of each block"
+    make_fs "$fs"; mount_fs "$fs"; put_files "$fs"; umount_fs "$fs"
+    n=$(flips_row "$k")
+    say "$fs: $k flips in each of $n pages"
+    mount_or_record "$fs" "$row" || continue
+    check_files "$fs" "$row"; umount_fs "$fs"
+  done
+  # Read disturb: nandsim flips 1 to 4 bits in about one page read in 1,000 (nandsim's chip
+  # lives in the module, so each knob is set before the file system is made).
+  row="1-4 random flips in 1 of 1,000 page reads"
+  reload_nandsim bitflips=4
+  make_fs "$fs"; mount_fs "$fs"; put_files "$fs"; umount_fs "$fs"
+  if mount_or_record "$fs" "$row"; then check_files "$fs" "$row"; umount_fs "$fs"; fi
+  reload_nandsim
+  # Grave pages: one page in every 8th block reads back as noise from its third read on.
+  row="grave pages (1 in 8 blocks, noise after 2 reads)"
+  reload_nandsim "gravepages=$(grave_list)"
+  make_fs "$fs"; mount_fs "$fs"; put_files "$fs"; umount_fs "$fs"
+  if mount_or_record "$fs" "$row"; then check_files "$fs" "$row"; umount_fs "$fs"; fi
+  reload_nandsim
+  # Weak blocks: every 16th block fails its erase after its second.
+  row="weak blocks (1 in 16 fails its 3rd erase), files rewritten 16x"
+  reload_nandsim "weakblocks=$(weak_list)"
+  make_fs "$fs"; mount_fs "$fs"
+  for ((n = 0; n < 16; n++)); do rm -rf "$mnt/files"; put_files "$fs"; done
+  umount_fs "$fs"
+  if mount_or_record "$fs" "$row"; then check_files "$fs" "$row"; umount_fs "$fs"; fi
+  reload_nandsim
+  # Factory bad blocks: every 20th block bad when the chip is loaded.
+  row="bad blocks (1 in 20, marked at load)"
+  reload_nandsim "badblocks=$(bad_list)"
+  make_fs "$fs"; mount_fs "$fs"; put_files "$fs"; umount_fs "$fs"
+  if mount_or_record "$fs" "$row"; then check_files "$fs" "$row"; umount_fs "$fs"; fi
+  reload_nandsim
+}
+blocks_of_chip() { echo $(( $(cat /sys/class/mtd/mtd0/size) / $(cat /sys/class/mtd/mtd0/erasesize) )); }
+ppb_of_chip() { echo $(( $(cat /sys/class/mtd/mtd0/erasesize) / $(cat /sys/class/mtd/mtd0/writesize) )); }
+grave_list() {
+  local b l="" ppb; ppb=$(ppb_of_chip)
+  for ((b = 3; b < $(blocks_of_chip); b += 8)); do l+="${l:+,}$(( b * ppb + (b * 5) % ppb )):2"; done
+  echo "$l"
+}
+weak_list() { local b l=""; for ((b = 5; b < $(blocks_of_chip); b += 16)); do l+="${l:+,}$b:2"; done; echo "$l"; }
+bad_list() { local b l=""; for ((b = 7; b < $(blocks_of_chip); b += 20)); do l+="${l:+,}$b"; done; echo "$l"; }
+
+faults_table() {
+  local r
+  echo "files intact/refused/wrong of $(wc -l < "$work/manifest") (a file refused gives an error; wrong is silent)"
+  printf '%-60s %12s %12s %12s %12s %12s\n' "fault" bitmend-raw bitmend-ecc jffs2 ubifs ubifs-crc
+  for r in "${fault_rows[@]}"; do
+    printf '%-60s %12s %12s %12s %12s %12s\n' "$r" "${outcome["$r|bitmend-raw"]:-}" "${outcome["$r|bitmend-ecc"]:-}" \
+      "${outcome["$r|jffs2"]:-}" "${outcome["$r|ubifs"]:-}" "${outcome["$r|ubifs-crc"]:-}"
+  done
+}
+
+dmesg -n 1 2>/dev/null || true # the ECC's complaints, one per page, would drown the output
+say "chip: $(mtdinfo "$dev" | sed -n 's/^Amount of eraseblocks: *//p') ($chip_kib KiB), nandsim $nandsim_params"
+if [ "$what" = perf ] || [ "$what" = all ]; then
+  for fs in $fs_list; do perf_one "$fs"; done
+  perf_table
+fi
+if [ "$what" = faults ] || [ "$what" = all ]; then
+  fault_files
+  for fs in $fs_list ubifs-crc; do faults_one "$fs"; done
+  faults_table
+fi
