@@ -5,12 +5,13 @@
 # zlib and rtime, UBIFS lzo: their defaults). YAFFS2, RCFFS's other peer, is not in the kernel.
 #
 #   scripts/vm/run.sh --nandsim first_id_byte=0x20,second_id_byte=0xf1,third_id_byte=0x00,fourth_id_byte=0x15 \
-#       scripts/vm/peers.sh target/release/bitmend [perf|faults|all] [quick]
+#       scripts/vm/peers.sh target/release/bitmend [perf|faults|mounts|all] [quick]
 #
 # (128 MiB, 2 KiB pages, 128 KiB blocks, 64 spare bytes.) `perf` prints the performance rows,
 # each file system's figure and bitmend's ratio to each peer (above 1: bitmend is better);
 # `faults` prints, for each fault, the files each file system gives back intact, refuses
-# with an error, or gives back wrong. The faults come from nandsim's own knobs and from
+# with an error, or gives back wrong; `mounts` the median of five mounts of a chip 30% full.
+# The faults come from nandsim's own knobs and from
 # mtd-utils' nandflipbits, never from bitmend's injectors. Under QEMU's emulation the figures
 # are CPU-bound: the ratios within one run are what mean something. `quick` runs every row
 # smaller, to try the script.
@@ -192,7 +193,7 @@ perf_table() {
 }
 
 # --- faults ------------------------------------------------------------------------------
-declare -A outcome
+declare -A outcome met
 fault_rows=()
 # The same files on every file system: a real tree and some random ones, with their sums.
 fault_files() {
@@ -256,68 +257,100 @@ PY
   echo $(( $(wc -l < "$work/flips") / k ))
 }
 
+# Makes the file system, writes the files REWRITES times over (a rewrite makes the cleaner
+# erase), unmounts; false if any of it fails.
+setup_files() {
+  local fs=$1 rewrites=$2 n
+  make_fs "$fs" || return 1
+  mount_fs "$fs" || return 1
+  for ((n = 0; n < rewrites; n++)); do
+    rm -rf "$mnt/files" && put_files "$fs" || { umount_fs "$fs"; return 1; }
+  done
+  umount_fs "$fs"
+}
+# One row of nandsim's knobs: the chip loaded with PARAMS before the file system is made
+# (nandsim's cells live in the module: a reload is an empty chip), then the files checked
+# after a remount. The faults met are nandsim's own count of what it simulated, from the
+# kernel's log (a lower bound when the log wraps).
+knob_row() {
+  local fs=$1 row=$2 params=$3 rewrites=$4
+  reload_nandsim $params
+  dmesg -C
+  if ! setup_files "$fs" "$rewrites"; then
+    say "$fs, $row: the file system could not be made and filled"
+    [[ " ${fault_rows[*]} " == *" $row "* ]] || fault_rows+=("$row")
+    outcome["$row|$fs"]="setup failed"
+    [[ "$fs" == ubifs* ]] && { umount "$mnt" 2>/dev/null; ubidetach -m 0 >/dev/null 2>&1; }
+  elif mount_or_record "$fs" "$row"; then
+    check_files "$fs" "$row"; umount_fs "$fs"
+  fi
+  met["$row|$fs"]=$(dmesg | grep -c 'simulating\|flipping bit' || true)
+  reload_nandsim
+}
+
 faults_one() {
   local fs=$1 k n row
   for k in 1 8 64 1000; do
     row="$k bits flipped in one page of each block"
-    make_fs "$fs"; mount_fs "$fs"; put_files "$fs"; umount_fs "$fs"
+    setup_files "$fs" 1
     n=$(flips_row "$k")
-    say "$fs: $k flips in each of $n pages"
+    met["$row|$fs"]=$((n * k))
     mount_or_record "$fs" "$row" || continue
     check_files "$fs" "$row"; umount_fs "$fs"
   done
-  # Read disturb: nandsim flips 1 to 4 bits in about one page read in 1,000 (nandsim's chip
-  # lives in the module, so each knob is set before the file system is made).
-  row="1-4 random flips in 1 of 1,000 page reads"
-  reload_nandsim bitflips=4
-  make_fs "$fs"; mount_fs "$fs"; put_files "$fs"; umount_fs "$fs"
-  if mount_or_record "$fs" "$row"; then check_files "$fs" "$row"; umount_fs "$fs"; fi
-  reload_nandsim
-  # Grave pages: one page in every 8th block reads back as noise from its third read on.
-  row="grave pages (1 in 8 blocks, noise after 2 reads)"
-  reload_nandsim "gravepages=$(grave_list)"
-  make_fs "$fs"; mount_fs "$fs"; put_files "$fs"; umount_fs "$fs"
-  if mount_or_record "$fs" "$row"; then check_files "$fs" "$row"; umount_fs "$fs"; fi
-  reload_nandsim
-  # Weak blocks: every 16th block fails its erase after its second.
-  row="weak blocks (1 in 16 fails its 3rd erase), files rewritten 16x"
-  reload_nandsim "weakblocks=$(weak_list)"
-  make_fs "$fs"; mount_fs "$fs"
-  for ((n = 0; n < 16; n++)); do rm -rf "$mnt/files"; put_files "$fs"; done
-  umount_fs "$fs"
-  if mount_or_record "$fs" "$row"; then check_files "$fs" "$row"; umount_fs "$fs"; fi
-  reload_nandsim
-  # Factory bad blocks: every 20th block bad when the chip is loaded.
-  row="bad blocks (1 in 20, marked at load)"
-  reload_nandsim "badblocks=$(bad_list)"
-  make_fs "$fs"; mount_fs "$fs"; put_files "$fs"; umount_fs "$fs"
-  if mount_or_record "$fs" "$row"; then check_files "$fs" "$row"; umount_fs "$fs"; fi
-  reload_nandsim
+  knob_row "$fs" "1-4 random flips in 1 of 1,000 page reads" "bitflips=4" 1
+  knob_row "$fs" "grave pages (1 in 8 blocks, noise after 2 reads)" "gravepages=$(grave_list)" 1
+  knob_row "$fs" "weak blocks (1 in 16 fails its 3rd erase), files rewritten 16x" "weakblocks=$(weak_list)" 16
+  knob_row "$fs" "weak pages (1 in 8 blocks, every program fails)" "weakpages=$(grave_list 0)" 1
+  knob_row "$fs" "bad blocks (1 in 20, marked at load)" "badblocks=$(bad_list)" 1
 }
 blocks_of_chip() { echo $(( $(cat /sys/class/mtd/mtd0/size) / $(cat /sys/class/mtd/mtd0/erasesize) )); }
 ppb_of_chip() { echo $(( $(cat /sys/class/mtd/mtd0/erasesize) / $(cat /sys/class/mtd/mtd0/writesize) )); }
-grave_list() {
+grave_list() { # one page in every 8th block, each with a count (default 2)
   local b l="" ppb; ppb=$(ppb_of_chip)
-  for ((b = 3; b < $(blocks_of_chip); b += 8)); do l+="${l:+,}$(( b * ppb + (b * 5) % ppb )):2"; done
+  for ((b = 3; b < $(blocks_of_chip); b += 8)); do l+="${l:+,}$(( b * ppb + (b * 5) % ppb )):${1:-2}"; done
   echo "$l"
 }
 weak_list() { local b l=""; for ((b = 5; b < $(blocks_of_chip); b += 16)); do l+="${l:+,}$b:2"; done; echo "$l"; }
 bad_list() { local b l=""; for ((b = 7; b < $(blocks_of_chip); b += 20)); do l+="${l:+,}$b"; done; echo "$l"; }
 
 faults_table() {
-  local r
-  echo "files intact/refused/wrong of $(wc -l < "$work/manifest") (a file refused gives an error; wrong is silent)"
-  printf '%-60s %12s %12s %12s %12s %12s\n' "fault" bitmend-raw bitmend-ecc jffs2 ubifs ubifs-crc
+  local r fs cells
+  echo "files intact/refused/wrong of $(wc -l < "$work/manifest") (refused: an error or missing; wrong: no error, other bytes), (faults met)"
+  printf '%-62s' "fault"; printf ' %16s' bitmend-raw bitmend-ecc jffs2 ubifs ubifs-crc; echo
   for r in "${fault_rows[@]}"; do
-    printf '%-60s %12s %12s %12s %12s %12s\n' "$r" "${outcome["$r|bitmend-raw"]:-}" "${outcome["$r|bitmend-ecc"]:-}" \
-      "${outcome["$r|jffs2"]:-}" "${outcome["$r|ubifs"]:-}" "${outcome["$r|ubifs-crc"]:-}"
+    printf '%-62s' "$r"
+    for fs in bitmend-raw bitmend-ecc jffs2 ubifs ubifs-crc; do
+      cells="${outcome["$r|$fs"]:-}"
+      [ -n "${met["$r|$fs"]:-}" ] && cells+=" (${met["$r|$fs"]})"
+      printf ' %16s' "$cells"
+    done
+    echo
   done
 }
 
 dmesg -n 1 2>/dev/null || true # the ECC's complaints, one per page, would drown the output
+# Mount time, the median of five, after a clean unmount with 30% of the chip in 2 KB files.
+mounts_one() {
+  local fs=$1 i t=()
+  make_fs "$fs"; mount_fs "$fs"
+  say "$fs: filling 30% of the chip with 2 KB files, then five mounts"
+  write_files "$mnt/small" $(( chip_kib * 30 / 100 / 2 )) 2048 0 >/dev/null
+  sync_fs "$fs"
+  for ((i = 0; i < 5; i++)); do umount_fs "$fs"; t+=("$(timed_mount_ms "$fs")"); done
+  umount_fs "$fs"
+  record "mount after a clean unmount, chip 30% 2 KB files, median of 5, ms" "$fs" \
+    "$(printf '%s\n' "${t[@]}" | sort -n | sed -n 3p)"
+  say "$fs: mounts ${t[*]} ms"
+}
+
 say "chip: $(mtdinfo "$dev" | sed -n 's/^Amount of eraseblocks: *//p') ($chip_kib KiB), nandsim $nandsim_params"
 if [ "$what" = perf ] || [ "$what" = all ]; then
   for fs in $fs_list; do perf_one "$fs"; done
+  perf_table
+fi
+if [ "$what" = mounts ]; then
+  for fs in $fs_list; do mounts_one "$fs"; done
   perf_table
 fi
 if [ "$what" = faults ] || [ "$what" = all ]; then

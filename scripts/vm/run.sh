@@ -64,7 +64,7 @@ timeout "${BITMEND_VM_TIMEOUT:-3600}" qemu-system-x86_64 \
   -bios /usr/share/qemu/qboot.rom -kernel "$vm/vmlinux" -initrd "$vm/initrd.img" \
   -append "console=ttyS0 quiet panic=-1 vm.nandsim=$nandsim vm.workdir=$repo vm.script=$args" \
   -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
-  -virtfs "local,path=$repo,mount_tag=work,security_model=none" 2>&1 | tee "$out" | grep -v '^VM-EXIT: '
+  -virtfs "local,path=$repo,mount_tag=work,security_model=none" 2>&1 | tee "$out" | grep --line-buffered -v '^VM-EXIT: '
 status="$(sed -n 's/^VM-EXIT: \([0-9]*\).*/\1/p' "$out" | tail -1)"
 if [ -z "$status" ]; then
   echo "vm/run.sh: the VM ended without the script's status (a panic, or the timeout)" >&2
