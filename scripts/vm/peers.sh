@@ -5,7 +5,7 @@
 # zlib and rtime, UBIFS lzo: their defaults). YAFFS2, RCFFS's other peer, is not in the kernel.
 #
 #   scripts/vm/run.sh --nandsim first_id_byte=0x20,second_id_byte=0xf1,third_id_byte=0x00,fourth_id_byte=0x15 \
-#       scripts/vm/peers.sh target/release/bitmend [perf|faults|mounts|all] [quick]
+#       scripts/vm/peers.sh target/release/bitmend [perf|faults|mounts|all] [quick|full] [FS:FS...]
 #
 # (128 MiB, 2 KiB pages, 128 KiB blocks, 64 spare bytes.) `perf` prints the performance rows,
 # each file system's figure and bitmend's ratio to each peer (above 1: bitmend is better);
@@ -19,6 +19,7 @@ set -euo pipefail
 bin="$(realpath "${1:-target/release/bitmend}")"
 what="${2:-all}"
 quick="${3:-}"
+[ "$quick" = full ] && quick=""
 here="$(cd "$(dirname "$0")" && pwd)"
 dev=/dev/mtd0
 work="$(mktemp -d)"
@@ -36,6 +37,9 @@ chip_kib=$(( $(cat /sys/class/mtd/mtd0/size) / 1024 ))
 # --- the file systems ------------------------------------------------------------------
 # bitmend-raw and bitmend-ecc are one file system with its spare area used two ways.
 fs_list="bitmend-raw bitmend-ecc jffs2 ubifs"
+fault_fs_list="$fs_list ubifs-crc"
+# A fourth argument, colon-separated, runs only those (bitmend-raw:ubifs).
+if [ -n "${4:-}" ]; then fs_list="${4//:/ }"; fault_fs_list="$fs_list"; fi
 make_fs() {
   flash_erase -q "$dev" 0 0 2>/dev/null || true
   case "$1" in
@@ -220,7 +224,12 @@ check_files() {
 }
 # The chip loaded again with nandsim's fault knobs (empty: none).
 reload_nandsim() {
-  "$modules/busybox" rmmod nandsim
+  local i
+  # A file system a fault turned read-only may still hold the chip: let it go first.
+  for ((i = 0; i < 10; i++)); do
+    "$modules/busybox" rmmod nandsim 2>/dev/null && break
+    umount -l "$mnt" 2>/dev/null; ubidetach -m 0 >/dev/null 2>&1; sleep 1
+  done
   # shellcheck disable=SC2086
   "$modules/busybox" insmod "$modules/nandsim.ko" $nandsim_params "$@"
 }
@@ -230,7 +239,7 @@ mount_or_record() { # fs row: mounts, or records every file refused if the mount
     say "$1, $2: the mount failed: $(head -c 300 "$work/mount-err")"
     [[ " ${fault_rows[*]} " == *" $2 "* ]] || fault_rows+=("$2")
     outcome["$2|$1"]="mount failed"
-    [[ "$1" == ubifs* ]] && ubidetach -m 0 >/dev/null 2>&1
+    if [[ "$1" == ubifs* ]]; then ubidetach -m 0 >/dev/null 2>&1 || true; fi
     return 1
   fi
 }
@@ -280,11 +289,12 @@ knob_row() {
     say "$fs, $row: the file system could not be made and filled"
     [[ " ${fault_rows[*]} " == *" $row "* ]] || fault_rows+=("$row")
     outcome["$row|$fs"]="setup failed"
-    [[ "$fs" == ubifs* ]] && { umount "$mnt" 2>/dev/null; ubidetach -m 0 >/dev/null 2>&1; }
+    if [[ "$fs" == ubifs* ]]; then umount "$mnt" 2>/dev/null; ubidetach -m 0 >/dev/null 2>&1 || true; fi
   elif mount_or_record "$fs" "$row"; then
     check_files "$fs" "$row"; umount_fs "$fs"
   fi
   met["$row|$fs"]=$(dmesg | grep -c 'simulating\|flipping bit' || true)
+  say "$fs, $row: nandsim met ${met["$row|$fs"]} faults"
   reload_nandsim
 }
 
@@ -355,6 +365,6 @@ if [ "$what" = mounts ]; then
 fi
 if [ "$what" = faults ] || [ "$what" = all ]; then
   fault_files
-  for fs in $fs_list ubifs-crc; do faults_one "$fs"; done
+  for fs in $fault_fs_list; do faults_one "$fs"; done
   faults_table
 fi
