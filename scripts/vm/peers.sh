@@ -310,9 +310,10 @@ faults_one() {
   done
   knob_row "$fs" "1-4 random flips in 1 of 1,000 page reads" "bitflips=4" 1
   knob_row "$fs" "grave pages (1 in 8 blocks, noise after 2 reads)" "gravepages=$(grave_list)" 1
-  knob_row "$fs" "weak blocks (1 in 16 fails its 3rd erase), files rewritten 16x" "weakblocks=$(weak_list)" 16
   knob_row "$fs" "weak pages (1 in 8 blocks, every program fails)" "weakpages=$(grave_list 0)" 1
   knob_row "$fs" "bad blocks (1 in 20, marked at load)" "badblocks=$(bad_list)" 1
+  # Last: after it UBIFS (read-only) has been seen to keep the chip, which ends the run.
+  knob_row "$fs" "weak blocks (1 in 16 fails its 3rd erase), files rewritten 16x" "weakblocks=$(weak_list)" 16
 }
 blocks_of_chip() { echo $(( $(cat /sys/class/mtd/mtd0/size) / $(cat /sys/class/mtd/mtd0/erasesize) )); }
 ppb_of_chip() { echo $(( $(cat /sys/class/mtd/mtd0/erasesize) / $(cat /sys/class/mtd/mtd0/writesize) )); }
@@ -365,6 +366,7 @@ if [ "$what" = mounts ]; then
 fi
 if [ "$what" = faults ] || [ "$what" = all ]; then
   fault_files
+  # The table of what was measured, however the run ends.
+  trap faults_table EXIT
   for fs in $fault_fs_list; do faults_one "$fs"; done
-  faults_table
 fi
