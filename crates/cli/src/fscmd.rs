@@ -350,6 +350,19 @@ pub struct MountArgs {
     /// at mount, not a crash mid-write), and on tmpfs mapped in at mount.
     #[arg(long, default_value = "256M", value_name = "SIZE")]
     pub nvram_size: String,
+    /// Keep the mount when the daemon's worker crashes: a small supervisor process holds
+    /// the FUSE connection and journals each request; a worker that dies (a signal, a
+    /// panic) is replaced by one that recovers from the NVRAM tier and answers what was in
+    /// flight (docs/DESIGN.md, "The supervisor"). Needs the tier (not `--nvram none`).
+    #[arg(long)]
+    pub supervise: bool,
+    /// Serve the FUSE connection over this socket, as a supervisor's worker (internal).
+    #[arg(long, hide = true, value_name = "FD")]
+    pub serve_fd: Option<i32>,
+    /// As a worker started after another died: its connection is the one the tier's
+    /// requests were made on (internal).
+    #[arg(long, hide = true, requires = "serve_fd")]
+    pub serve_again: bool,
 }
 
 /// When the scrubber and the cache checker run.
@@ -421,6 +434,9 @@ fn spawn_daemon(a: &MountArgs) -> Result<(), CliError> {
     }
     if a.read_under_lock {
         cmd.arg("--read-under-lock");
+    }
+    if a.supervise {
+        cmd.arg("--supervise");
     }
     cmd.arg("--nvram").arg(&a.nvram).arg("--nvram-size").arg(&a.nvram_size);
     // The daemon must not hold our output open (a caller waiting for it would hang): its
@@ -550,7 +566,7 @@ fn open_for_mount(
     opts: FsOptions,
     nvram: Option<&Path>,
     nvram_size: usize,
-) -> Result<(Fs<Flash>, bitmend_flashfs::MountReport), CliError> {
+) -> Result<(Fs<Flash>, bitmend_flashfs::MountReport, Vec<u64>), CliError> {
     let on_image = |e: CliError| match e {
         CliError::Fs(source) => CliError::Image { image: a.image.clone(), source },
         e => e,
@@ -561,9 +577,33 @@ fn open_for_mount(
             if let Some(said) = crate::nvram::describe(path, &tier) {
                 eprintln!("bitmend: {said}");
             }
-            Ok((fs, rep))
+            Ok((fs, rep, tier.requests))
         }
-        None => Fs::open(nand, opts).map_err(|e| on_image(e.into())),
+        None => Fs::open(nand, opts).map(|(fs, rep)| (fs, rep, Vec::new())).map_err(|e| on_image(e.into())),
+    }
+}
+
+fn say_mounted(image: &Path, rep: &bitmend_flashfs::MountReport) {
+    eprintln!(
+        "bitmend: mounted {} ({}; {} pages replayed{}, {} repaired on the way; superblock from {}, {} damaged copies, {} rewritten)",
+        image.display(),
+        mount_method(rep),
+        rep.pages,
+        if rep.from_checkpoint { " from a checkpoint" } else { "" },
+        rep.pages_repaired,
+        superblock_source(rep),
+        rep.superblocks_damaged,
+        rep.superblocks_rewritten
+    );
+}
+
+/// SIGINT and SIGTERM end the mount (`catch`), or are ignored (a worker's).
+pub(crate) fn catch_stop_signals(catch: bool) {
+    let handler = if catch { on_signal as *const () as libc::sighandler_t } else { libc::SIG_IGN };
+    // SAFETY: installs an async-signal-safe handler (it only stores to an atomic), or none.
+    unsafe {
+        libc::signal(libc::SIGINT, handler);
+        libc::signal(libc::SIGTERM, handler);
     }
 }
 
@@ -579,13 +619,19 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
     if nvram_size < 1 << 20 {
         return Err(CliError::Usage("--nvram-size must be at least 1M".into()));
     }
-    check_mountpoint(&a.mountpoint)?;
-    if a.create && !a.image.exists() {
-        mkfs(&default_mkfs(a))?;
-    }
-    std::fs::create_dir_all(&a.mountpoint).map_err(|e| format!("{}: {e}", a.mountpoint.display()))?;
-    if !a.foreground {
-        return spawn_daemon(a);
+    // A supervisor's worker serves a mount its supervisor has made.
+    if a.serve_fd.is_none() {
+        check_mountpoint(&a.mountpoint)?;
+        if a.create && !a.image.exists() {
+            mkfs(&default_mkfs(a))?;
+        }
+        std::fs::create_dir_all(&a.mountpoint).map_err(|e| format!("{}: {e}", a.mountpoint.display()))?;
+        if !a.foreground {
+            return spawn_daemon(a);
+        }
+        if a.supervise {
+            return crate::supervised::run(a, &fuse_config(a), &STOP);
+        }
     }
     keep_heap_memory();
     let nand = open_image(&a.image)?;
@@ -600,46 +646,37 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
         ..FsOptions::default()
     };
     let nvram = crate::nvram::chosen(&a.nvram, &a.image)?;
-    let (mut fs, rep) = open_for_mount(a, nand, opts, nvram.as_deref(), nvram_size as usize)?;
+    let (mut fs, rep, done) = open_for_mount(a, nand, opts, nvram.as_deref(), nvram_size as usize)?;
     if let Some(c) = a.compress.map(|c| c.options().compression).or(fs.recorded_compression()) {
         fs.set_compression(c);
     }
-    eprintln!(
-        "bitmend: mounted {} ({}; {} pages replayed{}, {} repaired on the way; superblock from {}, {} damaged copies, {} rewritten)",
-        a.image.display(),
-        mount_method(&rep),
-        rep.pages,
-        if rep.from_checkpoint { " from a checkpoint" } else { "" },
-        rep.pages_repaired,
-        superblock_source(&rep),
-        rep.superblocks_damaged,
-        rep.superblocks_rewritten
-    );
+    say_mounted(&a.image, &rep);
     let config = fuse_config(a);
-    // SAFETY: installs an async-signal-safe handler (it only stores to an atomic).
-    unsafe {
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-    }
+    // A worker leaves the signals that end a mount to its supervisor, which unmounts.
+    catch_stop_signals(a.serve_fd.is_none());
     let schedule = scrub_schedule(a)?;
     let reader = if a.read_under_lock { None } else { fs.data_reader() };
     let shared = crate::scrubber::share(fs, schedule);
     let scrubber = crate::scrubber::spawn(shared.clone(), schedule);
     let committer = commit_interval.map(|i| crate::commit::spawn(shared.clone(), i));
     let (write_back, writer) = crate::write_back::spawn(shared.clone());
-    let session = fuser::spawn_mount(
-        crate::fuse::FuseFs {
-            shared: shared.clone(),
-            direct_io: a.direct_io,
-            writeback_cache: a.writeback_cache,
-            drops_privileges: false,
-            write_back,
-            durable_on_answer: nvram.is_some(),
-            reader,
-        },
-        &a.mountpoint,
-        &config,
-    )
+    let fuse_fs = crate::fuse::FuseFs {
+        shared: shared.clone(),
+        direct_io: a.direct_io,
+        writeback_cache: a.writeback_cache,
+        drops_privileges: false,
+        write_back,
+        durable_on_answer: nvram.is_some(),
+        reader,
+        largest_message: a.serve_fd.map(crate::supervisor::largest_message),
+        tags_requests: a.serve_fd.is_some(),
+        // A first worker's connection is new: requests a tier names are another's.
+        done_before: if a.serve_again { done.into_iter().collect() } else { Default::default() },
+    };
+    let session = match a.serve_fd {
+        Some(fd) => crate::supervised::serve(fuse_fs, fd, config),
+        None => fuser::spawn_mount(fuse_fs, &a.mountpoint, &config),
+    }
     .map_err(err)?;
     crate::mounted::set_readahead(&a.mountpoint, a.readahead_kib);
     eprintln!("{SERVING}{}", a.mountpoint.display());
@@ -651,7 +688,8 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
     // file system lets go of the image: `bitmend umount` returns once the image is free, and
     // a mount made then at the same place must not be the one fuser unmounts.
     let ended = if session.guard.is_finished() { session.join() } else { session.umount_and_join() };
-    if let Err(e) = ended {
+    // A worker's connection ends when its supervisor closes it: no error.
+    if let Err(e) = ended.or_else(|e| if a.serve_fd.is_some() { Ok(()) } else { Err(e) }) {
         eprintln!("bitmend: unmount: {e}");
         // Still mounted (busy): requests may still come, so the file system stays until the
         // mount is gone.

@@ -46,6 +46,15 @@ pub struct FuseFs {
     /// Reads flash pages without the file system's lock (`Fs::plan_read`); None: every read
     /// goes through the lock (a chip that offers no reader).
     pub reader: Option<DataReader>,
+    /// Serving a supervisor over a socket: the largest message it carries, which caps the
+    /// requests and replies agreed at init.
+    pub largest_message: Option<usize>,
+    /// Serving a supervisor: each namespace operation is recorded in the tier with its
+    /// request, and `done_before` holds the requests a recovery found done by a worker that
+    /// died before answering them (they come again from the supervisor's journal, and are
+    /// answered from the state, not done twice: docs/DESIGN.md, "The supervisor").
+    pub tags_requests: bool,
+    pub done_before: std::collections::HashSet<u64>,
 }
 
 /// Writes the file system out and lets go of the image, once the session is over (not in
@@ -78,6 +87,14 @@ impl Deref for Locked<'_> {
 impl DerefMut for Locked<'_> {
     fn deref_mut(&mut self) -> &mut Fs<Flash> {
         self.0.fs.as_mut().expect("mounted")
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        if let Some(fs) = self.0.fs.as_mut() {
+            fs.set_request(None);
+        }
     }
 }
 
@@ -193,6 +210,30 @@ impl FuseFs {
         Locked(lock(&self.shared))
     }
 
+    /// The file system locked for a request that changes the namespace: under a supervisor,
+    /// its nodes are recorded with the request.
+    fn fs_for(&self, req: &Request) -> Locked<'_> {
+        let mut l = self.fs();
+        if self.tags_requests {
+            l.set_request(Some(req.unique().0));
+        }
+        l
+    }
+
+    /// Whether a worker before this one did `req` (recorded in the tier with its nodes).
+    fn done_before(&self, req: &Request) -> bool {
+        self.done_before.contains(&req.unique().0)
+    }
+
+    /// The answer to a request that made `name` in `parent`, done before: the entry as it is.
+    fn entry_done_before(&self, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let found = self.fs().lookup(Ino(parent.0), name.as_bytes());
+        match found {
+            Ok(a) => reply.entry(&TTL, &self.file_attr(&a), Generation(0)),
+            Err(e) => reply.error(Errno::from_i32(e.errno())),
+        }
+    }
+
     /// The attributes the kernel gets: `st_blocks` is what the file stores (holes are not
     /// blocks), not its size.
     fn file_attr(&self, a: &Attr) -> FileAttr {
@@ -263,6 +304,14 @@ impl Filesystem for FuseFs {
         }
         // An older kernel does not offer it, and goes on asking for security.capability.
         self.drops_privileges = config.add_capabilities(KILLPRIV_V2).is_ok();
+        if let Some(largest) = self.largest_message {
+            // Whole pages, below the largest message less a header.
+            let cap = (largest.saturating_sub(4096) / 4096 * 4096).clamp(4096, 1 << 20) as u32;
+            let _ = config.set_max_write(cap);
+            if let Err(most) = config.set_max_readahead(cap) {
+                let _ = config.set_max_readahead(most);
+            }
+        }
         Ok(())
     }
 
@@ -356,31 +405,45 @@ impl Filesystem for FuseFs {
             libc::S_IFBLK => FileType::BlockDevice,
             _ => return reply.error(Errno::EINVAL),
         };
+        if self.done_before(req) {
+            return self.entry_done_before(parent, name, reply);
+        }
         let perm = (mode & !umask & 0o7777) as u16;
         let a = try_reply!(
             reply,
-            self.fs().mknod(Ino(parent.0), name.as_bytes(), k, perm, rdev, (req.uid(), req.gid()))
+            self.fs_for(req).mknod(Ino(parent.0), name.as_bytes(), k, perm, rdev, (req.uid(), req.gid()))
         );
         reply.entry(&TTL, &self.file_attr(&a), Generation(0));
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         not_control!(reply, parent, name, libc::EEXIST);
+        if self.done_before(req) {
+            return self.entry_done_before(parent, name, reply);
+        }
         let perm = (mode & !umask & 0o7777) as u16;
-        let a =
-            try_reply!(reply, self.fs().mkdir(Ino(parent.0), name.as_bytes(), perm, req.uid(), req.gid()));
+        let a = try_reply!(
+            reply,
+            self.fs_for(req).mkdir(Ino(parent.0), name.as_bytes(), perm, req.uid(), req.gid())
+        );
         reply.entry(&TTL, &self.file_attr(&a), Generation(0));
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         not_control!(reply, parent, name, libc::EPERM);
-        try_reply!(reply, self.fs().unlink(Ino(parent.0), name.as_bytes()));
+        if self.done_before(req) {
+            return reply.ok();
+        }
+        try_reply!(reply, self.fs_for(req).unlink(Ino(parent.0), name.as_bytes()));
         reply.ok();
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         not_control!(reply, parent, name, libc::ENOTDIR);
-        try_reply!(reply, self.fs().rmdir(Ino(parent.0), name.as_bytes()));
+        if self.done_before(req) {
+            return reply.ok();
+        }
+        try_reply!(reply, self.fs_for(req).rmdir(Ino(parent.0), name.as_bytes()));
         reply.ok();
     }
 
@@ -393,9 +456,12 @@ impl Filesystem for FuseFs {
         reply: ReplyEntry,
     ) {
         not_control!(reply, parent, link_name, libc::EEXIST);
+        if self.done_before(req) {
+            return self.entry_done_before(parent, link_name, reply);
+        }
         let a = try_reply!(
             reply,
-            self.fs().symlink(
+            self.fs_for(req).symlink(
                 Ino(parent.0),
                 link_name.as_bytes(),
                 target.as_os_str().as_bytes(),
@@ -408,7 +474,7 @@ impl Filesystem for FuseFs {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -418,6 +484,9 @@ impl Filesystem for FuseFs {
     ) {
         not_control!(reply, parent, name, libc::EPERM);
         not_control!(reply, newparent, newname, libc::EPERM);
+        if self.done_before(req) {
+            return reply.ok();
+        }
         // Exchange and whiteout (an overlayfs upper layer's) are not supported: refused, never
         // done as a plain rename.
         if flags.bits() & !RenameFlags::RENAME_NOREPLACE.bits() != 0 {
@@ -430,14 +499,17 @@ impl Filesystem for FuseFs {
         }
         try_reply!(
             reply,
-            self.fs().rename(Ino(parent.0), name.as_bytes(), Ino(newparent.0), newname.as_bytes())
+            self.fs_for(req).rename(Ino(parent.0), name.as_bytes(), Ino(newparent.0), newname.as_bytes())
         );
         reply.ok();
     }
 
-    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         not_control!(reply, newparent, newname, libc::EEXIST);
-        let a = try_reply!(reply, self.fs().link(Ino(ino.0), Ino(newparent.0), newname.as_bytes()));
+        if self.done_before(req) {
+            return self.entry_done_before(newparent, newname, reply);
+        }
+        let a = try_reply!(reply, self.fs_for(req).link(Ino(ino.0), Ino(newparent.0), newname.as_bytes()));
         reply.entry(&TTL, &self.file_attr(&a), Generation(0));
     }
 
@@ -581,7 +653,7 @@ impl Filesystem for FuseFs {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -598,7 +670,10 @@ impl Filesystem for FuseFs {
             libc::XATTR_REPLACE => XattrMode::Replace,
             _ => return reply.error(Errno::EINVAL),
         };
-        try_reply!(reply, self.fs().setxattr(Ino(ino.0), name.as_bytes(), value, mode));
+        if self.done_before(req) {
+            return reply.ok();
+        }
+        try_reply!(reply, self.fs_for(req).setxattr(Ino(ino.0), name.as_bytes(), value, mode));
         reply.ok();
     }
 
@@ -626,11 +701,14 @@ impl Filesystem for FuseFs {
         xattr_reply(reply, size, &list);
     }
 
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         if ino.0 == CONTROL_INO {
             return reply.error(Errno::ENODATA);
         }
-        try_reply!(reply, self.fs().removexattr(Ino(ino.0), name.as_bytes()));
+        if self.done_before(req) {
+            return reply.ok();
+        }
+        try_reply!(reply, self.fs_for(req).removexattr(Ino(ino.0), name.as_bytes()));
         reply.ok();
     }
 
@@ -704,8 +782,14 @@ impl Filesystem for FuseFs {
     ) {
         not_control!(reply, parent, name, libc::EEXIST);
         let perm = (mode & !umask & 0o7777) as u16;
-        let a =
-            try_reply!(reply, self.fs().create(Ino(parent.0), name.as_bytes(), perm, req.uid(), req.gid()));
+        let a = if self.done_before(req) {
+            try_reply!(reply, self.fs().lookup(Ino(parent.0), name.as_bytes()))
+        } else {
+            try_reply!(
+                reply,
+                self.fs_for(req).create(Ino(parent.0), name.as_bytes(), perm, req.uid(), req.gid())
+            )
+        };
         try_reply!(reply, self.fs().open_file(a.ino));
         reply.created(&TTL, &self.file_attr(&a), Generation(0), FileHandle(0), self.open_flags());
     }

@@ -9,6 +9,7 @@ mod error;
 mod flash;
 mod fscmd;
 mod fuse;
+mod fuse_mount;
 mod generate;
 mod holds;
 mod inject;
@@ -23,6 +24,8 @@ mod nvram;
 mod report;
 mod scrub;
 mod scrubber;
+mod supervised;
+mod supervisor;
 mod units;
 mod write_back;
 

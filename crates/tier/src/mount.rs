@@ -30,8 +30,16 @@ impl<L: Region + 'static, H: Region + 'static> DirtyState for DirtyTier<L, H> {
         self.drop_range(ino, pages).map_err(state_error)
     }
 
-    fn put_nodes(&mut self, nodes: &[u8]) -> Result<(), DirtyStateError> {
-        DirtyTier::put_nodes(self, nodes).map_err(state_error)
+    fn put_nodes(&mut self, nodes: &[u8], request: Option<u64>) -> Result<(), DirtyStateError> {
+        match request {
+            Some(r) => self.put_request_nodes(r, nodes),
+            None => DirtyTier::put_nodes(self, nodes),
+        }
+        .map_err(state_error)
+    }
+
+    fn put_requests(&mut self, requests: &[u64]) -> Result<(), DirtyStateError> {
+        DirtyTier::put_requests(self, requests).map_err(state_error)
     }
 
     fn checkout(&mut self) -> Result<(), DirtyStateError> {
@@ -60,8 +68,12 @@ impl<L: Region + 'static, H: Region + 'static> DirtyState for SharedTier<L, H> {
         DirtyState::drop_pages(&mut *self.lock(), ino, pages)
     }
 
-    fn put_nodes(&mut self, nodes: &[u8]) -> Result<(), DirtyStateError> {
-        DirtyState::put_nodes(&mut *self.lock(), nodes)
+    fn put_nodes(&mut self, nodes: &[u8], request: Option<u64>) -> Result<(), DirtyStateError> {
+        DirtyState::put_nodes(&mut *self.lock(), nodes, request)
+    }
+
+    fn put_requests(&mut self, requests: &[u64]) -> Result<(), DirtyStateError> {
+        DirtyState::put_requests(&mut *self.lock(), requests)
     }
 
     fn checkout(&mut self) -> Result<(), DirtyStateError> {
@@ -130,6 +142,9 @@ pub struct TierReport {
     pub pages_found: usize,
     /// What the file system applied of them.
     pub applied: DirtyRecoveryReport,
+    /// FUSE requests whose effect the recovered state holds (a supervisor's new worker
+    /// answers them from it if they come again).
+    pub requests: Vec<u64>,
     /// The chip was too full for the checkpoint that writes the recovered state to flash:
     /// the tier still holds it (the next mount recovers it again), and writes answer ENOSPC
     /// until space is freed.
@@ -176,7 +191,7 @@ where
 {
     let (mut tier, found) = DirtyTier::open(log, heap)?;
     let mut report = report_of(&found);
-    let Recovered { pages, nodes, owner, .. } = found;
+    let Recovered { pages, nodes, owner, requests, .. } = found;
     let dirty = DirtyRecovery {
         owner,
         records: nodes,
@@ -190,6 +205,9 @@ where
     }
     let tier = Arc::new(Mutex::new(tier));
     fs.attach_dirty_state(Box::new(SharedTier(Arc::clone(&tier))));
+    // Kept across the checkpoint's checkout, for a worker that dies before answering them.
+    fs.carry_requests(&requests);
+    report.requests = requests;
     if report.recovered_anything() {
         // The recovered state on flash, and the tier checked out (the checkpoint does both).
         // A chip too full for it, or a thin image's host too full, mounts as it is: the tier
@@ -218,6 +236,7 @@ fn report_of(found: &Recovered) -> TierReport {
         node_records: found.nodes.len(),
         pages_found: found.pages.len(),
         applied: DirtyRecoveryReport::default(),
+        requests: Vec::new(),
         still_in_tier: false,
     }
 }

@@ -17,6 +17,12 @@
 //!   to back, then their trailers ([`crate::store`]'s run layout). `count` is 1 to
 //!   [`MAX_RUN`]; any other count is refused.
 //!
+//! - `8` request nodes: request u64, then nodes (version 4). A nodes record made for the FUSE
+//!   request with this unique: recovery reports the request done, so that a supervisor's
+//!   new worker answers it again from the state instead of doing it twice.
+//! - `9` requests: count u16, then that many request uniques u64 (version 4). Requests whose
+//!   effect is in the state (on flash since a checkout); written after a checkout's trim.
+//!
 //! All integers little-endian. The log's own CRCs, signatures and parity cover the bytes.
 
 use bitmend_code::le::{self, Put};
@@ -31,6 +37,8 @@ const DROP_RANGE: u8 = 4;
 const NODES: u8 = 5;
 const OWNER: u8 = 6;
 const RUN: u8 = 7;
+const REQUEST_NODES: u8 = 8;
+const REQUESTS: u8 = 9;
 
 /// Where each record's fields are, after its kind byte (FORMAT.md, "The NVRAM tier").
 mod at {
@@ -49,7 +57,15 @@ mod at {
     pub const FIRST: usize = 9;
     pub const COUNT: usize = 17;
     pub const BLOCK: usize = 21;
+    /// request nodes: the request, then the nodes; requests: the count, then the requests.
+    pub const REQUEST: usize = 1;
+    pub const REQUEST_NODES: usize = 9;
+    pub const COUNT_OF_REQUESTS: usize = 1;
+    pub const REQUEST_LIST: usize = 3;
 }
+
+/// The most requests one requests record lists.
+pub const MAX_REQUESTS: usize = 1024;
 
 /// The most pages one run record names: as many slots as fit a 256 KiB heap run.
 pub const MAX_RUN: u32 = 63;
@@ -64,6 +80,8 @@ pub enum Entry {
     Nodes(Vec<u8>),
     Owner { fs_id: u64 },
     Run { ino: u64, first: u64, count: u32, block: u64 },
+    RequestNodes { request: u64, nodes: Vec<u8> },
+    Requests(Vec<u64>),
 }
 
 impl Entry {
@@ -97,6 +115,19 @@ impl Entry {
                 v.put_u64(from);
             }
             Entry::Checkout => v.push(CHECKOUT),
+            Entry::RequestNodes { request, ref nodes } => {
+                v.push(REQUEST_NODES);
+                v.put_u64(request);
+                v.extend_from_slice(nodes);
+            }
+            Entry::Requests(ref requests) => {
+                assert!(requests.len() <= MAX_REQUESTS, "a requests record lists at most {MAX_REQUESTS}");
+                v.push(REQUESTS);
+                v.put_u16(requests.len() as u16);
+                for &r in requests {
+                    v.put_u64(r);
+                }
+            }
             Entry::Run { ino, first, count, block } => {
                 v.push(RUN);
                 v.put_u64(ino);
@@ -132,6 +163,15 @@ impl Entry {
                 let valid = (1..=MAX_RUN).contains(&count) && first.checked_add(u64::from(count)).is_some();
                 valid.then(|| Entry::Run { ino: u64_at(at::INO), first, count, block: u64_at(at::BLOCK) })
             }
+            (&REQUEST_NODES, n) if n >= at::REQUEST_NODES => Some(Entry::RequestNodes {
+                request: u64_at(at::REQUEST),
+                nodes: b[at::REQUEST_NODES..].to_vec(),
+            }),
+            (&REQUESTS, n) if n >= at::REQUEST_LIST => {
+                let count = usize::from(le::get_u16(b, at::COUNT_OF_REQUESTS));
+                (count <= MAX_REQUESTS && n == at::REQUEST_LIST + 8 * count)
+                    .then(|| Entry::Requests((0..count).map(|i| u64_at(at::REQUEST_LIST + 8 * i)).collect()))
+            }
             _ => None,
         }
     }
@@ -150,6 +190,7 @@ mod tests {
             Entry::DropRange { ino: 3, from: 2, end: 9 },
             Entry::Owner { fs_id: 0x1234_5678_9ABC },
             Entry::Run { ino: 5, first: 1 << 33, count: MAX_RUN, block: 1 << 30 },
+            Entry::Requests(vec![2, 4, u64::MAX]),
         ] {
             let b = e.encode();
             assert_eq!(Entry::decode(&b), Some(e.clone()));
@@ -163,6 +204,12 @@ mod tests {
             let e = Entry::Nodes(nodes);
             assert_eq!(Entry::decode(&e.encode()), Some(e));
         }
+        for (request, nodes) in [(0, vec![]), (u64::MAX, vec![5u8; 700])] {
+            let e = Entry::RequestNodes { request, nodes };
+            assert_eq!(Entry::decode(&e.encode()), Some(e));
+        }
+        assert_eq!(Entry::decode(&[REQUEST_NODES, 1, 2, 3]), None, "a request cut short");
+        assert_eq!(Entry::decode(&Entry::Requests(vec![]).encode()), Some(Entry::Requests(vec![])));
         assert_eq!(Entry::decode(&[]), None);
         assert_eq!(Entry::decode(&[9; 29]), None);
         // A run of no pages, of more than a heap run holds, or past the last page: refused.

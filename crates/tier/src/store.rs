@@ -101,6 +101,9 @@ pub struct Recovered {
     /// The file system the state belongs to, as the last owner record says (none: a tier
     /// made without one, or one holding nothing).
     pub owner: Option<u64>,
+    /// FUSE requests whose effect the state holds (request nodes handed over, and the
+    /// requests record after the last checkout), oldest first.
+    pub requests: Vec<u64>,
 }
 
 /// Counts since the tier was opened.
@@ -236,12 +239,18 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
                     uncertain.retain(|&(i, p)| i != ino || !(from..end).contains(&p));
                 }
                 Some(Entry::Nodes(nodes)) if !lost_since => found.nodes.push(nodes),
-                Some(Entry::Nodes(_)) => found.withheld_nodes += 1,
+                Some(Entry::RequestNodes { request, nodes }) if !lost_since => {
+                    found.nodes.push(nodes);
+                    found.requests.push(request);
+                }
+                Some(Entry::Nodes(_) | Entry::RequestNodes { .. }) => found.withheld_nodes += 1,
+                Some(Entry::Requests(requests)) => found.requests.extend(requests),
                 Some(Entry::Owner { fs_id }) => found.owner = Some(fs_id),
                 Some(Entry::Checkout) => {
                     named.clear();
                     uncertain.clear();
                     found.nodes.clear();
+                    found.requests.clear();
                     found.withheld_nodes = 0;
                     lost_since = false;
                 }
@@ -510,6 +519,24 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
             return Err(TierError::Full);
         }
         self.log.append(TAG, &Entry::Nodes(nodes.to_vec()).encode())?;
+        Ok(())
+    }
+
+    /// [`DirtyTier::put_nodes`] for the FUSE request `request`, in one record with it: the
+    /// operation and the news that it was done are durable together.
+    pub fn put_request_nodes(&mut self, request: u64, nodes: &[u8]) -> Result<(), TierError> {
+        if nodes.len() + 9 > self.log.max_record() {
+            return Err(TierError::Full);
+        }
+        self.log.append(TAG, &Entry::RequestNodes { request, nodes: nodes.to_vec() }.encode())?;
+        Ok(())
+    }
+
+    /// Records requests whose effect the state holds (after a checkout, the recent requests
+    /// whose records it trimmed), at most [`crate::record::MAX_REQUESTS`], the newest kept.
+    pub fn put_requests(&mut self, requests: &[u64]) -> Result<(), TierError> {
+        let from = requests.len().saturating_sub(crate::record::MAX_REQUESTS);
+        self.log.append(TAG, &Entry::Requests(requests[from..].to_vec()).encode())?;
         Ok(())
     }
 

@@ -174,3 +174,36 @@ fn the_golden_tier_v3_reads_back_its_runs() {
     assert_eq!(found.unverified, vec![(6, 11)]);
     assert_eq!(found.pages.len(), expected_v3().len() - 1);
 }
+
+const LOG4: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/tier-v4-log.bin");
+const HEAP4: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/tier-v4-heap.bin");
+
+/// The version 4 golden tier: a request nodes record, a checkout, the requests record a
+/// file system writes after it (naming the request just checked out and an earlier one),
+/// then a second request's nodes and a plain nodes record. The heap holds no page.
+#[test]
+#[ignore = "writes the golden tier; run once per format version"]
+fn write_golden_tier_v4() {
+    let mut tier = DirtyTier::create_for(RamRegion::new(128 << 10), RamRegion::new(512_000), OWNER).unwrap();
+    tier.put_request_nodes(0x10, b"checked out").unwrap();
+    tier.checkout().unwrap();
+    tier.put_requests(&[0x0C, 0x10]).unwrap();
+    tier.put_request_nodes(0x12, NODES[0]).unwrap();
+    tier.put_nodes(NODES[1]).unwrap();
+    let (log, heap) = tier.into_regions();
+    std::fs::write(LOG4, log.bytes()).unwrap();
+    std::fs::write(HEAP4, heap.bytes()).unwrap();
+}
+
+#[test]
+fn the_golden_tier_v4_reads_back_the_requests_it_holds_done() {
+    let (log, heap) = (std::fs::read(LOG4).unwrap(), std::fs::read(HEAP4).unwrap());
+    let (_, found) = DirtyTier::open(RamRegion::from_bytes(log), RamRegion::from_bytes(heap)).unwrap();
+    assert_eq!(found.owner, Some(OWNER));
+    // The checkout forgot request 0x10's nodes, not the news that it was done.
+    assert_eq!(found.nodes, NODES.iter().map(|n| n.to_vec()).collect::<Vec<_>>());
+    assert_eq!(found.requests, vec![0x0C, 0x10, 0x12]);
+    assert_eq!((found.unverified.len(), found.lost_chunks.len(), found.foreign_records), (0, 0, 0));
+    // After the trim: the owner, the requests record and the two nodes records.
+    assert_eq!(found.records, 4);
+}

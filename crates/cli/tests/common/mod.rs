@@ -2,6 +2,8 @@
 
 #![allow(dead_code)] // each test file uses its own part
 
+pub mod workload;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

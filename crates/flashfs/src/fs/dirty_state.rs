@@ -37,7 +37,11 @@ pub trait DirtyState: Send {
     fn drop_pages(&mut self, ino: u64, pages: Range<u64>) -> Result<(), DirtyStateError>;
     /// The nodes of one metadata operation, as the page being filled holds them (fragment
     /// headers and payloads, back to back); durable on return.
-    fn put_nodes(&mut self, nodes: &[u8]) -> Result<(), DirtyStateError>;
+    /// `request`: the FUSE request they are the effect of, recorded with them (so that a
+    /// request come again after a crash is answered from the state, not done twice).
+    fn put_nodes(&mut self, nodes: &[u8], request: Option<u64>) -> Result<(), DirtyStateError>;
+    /// Requests whose effect the state holds, recorded after a checkout forgot their nodes.
+    fn put_requests(&mut self, requests: &[u64]) -> Result<(), DirtyStateError>;
     /// Everything put so far is on flash: forget it.
     fn checkout(&mut self) -> Result<(), DirtyStateError>;
 }
@@ -110,7 +114,7 @@ impl TierWrite {
         // The pages before the size: a crash between recovers the old size, the pages past
         // it dropped.
         if !self.inode.is_empty() {
-            self.tier.put_nodes(&self.inode)?;
+            self.tier.put_nodes(&self.inode, None)?;
         }
         Ok(())
     }
@@ -224,8 +228,26 @@ impl<N: Nand> Fs<N> {
     pub(crate) fn tier_nodes(&mut self, bytes: &[u8]) -> Result<(), FsError> {
         let Some(t) = self.tier.as_ref() else { return Ok(()) };
         self.tier_used = true;
-        let r = t.lock().put_nodes(bytes);
+        let request = self.requests.current;
+        let r = t.lock().put_nodes(bytes, request);
+        if let (Some(u), Ok(())) = (request, &r) {
+            self.requests.done(u);
+        }
         self.tier_outcome(r)
+    }
+
+    /// The FUSE request the next operations serve (`None`: none, or one whose repetition
+    /// does no harm). A request that changes the namespace is recorded with its nodes.
+    pub fn set_request(&mut self, unique: Option<u64>) {
+        self.requests.current = unique;
+    }
+
+    /// Requests a recovery found done, kept (and recorded after each checkout) for as long
+    /// as they are among the recent ones.
+    pub fn carry_requests(&mut self, done: &[u64]) {
+        for &u in done {
+            self.requests.done(u);
+        }
     }
 
     /// Records inode `ino` as it is now (a write's new size and times, which reach the flash
@@ -254,6 +276,38 @@ impl<N: Nand> Fs<N> {
         // Waits for a write putting its pages: they were staged before this checkout's flush.
         t.lock().checkout()?;
         self.tier_used = false;
+        // The requests just checked out may still be unanswered: a worker killed now is
+        // replaced by one that must know them done. A tier too full for the record only
+        // loses that knowledge (such a request is then done again), never state.
+        if !self.requests.recent.is_empty() {
+            let recent: Vec<u64> = self.requests.recent.iter().copied().collect();
+            match t.lock().put_requests(&recent) {
+                Ok(()) | Err(DirtyStateError::Full) => {}
+                Err(e) => return Err(FsError::Tier(e)),
+            }
+        }
         Ok(())
+    }
+}
+
+/// The FUSE requests a mount under a supervisor serves: the one being served, and the last
+/// [`Requests::KEPT`] recorded as done (more than can be in flight: one per request thread).
+#[derive(Default)]
+pub(crate) struct Requests {
+    pub(crate) current: Option<u64>,
+    pub(crate) recent: std::collections::VecDeque<u64>,
+}
+
+impl Requests {
+    const KEPT: usize = 256;
+
+    fn done(&mut self, unique: u64) {
+        if self.recent.back() == Some(&unique) {
+            return;
+        }
+        if self.recent.len() == Self::KEPT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(unique);
     }
 }

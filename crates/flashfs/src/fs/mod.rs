@@ -375,6 +375,8 @@ pub struct Fs<N: Nand> {
     /// file system's lock is let go (`TierWrite`).
     pub(crate) tier: Option<dirty_state::SharedTier>,
     pub(crate) tier_used: bool,
+    /// The FUSE request being served and those recently done (`dirty_state.rs`).
+    pub(crate) requests: dirty_state::Requests,
 }
 
 /// Logical pages of a file stored plain, untried, after one that compressed poorly; doubled
@@ -427,6 +429,7 @@ impl<N: Nand> Fs<N> {
             scrubbed: (0, 0),
             tier: None,
             tier_used: false,
+            requests: Default::default(),
         })
     }
 

@@ -1,0 +1,467 @@
+//! The supervisor: the process that owns a mount, so that the mount outlives the worker
+//! that serves it (Loris section V.D; docs/DESIGN.md, "The supervisor").
+//!
+//! It holds the /dev/fuse descriptor and relays each request to the worker over a socket
+//! that keeps message boundaries (SOCK_SEQPACKET), recording it first in its journal; a
+//! reply retires the request and goes to the kernel. When the worker dies, a new one is
+//! started: it recovers the file system and its NVRAM tier as a mount does, is given the
+//! kernel's original FUSE_INIT (whose reply is dropped: the kernel saw one), and is sent
+//! every request still in the journal. The supervisor reads no request past its header and
+//! does no file-system work, so it has little that can fail.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::fuse_mount::FuseMount;
+
+/// Opcodes the supervisor must know: the handshake, and the requests no reply answers
+/// (which are therefore never journaled).
+const FUSE_FORGET: u32 = 2;
+const FUSE_INIT: u32 = 26;
+const FUSE_INTERRUPT: u32 = 36;
+const FUSE_NOTIFY_REPLY: u32 = 41;
+const FUSE_BATCH_FORGET: u32 = 42;
+/// fuse_in_header: len u32, opcode u32, unique u64, ...; fuse_out_header: len u32, error
+/// i32, unique u64.
+const IN_HEADER: usize = 40;
+const OUT_HEADER: usize = 16;
+/// The largest request or reply: the kernel's largest write (256 pages) and its header.
+const MAX_MESSAGE: usize = (1 << 20) + 4096;
+/// How many times a request is sent to a new worker before it is answered with EIO: a
+/// request that kills every worker it reaches must not take the mount with it.
+pub const MAX_TRIES: u32 = 3;
+/// Workers that die before answering anything, in a row, before the supervisor gives up.
+const MAX_FRUITLESS_STARTS: u32 = 5;
+
+/// A request recorded before the worker sees it.
+struct Pending {
+    bytes: Vec<u8>,
+    since: Instant,
+    /// How many workers it was sent to.
+    tries: u32,
+}
+
+/// What the supervisor counts (printed in its log, and at the end).
+#[derive(Default)]
+pub struct Counters {
+    pub restarts: AtomicU64,
+    pub replayed: AtomicU64,
+    pub refused: AtomicU64,
+    /// The longest a replayed request waited for its answer, in microseconds.
+    pub longest_stall_us: AtomicU64,
+    pub answered: AtomicU64,
+}
+
+pub struct Relay {
+    dev: OwnedFd,
+    /// The supervisor's end of the current worker's socket. Held while sending, so that a
+    /// restart's replay and a new request never interleave.
+    link: Mutex<Arc<OwnedFd>>,
+    journal: Mutex<HashMap<u64, Pending>>,
+    /// The kernel's FUSE_INIT, given again to every new worker.
+    init: Mutex<Option<Vec<u8>>>,
+    ended: AtomicBool,
+    counters: Counters,
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn answered_by_reply(opcode: u32) -> bool {
+    !matches!(opcode, FUSE_FORGET | FUSE_BATCH_FORGET | FUSE_INTERRUPT | FUSE_NOTIFY_REPLY)
+}
+
+/// A socket pair that keeps message boundaries, with send buffers large enough for the
+/// largest message when the system allows (root may exceed net.core.wmem_max).
+fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: socketpair writes two descriptors into the array it is given.
+    if unsafe {
+        libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr())
+    } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just made and are owned by nobody else.
+    let pair = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    for fd in [&pair.0, &pair.1] {
+        let size: libc::c_int = (4 * MAX_MESSAGE) as libc::c_int;
+        for opt in [libc::SO_SNDBUFFORCE, libc::SO_SNDBUF] {
+            // SAFETY: setsockopt reads an int from a pointer valid for its size.
+            let rc = unsafe {
+                libc::setsockopt(
+                    fd.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&size as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if rc == 0 {
+                break;
+            }
+        }
+    }
+    Ok(pair)
+}
+
+/// The largest message a socket can send (the worker caps its requests and replies by it).
+pub fn largest_message(fd: RawFd) -> usize {
+    let mut size: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes an int into a pointer valid for the length given.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&mut size as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return 0;
+    }
+    // The kernel refuses a datagram longer than the buffer less 32 bytes.
+    (size as usize).saturating_sub(64)
+}
+
+fn read_fd(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: buf is valid for writes of its length.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        // ENOENT: the request was interrupted before we read it (FUSE's "try again").
+        if !matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN | libc::ENOENT)) {
+            return Err(e);
+        }
+    }
+}
+
+fn send_message(fd: RawFd, b: &[u8]) -> io::Result<()> {
+    // SAFETY: b is valid for reads of its length; MSG_NOSIGNAL: a dead worker is an error,
+    // not a signal.
+    let n = unsafe { libc::send(fd, b.as_ptr().cast(), b.len(), libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn write_dev(fd: RawFd, b: &[u8]) {
+    // SAFETY: b is valid for reads of its length. A reply the kernel no longer waits for
+    // (ENOENT: interrupted, or the mount is gone) is dropped.
+    let _ = unsafe { libc::write(fd, b.as_ptr().cast(), b.len()) };
+}
+
+impl Relay {
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Kernel to worker: each request journaled, then sent. Ends when the mount is gone.
+    fn requests(&self) {
+        let mut buf = vec![0u8; MAX_MESSAGE];
+        loop {
+            let n = match read_fd(self.dev.as_raw_fd(), &mut buf) {
+                Ok(n) if n >= IN_HEADER => n,
+                Ok(_) => continue,
+                Err(_) => return, // ENODEV: unmounted
+            };
+            let msg = &buf[..n];
+            let (opcode, unique) = (u32_at(msg, 4), u64_at(msg, 8));
+            if opcode == FUSE_INIT {
+                *self.init.lock().expect("init") = Some(msg.to_vec());
+            }
+            let link = self.link.lock().expect("link");
+            if answered_by_reply(opcode) {
+                let p = Pending { bytes: msg.to_vec(), since: Instant::now(), tries: 1 };
+                self.journal.lock().expect("journal").insert(unique, p);
+            }
+            // A dead worker: the request waits in the journal for the next one.
+            let _ = send_message(link.as_raw_fd(), msg);
+        }
+    }
+
+    /// Worker to kernel: each reply retires its request. Ends when the worker's end closes.
+    fn replies(&self, link: Arc<OwnedFd>) {
+        let mut buf = vec![0u8; MAX_MESSAGE];
+        loop {
+            let n = match read_fd(link.as_raw_fd(), &mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if n < OUT_HEADER {
+                continue;
+            }
+            let unique = u64_at(&buf, 8);
+            if unique == 0 {
+                write_dev(self.dev.as_raw_fd(), &buf[..n]); // a notification
+                continue;
+            }
+            // A second answer (the request was replayed after the first was sent) is dropped:
+            // the kernel hears one answer per request.
+            let Some(p) = self.journal.lock().expect("journal").remove(&unique) else { continue };
+            if p.tries > 1 {
+                let waited = p.since.elapsed().as_micros() as u64;
+                self.counters.longest_stall_us.fetch_max(waited, Ordering::Relaxed);
+            }
+            self.counters.answered.fetch_add(1, Ordering::Relaxed);
+            write_dev(self.dev.as_raw_fd(), &buf[..n]);
+        }
+    }
+
+    /// An EIO answer for a request no worker survives.
+    fn refuse(&self, unique: u64) {
+        let mut b = Vec::with_capacity(OUT_HEADER);
+        b.extend_from_slice(&(OUT_HEADER as u32).to_le_bytes());
+        b.extend_from_slice(&(-libc::EIO).to_le_bytes());
+        b.extend_from_slice(&unique.to_le_bytes());
+        write_dev(self.dev.as_raw_fd(), &b);
+        self.counters.refused.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A running worker, the threads carrying its replies, and the last line it said (its
+/// messages pass through the supervisor's own).
+struct Worker {
+    child: Child,
+    replies: Vec<JoinHandle<()>>,
+    link: Arc<OwnedFd>,
+    said: Arc<Mutex<String>>,
+}
+
+/// Why the supervisor stopped the mount, and the exit status to end with.
+pub struct Stopped {
+    pub why: String,
+    pub code: u8,
+}
+
+fn stopped(why: impl Into<String>) -> Stopped {
+    Stopped { why: why.into(), code: 1 }
+}
+
+/// Passes the worker's messages on, keeping the last.
+fn relay_messages(from: std::process::ChildStderr) -> Arc<Mutex<String>> {
+    use std::io::BufRead;
+    let said = Arc::new(Mutex::new(String::new()));
+    let last = said.clone();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(from).lines().map_while(Result::ok) {
+            eprintln!("{line}");
+            *last.lock().expect("said") = line;
+        }
+    });
+    said
+}
+
+/// How to start a worker: this program again, with the mount's arguments and the socket.
+pub struct WorkerCommand {
+    pub args: Vec<std::ffi::OsString>,
+    pub threads: usize,
+}
+
+fn spawn_worker(relay: &Arc<Relay>, how: &WorkerCommand) -> io::Result<Worker> {
+    let (ours, theirs) = socket_pair()?;
+    let their_fd = theirs.as_raw_fd();
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.args(&how.args).arg("--serve-fd").arg(their_fd.to_string());
+    let again = relay.init.lock().expect("init").is_some();
+    if again {
+        cmd.arg("--serve-again");
+    }
+    // SAFETY: the closure only calls fcntl, async-signal-safe, on a descriptor that stays
+    // open until the child has been spawned.
+    unsafe {
+        cmd.pre_exec(move || {
+            let flags = libc::fcntl(their_fd, libc::F_GETFD);
+            if flags < 0 || libc::fcntl(their_fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.stderr(std::process::Stdio::piped()).spawn()?;
+    let said = relay_messages(child.stderr.take().expect("piped"));
+    drop(theirs);
+    let link = Arc::new(ours);
+    // A restarted worker is given the kernel's handshake again; its answer is not the
+    // kernel's to hear.
+    if let Some(init) = relay.init.lock().expect("init").clone() {
+        send_message(link.as_raw_fd(), &init)?;
+        let mut buf = vec![0u8; 4096];
+        let n = read_fd(link.as_raw_fd(), &mut buf)?;
+        if n < OUT_HEADER || u32_at(&buf, 4) != 0 {
+            return Err(io::Error::other("the new worker refused the mount's FUSE_INIT"));
+        }
+    }
+    let replies = (0..how.threads.max(1))
+        .map(|_| {
+            let (r, l) = (relay.clone(), link.clone());
+            std::thread::spawn(move || r.replies(l))
+        })
+        .collect();
+    Ok(Worker { child, replies, link, said })
+}
+
+/// Sends the journal, oldest first, to the worker behind `link` (held by the caller);
+/// a request sent to MAX_TRIES workers is answered with EIO instead.
+fn replay(relay: &Relay, link: &OwnedFd) -> usize {
+    // Taken out under the journal's lock and sent after it: a send may wait for the worker
+    // to read, and the worker for its replies to be taken, which needs the lock.
+    let mut out = Vec::new();
+    {
+        let mut journal = relay.journal.lock().expect("journal");
+        let mut uniques: Vec<u64> = journal.keys().copied().collect();
+        uniques.sort_unstable();
+        for u in uniques {
+            let p = journal.get_mut(&u).expect("listed");
+            if p.tries >= MAX_TRIES {
+                journal.remove(&u);
+                relay.refuse(u);
+                continue;
+            }
+            p.tries += 1;
+            out.push(p.bytes.clone());
+        }
+    }
+    for m in &out {
+        let _ = send_message(link.as_raw_fd(), m);
+    }
+    relay.counters.replayed.fetch_add(out.len() as u64, Ordering::Relaxed);
+    out.len()
+}
+
+/// Why a worker ended, as the supervisor acts on it.
+enum Ended {
+    /// Exited 0 after its connection closed: the mount is over.
+    Done,
+    /// Killed by a signal or a panic (exit status 101): start another.
+    Crashed(String),
+    /// Exited with an error of its own (its recovery refused the image or the tier): the
+    /// supervisor stops the mount rather than guess.
+    Failed(i32),
+}
+
+fn ended(status: std::process::ExitStatus) -> Ended {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(0), _) => Ended::Done,
+        (Some(101), _) => Ended::Crashed("panicked".into()),
+        (Some(c), _) => Ended::Failed(c),
+        (None, Some(s)) => Ended::Crashed(format!("killed by signal {s}")),
+        (None, None) => Ended::Crashed("ended".into()),
+    }
+}
+
+/// Serves `mount` until it is unmounted (or `stop` is set, which unmounts it): starts the
+/// first worker, relays, restarts workers that crash. Returns the counters, or why the
+/// mount was stopped.
+pub fn supervise(mount: FuseMount, how: WorkerCommand, stop: &AtomicBool) -> Result<Arc<Relay>, Stopped> {
+    let relay = Arc::new(Relay {
+        dev: mount.dev.try_clone().map_err(|e| stopped(format!("/dev/fuse: {e}")))?,
+        link: Mutex::new(Arc::new(socket_pair().map_err(|e| stopped(e.to_string()))?.0)),
+        journal: Mutex::new(HashMap::new()),
+        init: Mutex::new(None),
+        ended: AtomicBool::new(false),
+        counters: Counters::default(),
+    });
+    let mut worker = spawn_worker(&relay, &how).map_err(|e| stopped(format!("starting the worker: {e}")))?;
+    *relay.link.lock().expect("link") = worker.link.clone();
+    let readers: Vec<JoinHandle<()>> = (0..how.threads.max(1))
+        .map(|_| {
+            let r = relay.clone();
+            std::thread::spawn(move || r.requests())
+        })
+        .collect();
+    let mut fruitless = 0;
+    let mut answered_at_start = 0;
+    let mut unmounted = false;
+    let outcome = loop {
+        if stop.load(Ordering::SeqCst) && !unmounted {
+            unmounted = true;
+            if let Err(e) = mount.unmount() {
+                eprintln!("bitmend: unmount: {e}");
+            }
+        }
+        if readers.iter().all(|r| r.is_finished()) && !relay.ended.swap(true, Ordering::SeqCst) {
+            // The mount is gone: the worker's connection ends, it writes out and exits.
+            // SAFETY: shutdown on a descriptor we own.
+            unsafe { libc::shutdown(worker.link.as_raw_fd(), libc::SHUT_RDWR) };
+        }
+        let status = match worker.child.try_wait() {
+            Ok(Some(s)) => s,
+            Ok(None) => {
+                std::thread::sleep(Duration::from_millis(2));
+                continue;
+            }
+            Err(e) => break Err(stopped(format!("waiting for the worker: {e}"))),
+        };
+        for r in worker.replies.drain(..) {
+            let _ = r.join(); // the dead worker's last answers reach the kernel first
+        }
+        match ended(status) {
+            Ended::Done if relay.ended.load(Ordering::SeqCst) => break Ok(()),
+            Ended::Done => break Err(stopped("the worker ended while the mount was in use")),
+            Ended::Failed(code) => {
+                // Its own words: why its recovery refused the image or the tier.
+                let said = worker.said.lock().expect("said").clone();
+                let why = said.strip_prefix("bitmend: ").unwrap_or(&said).to_string();
+                break Err(Stopped { why, code: u8::try_from(code).unwrap_or(1) });
+            }
+            Ended::Crashed(how_) if relay.ended.load(Ordering::SeqCst) => {
+                break Err(stopped(format!("the worker {how_} while writing out")));
+            }
+            Ended::Crashed(how_) => {
+                let began = Instant::now();
+                let answered = relay.counters.answered.load(Ordering::Relaxed);
+                fruitless = if answered > answered_at_start { 0 } else { fruitless + 1 };
+                answered_at_start = answered;
+                if fruitless > MAX_FRUITLESS_STARTS {
+                    break Err(stopped(format!(
+                        "{MAX_FRUITLESS_STARTS} workers in a row died before answering anything"
+                    )));
+                }
+                relay.counters.restarts.fetch_add(1, Ordering::Relaxed);
+                worker = match spawn_worker(&relay, &how) {
+                    Ok(w) => w,
+                    Err(e) => break Err(stopped(format!("restarting the worker: {e}"))),
+                };
+                let mut link = relay.link.lock().expect("link");
+                *link = worker.link.clone();
+                let sent = replay(&relay, &link);
+                drop(link);
+                eprintln!(
+                    "bitmend: the worker {how_}; a new one (pid {}) took over in {} ms, {sent} requests replayed",
+                    worker.child.id(),
+                    began.elapsed().as_millis()
+                );
+            }
+        }
+    };
+    if outcome.is_err() {
+        if !unmounted {
+            let _ = mount.unmount();
+        }
+        let _ = worker.child.kill();
+        let _ = worker.child.wait();
+    }
+    for r in readers {
+        let _ = r.join();
+    }
+    outcome.map(|_| relay)
+}

@@ -1,0 +1,104 @@
+//! Loris's transparent recovery, through the mount: with `--supervise`, the worker that
+//! serves the mount is killed with SIGKILL at random moments of a write-heavy workload
+//! (creates, unlinks, truncates, renames, writes), and the workload must never see an
+//! error: every operation returns as if nothing happened, and the tree is at every moment
+//! what the operations that returned say, byte for byte. After the last kill: unmount,
+//! fsck clean, and a plain mount shows the same tree.
+//!
+//! Kills: `SUPERVISE_KILLS` (default 12, as CI runs it).
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::workload::*;
+use common::*;
+
+/// The worker: the supervisor's child.
+fn worker_of(supervisor: u32) -> Option<u32> {
+    let children = std::fs::read_to_string(format!("/proc/{supervisor}/task/{supervisor}/children")).ok()?;
+    children.split_whitespace().filter_map(|p| p.parse().ok()).next()
+}
+
+/// How many restarts the supervisor's log reports.
+fn restarts(log: &str) -> usize {
+    std::fs::read_to_string(log).unwrap_or_default().matches("took over").count()
+}
+
+struct Told {
+    model: Model,
+    error: Option<String>,
+    ops: u64,
+}
+
+#[test]
+fn a_killed_worker_is_never_noticed() {
+    if !fuse_available() {
+        return;
+    }
+    let kills: usize = std::env::var("SUPERVISE_KILLS").ok().and_then(|s| s.parse().ok()).unwrap_or(12);
+    let (dir, img, mnt) = scratch("supervised");
+    let nvram = dir.join("tier.nvram").to_str().unwrap().to_string();
+    assert!(bitmend(&["mkfs", &img, "--size", "32MiB"]).status.success());
+    let out = bitmend(&["mount", &img, &mnt, "--supervise", "--commit-interval", "1h", "--nvram", &nvram]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    let supervisor: u32 =
+        said.split("(pid ").nth(1).and_then(|s| s.split(',').next()).and_then(|s| s.parse().ok()).unwrap();
+    let log = said.split("log ").nth(1).and_then(|s| s.split(')').next()).unwrap().to_string();
+
+    let told = Arc::new(Mutex::new(Told { model: Model::new(), error: None, ops: 0 }));
+    let stop = Arc::new(AtomicBool::new(false));
+    let workload = {
+        let (told, stop, mnt) = (told.clone(), stop.clone(), mnt.clone());
+        std::thread::spawn(move || {
+            let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+            while !stop.load(Ordering::Relaxed) {
+                let before = told.lock().unwrap().model.clone();
+                let (r, after, _) = step(&mnt, &before, &mut rng);
+                let mut t = told.lock().unwrap();
+                if let Err(e) = r {
+                    t.error = Some(format!("operation {} failed: {e}", t.ops));
+                    return;
+                }
+                t.model = after;
+                t.ops += 1;
+            }
+        })
+    };
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    for k in 0..kills {
+        std::thread::sleep(Duration::from_millis(20 + rng.below(250)));
+        let worker = worker_of(supervisor).expect("the supervisor has a worker");
+        let killed = std::process::Command::new("kill").arg("-9").arg(worker.to_string()).status().unwrap();
+        assert!(killed.success());
+        // The next kill once the new worker serves.
+        let t = Instant::now();
+        while restarts(&log) <= k {
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "no new worker after kill {k}: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            assert!(told.lock().unwrap().error.is_none(), "{:?}", told.lock().unwrap().error);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    workload.join().unwrap();
+    let t = told.lock().unwrap();
+    assert!(t.error.is_none(), "after {} kills: {}", kills, t.error.as_deref().unwrap_or(""));
+    assert!(tree(&mnt) == t.model, "the tree is not what {} operations that returned said", t.ops);
+    umount(&mnt);
+    fsck_clean(&img, "after the kills");
+    mount(&img, &mnt, &["--nvram", &nvram]);
+    assert!(tree(&mnt) == t.model, "after a plain remount, the tree is not what was acknowledged");
+    umount(&mnt);
+    eprintln!(
+        "supervised mount: {kills} workers killed, {} operations, none failed, every byte as told",
+        t.ops
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
