@@ -363,6 +363,12 @@ pub struct MountArgs {
     /// requests were made on (internal).
     #[arg(long, hide = true, requires = "serve_fd")]
     pub serve_again: bool,
+    /// The supervisor's counters, as a memory file (internal).
+    #[arg(long, hide = true, requires = "serve_fd", value_name = "FD")]
+    pub serve_status_fd: Option<i32>,
+    /// The inodes open on that connection, as INO:HANDLES,... (internal).
+    #[arg(long, hide = true, requires = "serve_fd", value_parser = crate::supervised::parse_held, default_value = "")]
+    pub serve_open: crate::supervised::Held,
 }
 
 /// When the scrubber and the cache checker run.
@@ -573,7 +579,9 @@ fn open_for_mount(
     };
     match nvram {
         Some(path) => {
-            let (fs, rep, tier) = crate::nvram::mount(nand, opts, path, nvram_size).map_err(on_image)?;
+            let held: Vec<u64> = a.serve_open.0.iter().map(|&(ino, _)| ino).collect();
+            let (fs, rep, tier) =
+                crate::nvram::mount(nand, opts, path, nvram_size, &held).map_err(on_image)?;
             if let Some(said) = crate::nvram::describe(path, &tier) {
                 eprintln!("bitmend: {said}");
             }
@@ -634,6 +642,9 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
         }
     }
     keep_heap_memory();
+    if let Some(fd) = a.serve_status_fd {
+        crate::supervised::read_status_from(fd);
+    }
     let nand = open_image(&a.image)?;
     let opts = FsOptions {
         index_chunks: a.index_chunks,
@@ -647,6 +658,12 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
     };
     let nvram = crate::nvram::chosen(&a.nvram, &a.image)?;
     let (mut fs, rep, done) = open_for_mount(a, nand, opts, nvram.as_deref(), nvram_size as usize)?;
+    // The handles the kernel still has, as the worker that died had them.
+    for &(ino, handles) in &a.serve_open.0 {
+        for _ in 0..handles {
+            let _ = fs.open_file(bitmend_flashfs::Ino(ino));
+        }
+    }
     if let Some(c) = a.compress.map(|c| c.options().compression).or(fs.recorded_compression()) {
         fs.set_compression(c);
     }
@@ -849,6 +866,15 @@ fn stat_mounted(a: &StatArgs) -> Result<(), CliError> {
         h.repaired_by_group, h.repaired_by_segment, h.relocated, h.unrecoverable
     );
     println!("  scrubs so far  {} passes, {} pages checked", h.scrub_passes, h.pages_scrubbed);
+    if let Ok(restarts) = crate::json::number(&status, "supervisor_restarts") {
+        let n = |k| crate::json::number(&status, k).unwrap_or(0);
+        println!(
+            "  supervisor     {restarts} worker restarts, {} requests replayed, {} answered EIO, longest stall {} ms",
+            n("supervisor_replayed"),
+            n("supervisor_refused"),
+            n("supervisor_longest_stall_us") / 1000
+        );
+    }
     Ok(())
 }
 

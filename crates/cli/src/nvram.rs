@@ -107,18 +107,20 @@ pub fn mount(
     opts: FsOptions,
     path: &Path,
     size: usize,
+    held_open: &[u64],
 ) -> Result<(Fs<Flash>, MountReport, TierReport), CliError> {
     let tier_error =
         |e: bitmend_tier::TierError| CliError::Target(format!("NVRAM tier {}: {e}", path.display()));
     let (log, heap, created) = regions(path, size)?;
     let (log, heap) =
         if created { DirtyTier::create(log, heap).map_err(tier_error)?.into_regions() } else { (log, heap) };
-    let (tiered, mount, report) = bitmend_tier::mount(nand, opts, log, heap).map_err(|e| match e {
-        bitmend_tier::TierMountError::Tier(e) => tier_error(e),
-        // The image's own fault (not a file system, damaged, a newer format): named as the
-        // image's by the caller, with its own exit status.
-        bitmend_tier::TierMountError::Fs(e) => CliError::Fs(e),
-    })?;
+    let (tiered, mount, report) =
+        bitmend_tier::mount_holding(nand, opts, log, heap, held_open).map_err(|e| match e {
+            bitmend_tier::TierMountError::Tier(e) => tier_error(e),
+            // The image's own fault (not a file system, damaged, a newer format): named as the
+            // image's by the caller, with its own exit status.
+            bitmend_tier::TierMountError::Fs(e) => CliError::Fs(e),
+        })?;
     // The daemon never hands the tier's regions back: a crash of it leaves them as they are.
     Ok((tiered.into_fs(), mount, report))
 }

@@ -145,12 +145,13 @@ impl Mounted {
             self.clean_holds.json("clean")
         );
         format!(
-            "{{\"state\": \"{state}\", \"pass\": {}, \"error\": {error}, {}, \"quick_passes\": {}, {}, {}{space}{cache}{holds}}}\n",
+            "{{\"state\": \"{state}\", \"pass\": {}, \"error\": {error}, {}, \"quick_passes\": {}, {}, {}{space}{cache}{holds}{}}}\n",
             self.passes_started,
             report_json(&self.report),
             self.quick_passes,
             quick_json(&self.quick, "quick_"),
-            health_json(&h)
+            health_json(&h),
+            crate::supervised::status_json()
         )
     }
 

@@ -50,6 +50,49 @@ pub fn run(a: &MountArgs, config: &fuser::Config, stop: &AtomicBool) -> Result<(
     Ok(())
 }
 
+/// The supervisor's counters, for a worker's status (`--serve-status-fd`).
+static STATUS: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
+
+/// Keeps the supervisor's memory file of counters (inherited as descriptor `fd`).
+pub fn read_status_from(fd: i32) {
+    // SAFETY: the descriptor was inherited from the supervisor for this process alone.
+    let _ = STATUS.set(std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) }));
+}
+
+/// The supervisor's counters as JSON fields to add to the status (empty when the mount is
+/// not supervised).
+pub fn status_json() -> String {
+    use std::os::unix::fs::FileExt;
+    let Some(f) = STATUS.get() else { return String::new() };
+    let mut b = [0u8; 32];
+    if f.read_exact_at(&mut b, 0).is_err() {
+        return String::new();
+    }
+    let v = |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+    format!(
+        ", \"supervisor_restarts\": {}, \"supervisor_replayed\": {}, \"supervisor_refused\": {}, \"supervisor_longest_stall_us\": {}",
+        v(0),
+        v(1),
+        v(2),
+        v(3)
+    )
+}
+
+/// Inodes open on a connection, with their handles (`--serve-open INO:HANDLES,...`).
+#[derive(Clone, Debug, Default)]
+pub struct Held(pub Vec<(u64, u32)>);
+
+pub fn parse_held(s: &str) -> Result<Held, String> {
+    s.split(',')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (ino, n) = p.split_once(':').ok_or_else(|| format!("{p}: not INO:HANDLES"))?;
+            Ok((ino.parse().map_err(|e| format!("{ino}: {e}"))?, n.parse().map_err(|e| format!("{n}: {e}"))?))
+        })
+        .collect::<Result<Vec<_>, String>>()
+        .map(Held)
+}
+
 /// The worker's FUSE session on the supervisor's socket: fuser reads one request per read,
 /// which the socket's message boundaries keep.
 pub fn serve(

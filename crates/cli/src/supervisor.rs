@@ -10,8 +10,10 @@
 //! does no file-system work, so it has little that can fail.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::FileExt;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,6 +26,9 @@ use crate::fuse_mount::FuseMount;
 /// Opcodes the supervisor must know: the handshake, and the requests no reply answers
 /// (which are therefore never journaled).
 const FUSE_FORGET: u32 = 2;
+const FUSE_OPEN: u32 = 14;
+const FUSE_RELEASE: u32 = 18;
+const FUSE_CREATE: u32 = 35;
 const FUSE_INIT: u32 = 26;
 const FUSE_INTERRUPT: u32 = 36;
 const FUSE_NOTIFY_REPLY: u32 = 41;
@@ -43,6 +48,8 @@ const MAX_FRUITLESS_STARTS: u32 = 5;
 /// A request recorded before the worker sees it.
 struct Pending {
     bytes: Vec<u8>,
+    opcode: u32,
+    nodeid: u64,
     since: Instant,
     /// How many workers it was sent to.
     tries: u32,
@@ -67,8 +74,14 @@ pub struct Relay {
     journal: Mutex<HashMap<u64, Pending>>,
     /// The kernel's FUSE_INIT, given again to every new worker.
     init: Mutex<Option<Vec<u8>>>,
+    /// Open file handles per inode, as the answers to opens, creates and releases say: a
+    /// new worker is told them (an unlinked file stays while the kernel holds it open).
+    open: Mutex<HashMap<u64, u32>>,
     ended: AtomicBool,
     counters: Counters,
+    /// The counters as the workers read them (`bitmend stat MOUNTPOINT`): a memory file
+    /// every worker inherits.
+    status: File,
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -189,7 +202,8 @@ impl Relay {
             }
             let link = self.link.lock().expect("link");
             if answered_by_reply(opcode) {
-                let p = Pending { bytes: msg.to_vec(), since: Instant::now(), tries: 1 };
+                let nodeid = u64_at(msg, 16);
+                let p = Pending { bytes: msg.to_vec(), opcode, nodeid, since: Instant::now(), tries: 1 };
                 self.journal.lock().expect("journal").insert(unique, p);
             }
             // A dead worker: the request waits in the journal for the next one.
@@ -219,10 +233,52 @@ impl Relay {
             if p.tries > 1 {
                 let waited = p.since.elapsed().as_micros() as u64;
                 self.counters.longest_stall_us.fetch_max(waited, Ordering::Relaxed);
+                self.publish();
             }
             self.counters.answered.fetch_add(1, Ordering::Relaxed);
+            if u32_at(&buf, 4) == 0 {
+                self.note_handles(&p, &buf[..n]);
+            }
             write_dev(self.dev.as_raw_fd(), &buf[..n]);
         }
+    }
+
+    /// Writes the counters where the workers read them: restarts, replayed, refused, the
+    /// longest stall in microseconds (u64 each, little-endian).
+    fn publish(&self) {
+        let c = &self.counters;
+        let mut b = Vec::with_capacity(32);
+        for v in [&c.restarts, &c.replayed, &c.refused, &c.longest_stall_us] {
+            b.extend_from_slice(&v.load(Ordering::Relaxed).to_le_bytes());
+        }
+        let _ = self.status.write_all_at(&b, 0);
+    }
+
+    /// The open handles an answered open, create or release leaves.
+    fn note_handles(&self, p: &Pending, reply: &[u8]) {
+        let mut open = self.open.lock().expect("open");
+        match p.opcode {
+            FUSE_OPEN => *open.entry(p.nodeid).or_insert(0) += 1,
+            // fuse_entry_out starts with the new inode's nodeid.
+            FUSE_CREATE if reply.len() >= OUT_HEADER + 8 => {
+                *open.entry(u64_at(reply, OUT_HEADER)).or_insert(0) += 1
+            }
+            FUSE_RELEASE => {
+                if let Some(n) = open.get_mut(&p.nodeid) {
+                    *n -= 1;
+                    if *n == 0 {
+                        open.remove(&p.nodeid);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// `--serve-open`'s argument: the open handles per inode.
+    fn held_open(&self) -> String {
+        let open = self.open.lock().expect("open");
+        open.iter().map(|(ino, n)| format!("{ino}:{n}")).collect::<Vec<_>>().join(",")
     }
 
     /// An EIO answer for a request no worker survives.
@@ -234,6 +290,19 @@ impl Relay {
         write_dev(self.dev.as_raw_fd(), &b);
         self.counters.refused.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// A file in memory, closed on exec unless passed on.
+fn status_file() -> io::Result<File> {
+    // SAFETY: memfd_create with a NUL-terminated name returns a new descriptor or -1.
+    let fd = unsafe { libc::memfd_create(c"bitmend-supervisor".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the descriptor was just made and is owned by nobody else.
+    let f = unsafe { File::from_raw_fd(fd) };
+    f.write_all_at(&[0u8; 32], 0)?;
+    Ok(f)
 }
 
 /// A running worker, the threads carrying its replies, and the last line it said (its
@@ -278,19 +347,23 @@ pub struct WorkerCommand {
 fn spawn_worker(relay: &Arc<Relay>, how: &WorkerCommand) -> io::Result<Worker> {
     let (ours, theirs) = socket_pair()?;
     let their_fd = theirs.as_raw_fd();
+    let status_fd = relay.status.as_raw_fd();
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.args(&how.args).arg("--serve-fd").arg(their_fd.to_string());
+    cmd.arg("--serve-status-fd").arg(status_fd.to_string());
     let again = relay.init.lock().expect("init").is_some();
     if again {
-        cmd.arg("--serve-again");
+        cmd.arg("--serve-again").arg("--serve-open").arg(relay.held_open());
     }
     // SAFETY: the closure only calls fcntl, async-signal-safe, on a descriptor that stays
     // open until the child has been spawned.
     unsafe {
         cmd.pre_exec(move || {
-            let flags = libc::fcntl(their_fd, libc::F_GETFD);
-            if flags < 0 || libc::fcntl(their_fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
-                return Err(io::Error::last_os_error());
+            for fd in [their_fd, status_fd] {
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
             }
             Ok(())
         });
@@ -377,6 +450,8 @@ pub fn supervise(mount: FuseMount, how: WorkerCommand, stop: &AtomicBool) -> Res
         link: Mutex::new(Arc::new(socket_pair().map_err(|e| stopped(e.to_string()))?.0)),
         journal: Mutex::new(HashMap::new()),
         init: Mutex::new(None),
+        open: Mutex::new(HashMap::new()),
+        status: status_file().map_err(|e| stopped(format!("a memory file for the counters: {e}")))?,
         ended: AtomicBool::new(false),
         counters: Counters::default(),
     });
@@ -445,6 +520,7 @@ pub fn supervise(mount: FuseMount, how: WorkerCommand, stop: &AtomicBool) -> Res
                 *link = worker.link.clone();
                 let sent = replay(&relay, &link);
                 drop(link);
+                relay.publish();
                 eprintln!(
                     "bitmend: the worker {how_}; a new one (pid {}) took over in {} ms, {sent} requests replayed",
                     worker.child.id(),

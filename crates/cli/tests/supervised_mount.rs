@@ -2,13 +2,15 @@
 //! serves the mount is killed with SIGKILL at random moments of a write-heavy workload
 //! (creates, unlinks, truncates, renames, writes), and the workload must never see an
 //! error: every operation returns as if nothing happened, and the tree is at every moment
-//! what the operations that returned say, byte for byte. After the last kill: unmount,
+//! what the operations that returned say, byte for byte. Beside it, a file unlinked while
+//! open is written and read back through its descriptor the whole time. After the last kill: unmount,
 //! fsck clean, and a plain mount shows the same tree.
 //!
 //! Kills: `SUPERVISE_KILLS` (default 12, as CI runs it).
 
 mod common;
 
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -31,6 +33,37 @@ struct Told {
     model: Model,
     error: Option<String>,
     ops: u64,
+}
+
+/// Writes and reads back a file unlinked while open until `stop`: the writes it checked,
+/// or the first error or wrong byte.
+fn hold_an_unlinked_file(mnt: &str, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Result<u64, String>> {
+    let path = format!("{mnt}/.held");
+    std::thread::spawn(move || {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| e.to_string())?;
+        std::fs::remove_file(&path).map_err(|e| e.to_string())?;
+        let (mut model, mut rng, mut writes) = (Vec::new(), Rng(0xD1B5_4A32_D192_ED03), 0u64);
+        while !stop.load(Ordering::Relaxed) {
+            let (off, len) = (rng.below(60_000) as usize, 1 + rng.below(9_000) as usize);
+            let data = noise(rng.next(), len);
+            f.write_all_at(&data, off as u64).map_err(|e| format!("write {writes}: {e}"))?;
+            model.resize(model.len().max(off + len), 0);
+            model[off..off + len].copy_from_slice(&data);
+            let mut got = vec![0u8; model.len()];
+            f.read_exact_at(&mut got, 0).map_err(|e| format!("read after write {writes}: {e}"))?;
+            if got != model {
+                return Err(format!("after write {writes}: the bytes read back are not those written"));
+            }
+            writes += 1;
+        }
+        Ok(writes)
+    })
 }
 
 #[test]
@@ -68,6 +101,7 @@ fn a_killed_worker_is_never_noticed() {
             }
         })
     };
+    let holder = hold_an_unlinked_file(&mnt, stop.clone());
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     for k in 0..kills {
         std::thread::sleep(Duration::from_millis(20 + rng.below(250)));
@@ -88,17 +122,25 @@ fn a_killed_worker_is_never_noticed() {
     }
     stop.store(true, Ordering::Relaxed);
     workload.join().unwrap();
+    let held = holder.join().unwrap();
+    assert!(held.as_ref().is_ok_and(|&n| n > 0), "the file unlinked while open: {held:?}");
     let t = told.lock().unwrap();
     assert!(t.error.is_none(), "after {} kills: {}", kills, t.error.as_deref().unwrap_or(""));
     assert!(tree(&mnt) == t.model, "the tree is not what {} operations that returned said", t.ops);
+    // `bitmend stat` through the mount counts every restart.
+    let stat = bitmend(&["stat", &mnt, "--json"]);
+    let said = String::from_utf8_lossy(&stat.stdout);
+    assert!(said.contains(&format!("\"supervisor_restarts\": {kills},")), "{said}");
     umount(&mnt);
     fsck_clean(&img, "after the kills");
     mount(&img, &mnt, &["--nvram", &nvram]);
     assert!(tree(&mnt) == t.model, "after a plain remount, the tree is not what was acknowledged");
     umount(&mnt);
     eprintln!(
-        "supervised mount: {kills} workers killed, {} operations, none failed, every byte as told",
-        t.ops
+        "supervised mount: {kills} workers killed, {} operations and {} writes to a file unlinked while open, \
+         none failed, every byte as told",
+        t.ops,
+        held.unwrap()
     );
     let _ = std::fs::remove_dir_all(dir);
 }

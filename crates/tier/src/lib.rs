@@ -25,7 +25,7 @@ mod mount;
 mod record;
 mod store;
 
-pub use mount::{crash, mount, TierMountError, TierReport, TieredFs};
+pub use mount::{crash, mount, mount_holding, TierMountError, TierReport, TieredFs};
 pub use record::{Entry, TAG};
 pub use store::{DirtyTier, PagePut, Recovered, RecoveredPage, TierStats, PAGE, SLOT};
 

@@ -189,6 +189,23 @@ where
     L: Region + 'static,
     H: Region + 'static,
 {
+    mount_holding(nand, opts, log, heap, &[])
+}
+
+/// [`mount`] for a mount that takes over a connection on which the inodes `held_open` are
+/// open: one unlinked while open is kept ([`DirtyRecovery::held_open`]).
+pub fn mount_holding<N, L, H>(
+    nand: N,
+    opts: FsOptions,
+    log: L,
+    heap: H,
+    held_open: &[u64],
+) -> Result<Mounted<N, L, H>, TierMountError>
+where
+    N: Nand,
+    L: Region + 'static,
+    H: Region + 'static,
+{
     let (mut tier, found) = DirtyTier::open(log, heap)?;
     let mut report = report_of(&found);
     let Recovered { pages, nodes, owner, requests, .. } = found;
@@ -196,6 +213,7 @@ where
         owner,
         records: nodes,
         pages: pages.into_iter().map(|p| (p.ino, p.index, p.bytes, p.crc)).collect(),
+        held_open: held_open.to_vec(),
     };
     let (mut fs, mount, applied) = Fs::open_recovering(nand, opts, dirty)?;
     report.applied = applied;

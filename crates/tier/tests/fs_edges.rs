@@ -175,14 +175,20 @@ fn damaged_slots_are_named_and_the_file_keeps_what_flash_holds() {
 fn a_record_that_does_not_decode_is_refused_and_another_file_systems_tier_too() {
     let (nand, _, _) = base(64, 1 << 20);
     // Bytes that are no fragment: refused, nothing applied, the tree as flash holds it.
-    let garbage = DirtyRecovery { owner: None, records: vec![vec![0xEE; 40]], pages: Vec::new() };
+    let garbage = DirtyRecovery {
+        owner: None,
+        records: vec![vec![0xEE; 40]],
+        pages: Vec::new(),
+        held_open: Vec::new(),
+    };
     let (fs, _, report) = Fs::open_recovering(nand, opts(), garbage).unwrap();
     assert_eq!((report.nodes_refused, report.nodes_applied), (1, 0));
     assert_eq!(fs.readdir(ROOT).unwrap(), vec![]);
     let id = fs.store().fs_id();
     let nand = fs.into_nand();
     // State of another file system: the mount refuses it rather than apply it.
-    let foreign = DirtyRecovery { owner: Some(id ^ 1), records: Vec::new(), pages: Vec::new() };
+    let foreign =
+        DirtyRecovery { owner: Some(id ^ 1), records: Vec::new(), pages: Vec::new(), held_open: Vec::new() };
     match Fs::open_recovering(nand, opts(), foreign) {
         Err(e @ FsError::ForeignTier { .. }) => assert!(e.to_string().contains("not of this one"), "{e}"),
         other => panic!("a foreign tier was not refused: {:?}", other.map(|r| r.2)),

@@ -377,6 +377,8 @@ pub struct Fs<N: Nand> {
     pub(crate) tier_used: bool,
     /// The FUSE request being served and those recently done (`dirty_state.rs`).
     pub(crate) requests: dirty_state::Requests,
+    /// Inodes the recovery keeps although unlinked ([`DirtyRecovery::held_open`]).
+    pub(crate) held_open: std::collections::BTreeSet<u64>,
 }
 
 /// Logical pages of a file stored plain, untried, after one that compressed poorly; doubled
@@ -430,6 +432,7 @@ impl<N: Nand> Fs<N> {
             tier: None,
             tier_used: false,
             requests: Default::default(),
+            held_open: Default::default(),
         })
     }
 

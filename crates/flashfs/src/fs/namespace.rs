@@ -324,12 +324,13 @@ impl Namespace {
     }
 
     /// After replay: drops inodes without a link (kept for readers that a mount no longer
-    /// has), entries of directories that are gone and names of inodes that are gone; gives
-    /// every directory an entry table; numbers new inodes past every one in use.
-    pub fn prune(&mut self) -> Pruned {
+    /// has, but for those in `held_open`), entries of directories that are gone and names of
+    /// inodes that are gone; gives every directory an entry table; numbers new inodes past
+    /// every one in use.
+    pub fn prune(&mut self, held_open: &std::collections::BTreeSet<u64>) -> Pruned {
         let mut pruned = Pruned::default();
         self.inodes.retain(|ino, i| {
-            let keep = i.attr.nlink > 0;
+            let keep = i.attr.nlink > 0 || held_open.contains(ino);
             if !keep {
                 pruned.inodes.push(*ino);
             }

@@ -45,6 +45,10 @@ pub struct DirtyRecovery {
     pub records: Vec<Vec<u8>>,
     /// Dirty pages, each verified by the tier against its CRC: (ino, index, bytes, crc).
     pub pages: Vec<(u64, u64, Vec<u8>, u32)>,
+    /// Inodes still open through the connection the mount takes over (a supervisor's,
+    /// after its worker died): one unlinked while open is kept, without a link, as the mount
+    /// that died had it, instead of being let go as a mount lets go of every such file.
+    pub held_open: Vec<u64>,
 }
 
 /// What [`Fs::open_recovering`] did with a tier's state.

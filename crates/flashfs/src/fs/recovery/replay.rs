@@ -56,6 +56,7 @@ impl<N: Nand> Fs<N> {
             PageStore::open_anchored(nand, crate::fs::checkpoint::segment_info_superblock)?;
         tier_is_ours(dirty.as_ref(), &store)?;
         let mut fs = Fs::with_store(store, opts)?;
+        fs.held_open = dirty.iter().flat_map(|d| d.held_open.iter().copied()).collect();
         let mut report = MountReport { store: m, ..MountReport::default() };
         // Start from the anchored checkpoint, or else from the one the newest segment names
         // (or from the beginning).
@@ -275,7 +276,7 @@ impl<N: Nand> Fs<N> {
         let ino = attr.ino.0;
         let shrink_to =
             self.ns.get(ino).map(|i| i.attr.size).filter(|&old| attr.size < old).map(|_| attr.size);
-        if attr.nlink == 0 {
+        if attr.nlink == 0 && !self.held_open.contains(&ino) {
             self.ns.remove_inode(ino);
             self.remove_pages(ino, 0, None)?;
             return Ok(true);
@@ -374,7 +375,7 @@ impl<N: Nand> Fs<N> {
     fn rebuild_dirs(&mut self) -> Result<(), FsError> {
         // An inode unlinked while open was kept for its readers; after a mount it has none.
         // (What is dropped here is dropped from its group at the next checkpoint.)
-        let pruned = self.ns.prune();
+        let pruned = self.ns.prune(&self.held_open);
         pruned.inodes.iter().for_each(|&ino| self.groups.mark_inode(ino));
         pruned.entries.iter().for_each(|(parent, name)| self.groups.mark_entry(*parent, name));
         // Pages of files that are gone, or past a file's end (written before a crash cut
