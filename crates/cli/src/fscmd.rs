@@ -585,6 +585,18 @@ fn open_for_mount(
             if let Some(said) = crate::nvram::describe(path, &tier) {
                 eprintln!("bitmend: {said}");
             }
+            // Taking over a live connection, the programs on it saw those writes: going on
+            // without them would hand them other bytes. Stopped, as Loris halts.
+            if a.serve_again && tier.lost_anything() {
+                return Err(CliError::Child {
+                    code: 5,
+                    why: format!(
+                        "NVRAM tier {}: after the worker's crash, part of what it held failed its check (named above); \
+                         the mount is stopped rather than go on without it",
+                        path.display()
+                    ),
+                });
+            }
             Ok((fs, rep, tier.requests))
         }
         None => Fs::open(nand, opts).map(|(fs, rep)| (fs, rep, Vec::new())).map_err(|e| on_image(e.into())),

@@ -144,3 +144,85 @@ fn a_killed_worker_is_never_noticed() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Mounts `img` supervised over the tier `nvram`: (supervisor pid, its log).
+fn mount_supervised(img: &str, mnt: &str, nvram: &str) -> (u32, String) {
+    let out = bitmend(&["mount", img, mnt, "--supervise", "--commit-interval", "1h", "--nvram", nvram]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    let pid =
+        said.split("(pid ").nth(1).and_then(|s| s.split(',').next()).and_then(|s| s.parse().ok()).unwrap();
+    let log = said.split("log ").nth(1).and_then(|s| s.split(')').next()).unwrap().to_string();
+    (pid, log)
+}
+
+fn wait_gone(pid: u32) {
+    let t = Instant::now();
+    while std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ")
+    {
+        assert!(t.elapsed() < Duration::from_secs(60), "process {pid} did not end");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A page of the tier damaged while the worker runs, then the worker killed: the new worker
+/// finds it fails its check, and the mount is stopped with a message naming it, never
+/// served without the bytes the programs on it wrote.
+#[test]
+fn a_tier_that_fails_its_check_after_a_crash_stops_the_mount() {
+    if !fuse_available() {
+        return;
+    }
+    let (dir, img, mnt) = scratch("supervised-halt");
+    let nvram = dir.join("tier.nvram").to_str().unwrap().to_string();
+    assert!(bitmend(&["mkfs", &img, "--size", "32MiB"]).status.success());
+    let (supervisor, log) = mount_supervised(&img, &mnt, &nvram);
+    let data = noise(77, 64 << 10);
+    std::fs::write(format!("{mnt}/f"), &data).unwrap();
+    // One byte of the file's first page, where the tier's slot holds it.
+    let mut tier = std::fs::read(&nvram).unwrap();
+    let at = tier.windows(64).position(|w| w == &data[..64]).expect("the page in the tier");
+    tier[at + 10] ^= 0x40;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&nvram)
+        .unwrap()
+        .write_all_at(&tier[at + 10..at + 11], (at + 10) as u64)
+        .unwrap();
+    let worker = worker_of(supervisor).unwrap();
+    assert!(std::process::Command::new("kill").arg("-9").arg(worker.to_string()).status().unwrap().success());
+    wait_gone(supervisor);
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains("NOT recovered: inode") && said.contains("the mount is stopped"), "{said}");
+    clear_dead_mount(supervisor, &mnt);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `kill -9` of the supervisor itself ends the mount, as a kill of an unsupervised daemon
+/// does; the next mount has every write that returned.
+#[test]
+fn a_killed_supervisor_ends_the_mount_and_loses_nothing() {
+    if !fuse_available() {
+        return;
+    }
+    let (dir, img, mnt) = scratch("supervised-killed");
+    let nvram = dir.join("tier.nvram").to_str().unwrap().to_string();
+    assert!(bitmend(&["mkfs", &img, "--size", "32MiB"]).status.success());
+    let (supervisor, _) = mount_supervised(&img, &mnt, &nvram);
+    let mut model = Model::new();
+    let mut rng = Rng(0x1234_5678_9ABC_DEF1);
+    for _ in 0..200 {
+        let (r, after, _) = step(&mnt, &model, &mut rng);
+        r.unwrap();
+        model = after;
+    }
+    let worker = worker_of(supervisor).unwrap();
+    kill_9(supervisor, &mnt);
+    wait_gone(worker);
+    mount(&img, &mnt, &["--nvram", &nvram]);
+    assert!(tree(&mnt) == model, "after the supervisor's kill, the tree is not what 200 operations said");
+    umount(&mnt);
+    fsck_clean(&img, "after the supervisor's kill");
+    let _ = std::fs::remove_dir_all(dir);
+}
