@@ -654,8 +654,8 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
         }
     }
     keep_heap_memory();
-    if let Some(fd) = a.serve_status_fd {
-        crate::supervised::read_status_from(fd);
+    if a.serve_fd.is_some() {
+        crate::supervised::become_worker(a.serve_status_fd);
     }
     let nand = open_image(&a.image)?;
     let opts = FsOptions {

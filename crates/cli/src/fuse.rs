@@ -98,6 +98,31 @@ impl Drop for Locked<'_> {
     }
 }
 
+/// Under a supervisor, a worker whose memory fails a check is thrown away whole (exit status
+/// [`MEMORY_FAILED`]): the NVRAM tier holds what the page must be, and the request comes
+/// again to a new worker, which recovers it (Loris: a checksum failure in the cache is a
+/// crash of the cache, recovered from the Dirty State Store).
+pub static RESTART_ON_MEMORY_ERROR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The exit status of a worker that stops because its memory failed a check.
+pub const MEMORY_FAILED: i32 = 102;
+
+/// Stops the worker (under a supervisor) when `e` says its memory failed a check.
+pub fn stop_if_memory_failed(e: &dyn std::fmt::Display, in_memory: bool) {
+    if in_memory && RESTART_ON_MEMORY_ERROR.load(std::sync::atomic::Ordering::Relaxed) {
+        eprintln!("bitmend: {e}: this worker stops; a new one recovers the page from the NVRAM tier");
+        std::process::exit(MEMORY_FAILED);
+    }
+}
+
+/// The errno a failed operation answers.
+fn errno_of(e: &bitmend_flashfs::FsError) -> Errno {
+    let in_memory =
+        matches!(e, bitmend_flashfs::FsError::Corrupt(bitmend_flashfs::Corruption::InMemory { .. }));
+    stop_if_memory_failed(e, in_memory);
+    Errno::from_i32(e.errno())
+}
+
 /// Whether `name` in `parent` is the control file, which no operation may create, remove or
 /// rename.
 fn is_control(parent: INodeNo, name: &OsStr) -> bool {
@@ -230,7 +255,7 @@ impl FuseFs {
         let found = self.fs().lookup(Ino(parent.0), name.as_bytes());
         match found {
             Ok(a) => reply.entry(&TTL, &self.file_attr(&a), Generation(0)),
-            Err(e) => reply.error(Errno::from_i32(e.errno())),
+            Err(e) => reply.error(errno_of(&e)),
         }
     }
 
@@ -288,7 +313,7 @@ macro_rules! try_reply {
     ($reply:expr, $e:expr) => {
         match $e {
             Ok(v) => v,
-            Err(e) => return $reply.error(Errno::from_i32(e.errno())),
+            Err(e) => return $reply.error(errno_of(&e)),
         }
     };
 }

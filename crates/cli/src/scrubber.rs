@@ -171,7 +171,9 @@ impl Mounted {
             );
         }
         for (ino, page) in r.dirty_caught {
-            eprintln!("bitmend: cache check: dirty page {page} of inode {ino} failed its CRC: reads of it fail (EIO)");
+            let said = format!("cache check: dirty page {page} of inode {ino} failed its CRC");
+            crate::fuse::stop_if_memory_failed(&said, true);
+            eprintln!("bitmend: {said}: reads of it fail (EIO)");
         }
     }
 

@@ -53,10 +53,21 @@ pub fn run(a: &MountArgs, config: &fuser::Config, stop: &AtomicBool) -> Result<(
 /// The supervisor's counters, for a worker's status (`--serve-status-fd`).
 static STATUS: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
 
-/// Keeps the supervisor's memory file of counters (inherited as descriptor `fd`).
-pub fn read_status_from(fd: i32) {
-    // SAFETY: the descriptor was inherited from the supervisor for this process alone.
-    let _ = STATUS.set(std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) }));
+/// What a worker does differently: it reads the supervisor's counters from the memory file
+/// inherited as `status_fd`; a page whose memory fails its check stops it, for a new one to
+/// recover from the tier; and a panic in any thread ends it, to the same effect (a thread
+/// lost, with the file system's lock poisoned, would serve on half-dead).
+pub fn become_worker(status_fd: Option<i32>) {
+    if let Some(fd) = status_fd {
+        // SAFETY: the descriptor was inherited from the supervisor for this process alone.
+        let _ = STATUS.set(std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) }));
+    }
+    crate::fuse::RESTART_ON_MEMORY_ERROR.store(true, Ordering::Relaxed);
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default(info);
+        std::process::exit(101);
+    }));
 }
 
 /// The supervisor's counters as JSON fields to add to the status (empty when the mount is
