@@ -627,6 +627,42 @@ pub(crate) fn catch_stop_signals(catch: bool) {
     }
 }
 
+/// The mount's work done by another process, when it is: a daemon started in the
+/// background, or a supervisor's workers. `None` in the process that serves the mount (in
+/// the foreground, or a supervisor's worker, which serves a mount its supervisor has made).
+fn served_elsewhere(a: &MountArgs) -> Option<Result<(), CliError>> {
+    if a.serve_fd.is_some() {
+        return None;
+    }
+    let r = (|| {
+        check_mountpoint(&a.mountpoint)?;
+        if a.create && !a.image.exists() {
+            mkfs(&default_mkfs(a))?;
+        }
+        std::fs::create_dir_all(&a.mountpoint).map_err(|e| format!("{}: {e}", a.mountpoint.display()))?;
+        if !a.foreground {
+            return spawn_daemon(a).map(|()| true);
+        }
+        if a.supervise {
+            if crate::nvram::chosen(&a.nvram, &a.image)?.is_none() {
+                return Err(CliError::Usage(
+                    "--supervise needs the NVRAM tier (a new worker recovers from it): drop --nvram none"
+                        .into(),
+                ));
+            }
+            catch_stop_signals(true);
+            return crate::supervised::run(&a.mountpoint, &fuse_config(a), a.threads as usize, &STOP)
+                .map(|()| true);
+        }
+        Ok(false)
+    })();
+    match r {
+        Ok(false) => None,
+        Ok(true) => Some(Ok(())),
+        Err(e) => Some(Err(e)),
+    }
+}
+
 pub fn mount(a: &MountArgs) -> Result<(), CliError> {
     crate::units::parse_duration(&a.scrub_every).map_err(CliError::Usage)?;
     let commit_interval = crate::units::parse_duration(&a.commit_interval).map_err(CliError::Usage)?;
@@ -639,23 +675,12 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
     if nvram_size < 1 << 20 {
         return Err(CliError::Usage("--nvram-size must be at least 1M".into()));
     }
-    // A supervisor's worker serves a mount its supervisor has made.
-    if a.serve_fd.is_none() {
-        check_mountpoint(&a.mountpoint)?;
-        if a.create && !a.image.exists() {
-            mkfs(&default_mkfs(a))?;
-        }
-        std::fs::create_dir_all(&a.mountpoint).map_err(|e| format!("{}: {e}", a.mountpoint.display()))?;
-        if !a.foreground {
-            return spawn_daemon(a);
-        }
-        if a.supervise {
-            return crate::supervised::run(a, &fuse_config(a), &STOP);
-        }
+    if let Some(done) = served_elsewhere(a) {
+        return done;
     }
     keep_heap_memory();
     if a.serve_fd.is_some() {
-        crate::supervised::become_worker(a.serve_status_fd);
+        crate::worker::become_worker(a.serve_status_fd);
     }
     let nand = open_image(&a.image)?;
     let opts = FsOptions {

@@ -98,28 +98,11 @@ impl Drop for Locked<'_> {
     }
 }
 
-/// Under a supervisor, a worker whose memory fails a check is thrown away whole (exit status
-/// [`MEMORY_FAILED`]): the NVRAM tier holds what the page must be, and the request comes
-/// again to a new worker, which recovers it (Loris: a checksum failure in the cache is a
-/// crash of the cache, recovered from the Dirty State Store).
-pub static RESTART_ON_MEMORY_ERROR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// The exit status of a worker that stops because its memory failed a check.
-pub const MEMORY_FAILED: i32 = 102;
-
-/// Stops the worker (under a supervisor) when `e` says its memory failed a check.
-pub fn stop_if_memory_failed(e: &dyn std::fmt::Display, in_memory: bool) {
-    if in_memory && RESTART_ON_MEMORY_ERROR.load(std::sync::atomic::Ordering::Relaxed) {
-        eprintln!("bitmend: {e}: this worker stops; a new one recovers the page from the NVRAM tier");
-        std::process::exit(MEMORY_FAILED);
-    }
-}
-
 /// The errno a failed operation answers.
 fn errno_of(e: &bitmend_flashfs::FsError) -> Errno {
     let in_memory =
         matches!(e, bitmend_flashfs::FsError::Corrupt(bitmend_flashfs::Corruption::InMemory { .. }));
-    stop_if_memory_failed(e, in_memory);
+    crate::worker::stop_if_memory_failed(e, in_memory);
     Errno::from_i32(e.errno())
 }
 
@@ -341,6 +324,7 @@ impl Filesystem for FuseFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        crate::fault_points::at("lookup", &self.shared);
         if is_control(parent, name) {
             return reply.entry(&Duration::ZERO, &self.control(), Generation(0));
         }
@@ -349,6 +333,7 @@ impl Filesystem for FuseFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        crate::fault_points::at("getattr", &self.shared);
         if ino.0 == CONTROL_INO {
             return reply.attr(&Duration::ZERO, &self.control());
         }
@@ -374,6 +359,7 @@ impl Filesystem for FuseFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        crate::fault_points::at("setattr", &self.shared);
         if ino.0 == CONTROL_INO {
             // `echo start > .bitmend-scrub` truncates first: nothing to truncate.
             return reply.attr(&Duration::ZERO, &self.control());
@@ -421,6 +407,7 @@ impl Filesystem for FuseFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        crate::fault_points::at("mknod", &self.shared);
         not_control!(reply, parent, name, libc::EEXIST);
         let k = match mode & libc::S_IFMT {
             libc::S_IFREG => FileType::File,
@@ -442,6 +429,7 @@ impl Filesystem for FuseFs {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        crate::fault_points::at("mkdir", &self.shared);
         not_control!(reply, parent, name, libc::EEXIST);
         if self.done_before(req) {
             return self.entry_done_before(parent, name, reply);
@@ -455,6 +443,7 @@ impl Filesystem for FuseFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        crate::fault_points::at("unlink", &self.shared);
         not_control!(reply, parent, name, libc::EPERM);
         if self.done_before(req) {
             return reply.ok();
@@ -464,6 +453,7 @@ impl Filesystem for FuseFs {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        crate::fault_points::at("rmdir", &self.shared);
         not_control!(reply, parent, name, libc::ENOTDIR);
         if self.done_before(req) {
             return reply.ok();
@@ -480,6 +470,7 @@ impl Filesystem for FuseFs {
         target: &std::path::Path,
         reply: ReplyEntry,
     ) {
+        crate::fault_points::at("symlink", &self.shared);
         not_control!(reply, parent, link_name, libc::EEXIST);
         if self.done_before(req) {
             return self.entry_done_before(parent, link_name, reply);
@@ -507,6 +498,7 @@ impl Filesystem for FuseFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        crate::fault_points::at("rename", &self.shared);
         not_control!(reply, parent, name, libc::EPERM);
         not_control!(reply, newparent, newname, libc::EPERM);
         if self.done_before(req) {
@@ -530,6 +522,7 @@ impl Filesystem for FuseFs {
     }
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        crate::fault_points::at("link", &self.shared);
         not_control!(reply, newparent, newname, libc::EEXIST);
         if self.done_before(req) {
             return self.entry_done_before(newparent, newname, reply);
@@ -539,6 +532,7 @@ impl Filesystem for FuseFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        crate::fault_points::at("open", &self.shared);
         if ino.0 == CONTROL_INO {
             // Direct I/O: every read asks again, so the status is never a cached one.
             return reply.opened(FileHandle(0), FopenFlags::FOPEN_DIRECT_IO);
@@ -557,6 +551,7 @@ impl Filesystem for FuseFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        crate::fault_points::at("release", &self.shared);
         if ino.0 == CONTROL_INO {
             return reply.ok();
         }
@@ -575,6 +570,7 @@ impl Filesystem for FuseFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        crate::fault_points::at("read", &self.shared);
         if ino.0 == CONTROL_INO {
             let status = lock(&self.shared).status().into_bytes();
             let from = usize::try_from(offset).unwrap_or(usize::MAX).min(status.len());
@@ -600,6 +596,7 @@ impl Filesystem for FuseFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        crate::fault_points::at("write", &self.shared);
         if ino.0 == CONTROL_INO {
             return match data.trim_ascii() {
                 b"start" => {
@@ -661,6 +658,7 @@ impl Filesystem for FuseFs {
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        crate::fault_points::at("fsync", &self.shared);
         if ino.0 == CONTROL_INO || self.durable_on_answer {
             return reply.ok();
         }
@@ -773,6 +771,7 @@ impl Filesystem for FuseFs {
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        crate::fault_points::at("readdir", &self.shared);
         let entries = try_reply!(reply, self.fs().readdir(Ino(ino.0)));
         let dots = [
             (ino, fuser::FileType::Directory, b".".to_vec()),
@@ -805,6 +804,7 @@ impl Filesystem for FuseFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        crate::fault_points::at("create", &self.shared);
         not_control!(reply, parent, name, libc::EEXIST);
         let perm = (mode & !umask & 0o7777) as u16;
         let a = if self.done_before(req) {

@@ -6,6 +6,7 @@ mod commit;
 mod demo;
 mod demo_heap;
 mod error;
+mod fault_points;
 mod flash;
 mod fscmd;
 mod fuse;
@@ -27,6 +28,7 @@ mod scrubber;
 mod supervised;
 mod supervisor;
 mod units;
+mod worker;
 mod write_back;
 
 use std::process::ExitCode;

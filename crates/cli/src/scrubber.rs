@@ -151,7 +151,7 @@ impl Mounted {
             self.quick_passes,
             quick_json(&self.quick, "quick_"),
             health_json(&h),
-            crate::supervised::status_json()
+            crate::worker::status_json()
         )
     }
 
@@ -172,7 +172,7 @@ impl Mounted {
         }
         for (ino, page) in r.dirty_caught {
             let said = format!("cache check: dirty page {page} of inode {ino} failed its CRC");
-            crate::fuse::stop_if_memory_failed(&said, true);
+            crate::worker::stop_if_memory_failed(&said, true);
             eprintln!("bitmend: {said}: reads of it fail (EIO)");
         }
     }

@@ -435,7 +435,9 @@ fn ended(status: std::process::ExitStatus) -> Ended {
     match (status.code(), status.signal()) {
         (Some(0), _) => Ended::Done,
         (Some(101), _) => Ended::Crashed("panicked".into()),
-        (Some(crate::fuse::MEMORY_FAILED), _) => Ended::Crashed("stopped: its memory failed a check".into()),
+        (Some(crate::worker::MEMORY_FAILED), _) => {
+            Ended::Crashed("stopped: its memory failed a check".into())
+        }
         (Some(c), _) => Ended::Failed(c),
         (None, Some(s)) => Ended::Crashed(format!("killed by signal {s}")),
         (None, None) => Ended::Crashed("ended".into()),

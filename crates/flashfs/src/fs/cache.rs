@@ -385,6 +385,14 @@ impl<N: Nand> Fs<N> {
         self.opts.verify = verify;
     }
 
+    /// The `n`th dirty page held (counted round from the first), for memory-error injection:
+    /// `None` when none is held.
+    pub fn nth_dirty_page(&self, n: usize) -> Option<(Ino, u64)> {
+        let count = self.wb.from((0, 0)).count();
+        let (&(ino, index), _) = self.wb.from((0, 0)).nth(n.checked_rem(count)?)?;
+        Some((Ino(ino), index))
+    }
+
     /// Flips bit `bit` (of 32,768) of logical page `index` of `ino` where it sits in memory,
     /// dirty or clean (memory-error injection, for tests and demos).
     pub fn flip_cached(&mut self, ino: Ino, index: u64, bit: usize) -> Cached {
