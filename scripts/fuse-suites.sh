@@ -51,6 +51,25 @@ for seed in $seeds; do
   finish "fsx$seed.img" "mnt$seed"
 done
 
+# fsx on a supervised mount whose worker is killed with SIGKILL at random moments: fsx checks
+# every byte it reads against its own model, and must see no error (Loris's transparent
+# recovery; docs/DESIGN.md, "The supervisor").
+if [ $quick = 1 ]; then kill_ops=3000; else kill_ops=100000; fi
+"$bin" mkfs "$work/kills.img" --size 64MiB > /dev/null
+said=$("$bin" mount "$work/kills.img" "$work/mntk" --supervise --nvram "$work/kills.nvram")
+supervisor=$(sed -n 's/.*(pid \([0-9]*\),.*/\1/p' <<<"$said")
+(cd "$work/mntk" && fsx -q -N $kill_ops -S 7 -P "$work" testfile) &
+fsx_pid=$!
+kills=0
+while kill -0 $fsx_pid 2>/dev/null; do
+  sleep "0.$(( RANDOM % 6 + 2 ))"
+  worker=$(pgrep -P "$supervisor" | head -1 || true)
+  if [ -n "$worker" ] && kill -0 $fsx_pid 2>/dev/null; then kill -9 "$worker" 2>/dev/null && kills=$((kills + 1)); fi
+done
+wait $fsx_pid || { tail -20 "$work"/testfile.fsxlog 2>/dev/null; echo "fsx under kills: failed after $kills kills"; exit 1; }
+echo "fsx under kills: $kill_ops operations passed, the worker killed $kills times"
+finish kills.img mntk
+
 # Ordinary tools with their own verification: rsync (then diff), fio with verify=crc32c,
 # stress-ng's file-system stressors with --verify.
 if [ $quick = 1 ]; then fio_size=16M; stress_s=5; else fio_size=96M; stress_s=60; fi

@@ -53,6 +53,8 @@ struct Pending {
     since: Instant,
     /// How many workers it was sent to.
     tries: u32,
+    /// It waited across a restart (its wait counts toward the longest stall).
+    replayed: bool,
 }
 
 /// What the supervisor counts (printed in its log, and at the end).
@@ -201,13 +203,25 @@ impl Relay {
                 *self.init.lock().expect("init") = Some(msg.to_vec());
             }
             let link = self.link.lock().expect("link");
-            if answered_by_reply(opcode) {
+            let journaled = answered_by_reply(opcode);
+            if journaled {
                 let nodeid = u64_at(msg, 16);
-                let p = Pending { bytes: msg.to_vec(), opcode, nodeid, since: Instant::now(), tries: 1 };
+                let p = Pending {
+                    bytes: msg.to_vec(),
+                    opcode,
+                    nodeid,
+                    since: Instant::now(),
+                    tries: 0,
+                    replayed: false,
+                };
                 self.journal.lock().expect("journal").insert(unique, p);
             }
             // A dead worker: the request waits in the journal for the next one.
-            let _ = send_message(link.as_raw_fd(), msg);
+            if send_message(link.as_raw_fd(), msg).is_ok() && journaled {
+                if let Some(p) = self.journal.lock().expect("journal").get_mut(&unique) {
+                    p.tries += 1;
+                }
+            }
         }
     }
 
@@ -230,7 +244,7 @@ impl Relay {
             // A second answer (the request was replayed after the first was sent) is dropped:
             // the kernel hears one answer per request.
             let Some(p) = self.journal.lock().expect("journal").remove(&unique) else { continue };
-            if p.tries > 1 {
+            if p.replayed {
                 let waited = p.since.elapsed().as_micros() as u64;
                 self.counters.longest_stall_us.fetch_max(waited, Ordering::Relaxed);
                 self.publish();
@@ -312,6 +326,8 @@ struct Worker {
     replies: Vec<JoinHandle<()>>,
     link: Arc<OwnedFd>,
     said: Arc<Mutex<String>>,
+    /// It took the mount's FUSE_INIT and serves (false: it died, or was killed, first).
+    ready: bool,
 }
 
 /// Why the supervisor stopped the mount, and the exit status to end with.
@@ -373,13 +389,16 @@ fn spawn_worker(relay: &Arc<Relay>, how: &WorkerCommand) -> io::Result<Worker> {
     drop(theirs);
     let link = Arc::new(ours);
     // A restarted worker is given the kernel's handshake again; its answer is not the
-    // kernel's to hear.
+    // kernel's to hear. One that dies first (or refuses it, and is killed) is a crash like
+    // any other: the caller starts another.
     if let Some(init) = relay.init.lock().expect("init").clone() {
-        send_message(link.as_raw_fd(), &init)?;
         let mut buf = vec![0u8; 4096];
-        let n = read_fd(link.as_raw_fd(), &mut buf)?;
-        if n < OUT_HEADER || u32_at(&buf, 4) != 0 {
-            return Err(io::Error::other("the new worker refused the mount's FUSE_INIT"));
+        let answered = send_message(link.as_raw_fd(), &init)
+            .and_then(|()| read_fd(link.as_raw_fd(), &mut buf))
+            .is_ok_and(|n| n >= OUT_HEADER && u32_at(&buf, 4) == 0);
+        if !answered {
+            let _ = child.kill();
+            return Ok(Worker { child, replies: Vec::new(), link, said, ready: false });
         }
     }
     let replies = (0..how.threads.max(1))
@@ -388,7 +407,7 @@ fn spawn_worker(relay: &Arc<Relay>, how: &WorkerCommand) -> io::Result<Worker> {
             std::thread::spawn(move || r.replies(l))
         })
         .collect();
-    Ok(Worker { child, replies, link, said })
+    Ok(Worker { child, replies, link, said, ready: true })
 }
 
 /// Sends the journal, oldest first, to the worker behind `link` (held by the caller);
@@ -408,15 +427,22 @@ fn replay(relay: &Relay, link: &OwnedFd) -> usize {
                 relay.refuse(u);
                 continue;
             }
-            p.tries += 1;
-            out.push(p.bytes.clone());
+            p.replayed = true;
+            out.push((u, p.bytes.clone()));
         }
     }
-    for m in &out {
-        let _ = send_message(link.as_raw_fd(), m);
+    let mut sent = 0;
+    for (u, m) in &out {
+        // A try counts once the worker has it: one that died before does not count.
+        if send_message(link.as_raw_fd(), m).is_ok() {
+            if let Some(p) = relay.journal.lock().expect("journal").get_mut(u) {
+                p.tries += 1;
+            }
+            sent += 1;
+        }
     }
-    relay.counters.replayed.fetch_add(out.len() as u64, Ordering::Relaxed);
-    out.len()
+    relay.counters.replayed.fetch_add(sent as u64, Ordering::Relaxed);
+    sent
 }
 
 /// Why a worker ended, as the supervisor acts on it.
@@ -521,6 +547,10 @@ pub fn supervise(mount: FuseMount, how: WorkerCommand, stop: &AtomicBool) -> Res
                 };
                 let mut link = relay.link.lock().expect("link");
                 *link = worker.link.clone();
+                if !worker.ready {
+                    // Died before it served: the journal waits for the next one.
+                    continue;
+                }
                 let sent = replay(&relay, &link);
                 drop(link);
                 relay.publish();
@@ -538,6 +568,10 @@ pub fn supervise(mount: FuseMount, how: WorkerCommand, stop: &AtomicBool) -> Res
         }
         let _ = worker.child.kill();
         let _ = worker.child.wait();
+        // The readers are not waited for: a program still holding a file keeps the lazily
+        // unmounted connection, and its requests are ended (ENOTCONN) when this process
+        // exits with the last /dev/fuse descriptor.
+        return outcome.map(|_| relay);
     }
     for r in readers {
         let _ = r.join();
