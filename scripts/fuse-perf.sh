@@ -6,12 +6,13 @@
 # same FUSE library, session and mount options as bitmend's, so it isolates file system
 # work from plumbing). Not part of CI: a full run takes about 30 minutes.
 #
-#   ./scripts/fuse-perf.sh [--runs N] [--seconds S] [--only REGEX] [--no-tier-too] [--threads T]
+#   ./scripts/fuse-perf.sh [--runs N] [--seconds S] [--only REGEX] [--no-tier-too] [--supervised-too] [--threads T]
 #
 # Medians of N runs (default 3), S s per fio job at most (each job is one pass over a 64 MiB
 # file); --only runs the cases whose name matches REGEX (PostMark is "PostMark", dbench
 # "dbench"); --no-tier-too adds bitmend without its NVRAM tier (--nvram none: every fsync
-# writes to flash), to show what the tier buys; --threads serves bitmend's and
+# writes to flash), to show what the tier buys; --supervised-too adds bitmend under its
+# supervisor (mount --supervise: every request and reply relayed once more); --threads serves bitmend's and
 # bitmend-passthrough's requests from T threads (default: their own default, 2;
 # passthrough_ll starts threads as it needs them, up to 10).
 #
@@ -32,7 +33,8 @@ while [ $# -gt 0 ]; do
     --runs) runs="$2"; shift 2 ;;
     --seconds) seconds="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
-    --no-tier-too) systems=(bitmend no-tier passthrough_ll bitmend-passthrough); shift ;;
+    --no-tier-too) systems=("${systems[@]:0:1}" no-tier "${systems[@]:1}"); shift ;;
+    --supervised-too) systems=("${systems[@]:0:1}" supervised "${systems[@]:1}"); shift ;;
     --threads) threads=(--threads "$2"); shift 2 ;;
     *) sed -n '2,24p' "$0"; exit 2 ;;
   esac
@@ -59,7 +61,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Mounts system $1 (bitmend | no-tier | passthrough_ll | bitmend-passthrough) at $work/mnt-$1, fresh.
+# Mounts system $1 (bitmend | no-tier | supervised | passthrough_ll | bitmend-passthrough) at
+# $work/mnt-$1, fresh.
 mount_fresh() {
   local m="$work/mnt-$1"
   mkdir -p "$m"
@@ -72,6 +75,7 @@ mount_fresh() {
     "$bin" mkfs "$work/fs.img" --size 256MiB --force > /dev/null
     local tier=()
     [ "$1" = no-tier ] && tier=(--nvram none)
+    [ "$1" = supervised ] && tier=(--supervise)
     "$bin" mount "$work/fs.img" "$m" "${tier[@]}" "${threads[@]}" > /dev/null
   else
     rm -rf "$work/src" && mkdir "$work/src"
@@ -84,7 +88,7 @@ mount_fresh() {
 unmount() {
   fusermount3 -u "$work/mnt-$1"
   # bitmend's daemon writes everything out before it lets go of the image.
-  if [ "$1" = bitmend ] || [ "$1" = no-tier ]; then
+  if [ "$1" = bitmend ] || [ "$1" = no-tier ] || [ "$1" = supervised ]; then
     for _ in $(seq 100); do "$bin" stat "$work/fs.img" > /dev/null 2>&1 && break; sleep 0.2; done
   fi
 }
