@@ -75,12 +75,7 @@ fn a_killed_worker_is_never_noticed() {
     let (dir, img, mnt) = scratch("supervised");
     let nvram = dir.join("tier.nvram").to_str().unwrap().to_string();
     assert!(bitmend(&["mkfs", &img, "--size", "32MiB"]).status.success());
-    let out = bitmend(&["mount", &img, &mnt, "--supervise", "--commit-interval", "1h", "--nvram", &nvram]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let said = String::from_utf8_lossy(&out.stdout).to_string();
-    let supervisor: u32 =
-        said.split("(pid ").nth(1).and_then(|s| s.split(',').next()).and_then(|s| s.parse().ok()).unwrap();
-    let log = said.split("log ").nth(1).and_then(|s| s.split(')').next()).unwrap().to_string();
+    let (supervisor, log) = mount_supervised(&img, &mnt, &nvram);
 
     let told = Arc::new(Mutex::new(Told { model: Model::new(), error: None, ops: 0 }));
     let stop = Arc::new(AtomicBool::new(false));
