@@ -43,6 +43,10 @@ enum Suite {
     /// strategy; and the NVRAM tier's synced overwrites (fsync CPU and device time, write
     /// amplification) against no tier.
     Cache,
+    /// How long a program's request waits while a supervised mount's worker is killed and
+    /// replaced with the NVRAM tier nearly full, at 128 MiB and 1 GiB, beside the same crash
+    /// without the supervisor (unmount, mount again). Needs FUSE.
+    Stall,
     /// The persistent heap's transactional overwrites (55 B to 16 KiB; data logging and
     /// pointer logging) beside PMDK transactions and bare persists, ns per transaction.
     Heap,
@@ -124,6 +128,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
             bitmend_bench::cache::run(&opts, &mut emit);
             bitmend_bench::tier::run(&opts, &mut emit);
         }
+        Suite::Stall => crate::bench_stall::run(args.quick, opts.samples, json, &mut emit)?,
         Suite::Heap => {
             if !json {
                 eprintln!(

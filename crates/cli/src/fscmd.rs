@@ -903,6 +903,16 @@ fn stat_mounted(a: &StatArgs) -> Result<(), CliError> {
         h.repaired_by_group, h.repaired_by_segment, h.relocated, h.unrecoverable
     );
     println!("  scrubs so far  {} passes, {} pages checked", h.scrub_passes, h.pages_scrubbed);
+    if let (Ok(used), Ok(size)) =
+        (crate::json::number(&status, "tier_log_used"), crate::json::number(&status, "tier_log_size"))
+    {
+        println!(
+            "  NVRAM tier     {} KiB of {} KiB of records, {} dirty pages",
+            used >> 10,
+            size >> 10,
+            crate::json::number(&status, "tier_pages").unwrap_or(0)
+        );
+    }
     if let Ok(restarts) = crate::json::number(&status, "supervisor_restarts") {
         let n = |k| crate::json::number(&status, k).unwrap_or(0);
         println!(

@@ -2,6 +2,8 @@
 
 #[cfg(feature = "bench")]
 mod bench;
+#[cfg(feature = "bench")]
+mod bench_stall;
 mod commit;
 mod demo;
 mod demo_heap;

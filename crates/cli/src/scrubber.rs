@@ -128,8 +128,8 @@ impl Mounted {
             let (s, pages) = fs.cache_stats();
             let f = fs.stats();
             format!(
-                ", \"cache_pages\": {pages}, \"cache_hits\": {}, \"cache_checks\": {}, \"cache_clean_caught\": {}, \"cache_dirty_caught\": {}, \"reads_unlocked\": {}, \"reads_relocked\": {}",
-                s.hits, s.checks, s.clean_caught, s.dirty_caught, f.reads_unlocked, f.reads_relocked
+                ", \"cache_pages\": {pages}, \"cache_hits\": {}, \"cache_checks\": {}, \"cache_clean_caught\": {}, \"cache_dirty_caught\": {}, \"cache_dirty_healed\": {}, \"reads_unlocked\": {}, \"reads_relocked\": {}",
+                s.hits, s.checks, s.clean_caught, s.dirty_caught, s.dirty_healed, f.reads_unlocked, f.reads_relocked
             )
         });
         let cleaner = self.fs.as_ref().map_or(String::new(), |fs| {
@@ -139,8 +139,14 @@ impl Mounted {
                 f.segments_cleaned, f.segments_cleaned_in_steps, f.cleaner_runs, f.pages_moved
             )
         });
+        let tier = self.fs.as_ref().and_then(|fs| fs.tier_fill()).map_or(String::new(), |t| {
+            format!(
+                ", \"tier_log_used\": {}, \"tier_log_size\": {}, \"tier_pages\": {}",
+                t.log_used, t.log_size, t.pages
+            )
+        });
         let holds = format!(
-            "{cleaner}, {}, {}",
+            "{cleaner}{tier}, {}, {}",
             self.write_back_holds.json("write_back"),
             self.clean_holds.json("clean")
         );

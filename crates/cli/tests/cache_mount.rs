@@ -1,7 +1,8 @@
 //! The checked cache through the mount: with --direct-io every read reaches the daemon, a bit
 //! flipped in a cached clean page (through the control file) is caught and the page read
-//! again from flash, and a flip in a dirty page fails the read with EIO and never reaches
-//! flash under a valid CRC.
+//! again from flash, a flip in a dirty page is healed from the NVRAM tier's copy (on a read
+//! or at write-back), and without the tier fails the read with EIO and never reaches flash
+//! under a valid CRC.
 
 mod common;
 
@@ -50,11 +51,29 @@ fn flips_in_the_daemons_cache_are_caught_clean_and_dirty() {
         assert_eq!(std::fs::read(&file).unwrap(), want, "after the flip in page {page}");
     }
     assert_eq!(number(&status(&mnt), "cache_clean_caught"), 16, "16 flips injected");
-    // Dirty: page 3 rewritten, then flipped before any sync. A read fails (EIO); the other
-    // pages read right.
-    let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
-    std::os::unix::fs::FileExt::write_all_at(&f, &[0xEE; 100], 3 * 4096 + 10).unwrap();
-    drop(f);
+    // Dirty, with the NVRAM tier: page 3 rewritten, then flipped before any sync. The read
+    // finds it failing its CRC and heals it from the tier's copy; so does write-back, for a
+    // flip in page 5 that no read saw first.
+    let mut want = want;
+    rewrite(&file, 3 * 4096 + 10, &[0xEE; 100], &mut want);
+    flip(&mnt, ino, 3, 5).unwrap();
+    assert_eq!(std::fs::read(&file).unwrap(), want, "the flipped dirty page, healed");
+    rewrite(&file, 5 * 4096 + 7, &[0xDD; 50], &mut want);
+    flip(&mnt, ino, 5, 4321).unwrap();
+    assert!(bitmend(&["sync", &mnt]).status.success());
+    assert_eq!(std::fs::read(&file).unwrap(), want, "the flipped dirty page, healed at write-back");
+    assert_eq!(number(&status(&mnt), "cache_dirty_healed"), 2, "2 flips injected in dirty pages");
+    assert_eq!(number(&status(&mnt), "cache_dirty_caught"), 0);
+    // A page not in memory: nothing to flip.
+    assert_eq!(flip(&mnt, ino, 500, 1).unwrap_err().raw_os_error(), Some(libc::ENODATA));
+    assert_eq!(flip(&mnt, ino, 1, 99_999_999).unwrap_err().raw_os_error(), Some(libc::EINVAL));
+    umount(&mnt);
+
+    // Without the tier there is no copy to heal from: the read fails (EIO), the other pages
+    // read right, and flash gets the page under the CRC of what was written.
+    mount(&img, &mnt, &[&flags[..], &["--nvram", "none"]].concat());
+    assert_eq!(std::fs::read(&file).unwrap(), want, "healed pages reached flash right");
+    rewrite(&file, 3 * 4096 + 10, &[0xCC; 100], &mut want);
     flip(&mnt, ino, 3, 5).unwrap();
     let err = std::fs::read(&file).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
@@ -62,9 +81,6 @@ fn flips_in_the_daemons_cache_are_caught_clean_and_dirty() {
     std::os::unix::fs::FileExt::read_exact_at(&std::fs::File::open(&file).unwrap(), &mut head, 0).unwrap();
     assert_eq!(head, want[..3 * 4096]);
     assert_eq!(number(&status(&mnt), "cache_dirty_caught"), 1);
-    // A page not in memory: nothing to flip.
-    assert_eq!(flip(&mnt, ino, 500, 1).unwrap_err().raw_os_error(), Some(libc::ENODATA));
-    assert_eq!(flip(&mnt, ino, 1, 99_999_999).unwrap_err().raw_os_error(), Some(libc::EINVAL));
     umount(&mnt);
     // After the remount the flipped page is still refused (flash holds it under the CRC of
     // what was written), and the rest reads back.
@@ -80,4 +96,11 @@ fn flips_in_the_daemons_cache_are_caught_clean_and_dirty() {
     drop(file);
     umount(&mnt);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Writes `bytes` at `at` of `file`, and into `want`.
+fn rewrite(file: &Path, at: usize, bytes: &[u8], want: &mut [u8]) {
+    let f = std::fs::OpenOptions::new().write(true).open(file).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, bytes, at as u64).unwrap();
+    want[at..at + bytes.len()].copy_from_slice(bytes);
 }

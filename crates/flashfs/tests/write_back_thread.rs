@@ -6,7 +6,7 @@
 mod common;
 
 use bitmend_flashfs::{
-    Compression, Fs, FsOptions, BACKGROUND_HARD_LIMIT, CHECKPOINT_FLUSH_MOST, LOGICAL_PAGE, ROOT,
+    Compression, Fs, FsOptions, SetAttr, BACKGROUND_HARD_LIMIT, CHECKPOINT_FLUSH_MOST, LOGICAL_PAGE, ROOT,
 };
 use bitmend_media::rng::Rng;
 use common::{cfg, chip};
@@ -205,4 +205,45 @@ fn a_writer_that_keeps_dirty_data_level_still_gets_checkpoints() {
     assert!(after.check(true).clean(), "{:?}", after.check(true).problems);
     fs.sync().unwrap();
     assert!(fs.read(f, 0, model.len()).unwrap() == model, "the file reads back as written");
+}
+
+/// A namespace changing with little file data dirty (chmods of files holding a page each)
+/// still gets its checkpoint, from the thread: once one is due it is the thread's work, and
+/// a step writes it. Until then, a writer the thread would make wait is never left waiting
+/// for a thread with nothing to do.
+#[test]
+fn a_checkpoint_due_with_little_dirty_is_the_threads_work() {
+    let mut fs = Fs::format(chip(64), cfg(), opts()).unwrap();
+    let files: Vec<_> = (0..8u8)
+        .map(|i| {
+            let f = fs.create(ROOT, &[b'f', b'0' + i], 0o644, 0, 0).unwrap().ino;
+            fs.write(f, 0, b"x").unwrap();
+            f
+        })
+        .collect();
+    assert!(!fs.write_back_due(), "8 pages dirty, under the limit");
+    let before = fs.stats().checkpoints;
+    let mut chmods = 0usize;
+    while !fs.write_back_due() {
+        assert!(chmods < 200_000, "a checkpoint never came due for the thread");
+        let perm = if (chmods / 8).is_multiple_of(2) { 0o600 } else { 0o644 };
+        fs.setattr(files[chmods % 8], SetAttr { perm: Some(perm), ..SetAttr::default() }).unwrap();
+        chmods += 1;
+        assert!(!fs.writer_should_wait() || fs.write_back_due(), "a writer would wait on an idle thread");
+    }
+    assert_eq!(fs.stats().checkpoints, before, "nothing but the thread writes it ({chmods} chmods)");
+    // The thread's loop: steps until it may stop.
+    let mut steps = 0;
+    loop {
+        fs.write_back_step(64).unwrap();
+        steps += 1;
+        if fs.write_back_done() && fs.stats().checkpoints > before {
+            break;
+        }
+        assert!(steps < 100, "the thread's steps never wrote the checkpoint");
+    }
+    assert!(!fs.write_back_due(), "written: nothing left due");
+    for (i, &f) in files.iter().enumerate() {
+        assert_eq!(fs.read(f, 0, 4).unwrap(), b"x", "file {i}");
+    }
 }

@@ -213,6 +213,13 @@ impl<R: Region> NvLog<R> {
         RecordId(self.tail.map_or(0, |t| self.id_at(t.seg, t.chunk, t.off)))
     }
 
+    /// Bytes of record space between the head and the tail, and the log's whole record
+    /// space: how full it is (an append past it is refused as [`LogError::Full`]).
+    pub fn fill(&self) -> (u64, u64) {
+        let live = self.tail().0.saturating_sub(self.head);
+        (live, self.seg_data() * u64::from(self.layout.cfg.segments))
+    }
+
     /// The largest payload a record can carry.
     pub fn max_record(&self) -> usize {
         self.layout.cfg.chunk_size - HEADER

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use bitmend_flashfs::{
     DirtyRecovery, DirtyRecoveryReport, DirtyState, DirtyStateError, Fs, FsError, FsOptions, MountReport,
-    PagePut,
+    PagePut, TierFill,
 };
 use bitmend_media::nand::Nand;
 use bitmend_media::pmem::Region;
@@ -45,6 +45,14 @@ impl<L: Region + 'static, H: Region + 'static> DirtyState for DirtyTier<L, H> {
     fn checkout(&mut self) -> Result<(), DirtyStateError> {
         DirtyTier::checkout(self).map_err(state_error)
     }
+
+    fn fill(&self) -> TierFill {
+        DirtyTier::fill(self)
+    }
+
+    fn page(&self, ino: u64, index: u64) -> Option<(Vec<u8>, u32)> {
+        DirtyTier::page(self, ino, index)
+    }
 }
 
 /// The tier as a mount hands it to the file system: shared with the [`TieredFs`] that
@@ -78,6 +86,14 @@ impl<L: Region + 'static, H: Region + 'static> DirtyState for SharedTier<L, H> {
 
     fn checkout(&mut self) -> Result<(), DirtyStateError> {
         DirtyState::checkout(&mut *self.lock())
+    }
+
+    fn fill(&self) -> TierFill {
+        DirtyState::fill(&*self.lock())
+    }
+
+    fn page(&self, ino: u64, index: u64) -> Option<(Vec<u8>, u32)> {
+        DirtyState::page(&*self.lock(), ino, index)
     }
 }
 

@@ -564,6 +564,19 @@ impl<L: Region, H: Region> DirtyTier<L, H> {
         self.stats
     }
 
+    /// Dirty page `index` of `ino` as the tier holds it, with its CRC, if it holds it and
+    /// its slot verifies (the copy a page damaged in the file system's memory is healed from).
+    pub fn page(&self, ino: u64, index: u64) -> Option<(Vec<u8>, u32)> {
+        let slot = *self.slots.get(&(ino, index))?;
+        self.verified(ino, index, slot)
+    }
+
+    /// How full the log is, and the dirty pages held.
+    pub fn fill(&self) -> bitmend_flashfs::TierFill {
+        let (log_used, log_size) = self.log.fill();
+        bitmend_flashfs::TierFill { log_used, log_size, pages: self.slots.len() as u64 }
+    }
+
     /// The two regions back (what a crash leaves, if nothing more is done).
     pub fn into_regions(self) -> (L, H) {
         (self.log.into_region(), self.heap.into_region())

@@ -141,9 +141,12 @@ pub struct CacheStats {
     pub checks: u64,
     /// Clean pages that failed their check: dropped and read again from flash.
     pub clean_caught: u64,
-    /// Dirty pages that failed their check: refused to the reader, and stored under their
-    /// own CRC so that flash refuses them too.
+    /// Dirty pages that failed their check and that the NVRAM tier could not heal: refused to
+    /// the reader, and stored under their own CRC so that flash refuses them too.
     pub dirty_caught: u64,
+    /// Dirty pages that failed their check (on a read, in the background, or at write-back),
+    /// put right from the NVRAM tier's copy, which the same write made.
+    pub dirty_healed: u64,
 }
 
 /// The clean pages, their stamps and the strategy.
@@ -227,6 +230,15 @@ impl PageCache {
         Some((page.bytes.clone(), page.crc))
     }
 
+    /// Counts a dirty page that failed its check: healed from the tier, or not.
+    pub(crate) fn count_heal(&mut self, healed: bool) {
+        if healed {
+            self.stats.dirty_healed += 1;
+        } else {
+            self.stats.dirty_caught += 1;
+        }
+    }
+
     /// Whether clean page `key` is held (not checked, not counted as a use).
     pub fn contains(&self, key: (u64, u64)) -> bool {
         self.clean.contains_key(&key)
@@ -242,7 +254,6 @@ impl PageCache {
         }
         self.stats.checks += 1;
         if !page.sound() {
-            self.stats.dirty_caught += 1;
             return Err(Corruption::InMemory { ino: key.0, page: key.1 }.into());
         }
         if matches!(self.verify, Verify::AfterCheck(_)) {
@@ -349,8 +360,28 @@ pub struct CacheCheck {
     pub checked: usize,
     /// Clean pages that failed, dropped (the next read takes them from flash).
     pub clean_caught: usize,
-    /// Dirty pages that failed: (ino, page). Reads of them fail, and flash will refuse them.
+    /// Dirty pages that failed and the tier could not heal: (ino, page). Reads of them fail,
+    /// and flash will refuse them.
     pub dirty_caught: Vec<(u64, u64)>,
+}
+
+/// Puts dirty page `key` right from the NVRAM tier's copy, if `tier` holds one that verifies
+/// and carries the page's CRC (the same write made both). Under the file system's lock the
+/// tier's put of the last write is done (a write holds the tier's lock until it is), so a
+/// copy that differs is damaged too, and nothing is healed.
+pub(crate) fn heal_from(
+    tier: Option<&super::dirty_state::SharedTier>,
+    key: (u64, u64),
+    page: &mut DirtyPage,
+) -> bool {
+    let Some((bytes, crc)) = tier.and_then(|t| t.lock().page(key.0, key.1)) else { return false };
+    if crc != page.crc || bytes.len() != LOGICAL_PAGE {
+        return false;
+    }
+    page.bytes.copy_from_slice(&bytes);
+    // Read side of `put_pages`' pairing: the tier verified these bytes against this CRC.
+    debug_assert!(page.sound());
+    true
 }
 
 impl<N: Nand> Fs<N> {
@@ -361,17 +392,30 @@ impl<N: Nand> Fs<N> {
         let from = self.cache.cursor.1;
         let mut report = CacheCheck { checked, clean_caught, dirty_caught: Vec::new() };
         let mut last = None;
+        let mut failed = Vec::new();
         for (&key, page) in self.wb.from(from).take(max) {
             report.checked += 1;
             last = Some(key);
             if !page.sound() {
-                report.dirty_caught.push(key);
+                failed.push(key);
             }
         }
+        report.dirty_caught = failed.into_iter().filter(|&key| !self.heal_dirty(key)).collect();
         self.cache.stats.checks += (report.checked - checked) as u64;
         self.cache.stats.dirty_caught += report.dirty_caught.len() as u64;
         self.cache.cursor.1 = last.map_or((0, 0), |(i, p)| (i, p + 1));
         report
+    }
+
+    /// Dirty page `key`, which failed its CRC, put right from the NVRAM tier's copy if the tier
+    /// holds one that verifies and carries the same CRC (the same write made both; a write
+    /// whose tier put is still to come leaves the older page there, and no heal). Whether it
+    /// was; counted either way.
+    pub(crate) fn heal_dirty(&mut self, key: (u64, u64)) -> bool {
+        let Some(page) = self.wb.get_mut(key) else { return false };
+        let healed = heal_from(self.tier.as_ref(), key, page);
+        self.cache.count_heal(healed);
+        healed
     }
 
     /// The cache's counts, and the clean pages it holds.

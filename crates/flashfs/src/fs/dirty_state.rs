@@ -44,6 +44,19 @@ pub trait DirtyState: Send {
     fn put_requests(&mut self, requests: &[u64]) -> Result<(), DirtyStateError>;
     /// Everything put so far is on flash: forget it.
     fn checkout(&mut self) -> Result<(), DirtyStateError>;
+    /// How much the tier holds now.
+    fn fill(&self) -> TierFill;
+    /// Dirty page `index` of `ino` as the tier holds it, with its CRC, if it holds it and it
+    /// verifies: what a page damaged in memory is healed from.
+    fn page(&self, ino: u64, index: u64) -> Option<(Vec<u8>, u32)>;
+}
+
+/// How much an NVRAM tier holds: bytes of its record log in use and in all, and dirty pages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TierFill {
+    pub log_used: u64,
+    pub log_size: u64,
+    pub pages: u64,
 }
 
 /// A dirty page to make durable: page `key` (ino, index) is `page`, whose CRC-32C is `crc`;
@@ -143,6 +156,12 @@ impl<N: Nand> Fs<N> {
     /// Whether an NVRAM tier holds the dirty state.
     pub fn has_dirty_state(&self) -> bool {
         self.tier.is_some()
+    }
+
+    /// How full the NVRAM tier is, if there is one. Waits for a write putting its pages
+    /// (the lock order is the file system's, then the tier's, as everywhere).
+    pub fn tier_fill(&self) -> Option<TierFill> {
+        Some(self.tier.as_ref()?.lock().fill())
     }
 
     /// Makes dirty page `key` durable in the tier, if there is one. A full tier is written

@@ -31,7 +31,7 @@ mod xattr;
 use bitmend_media::nand::Nand;
 
 pub use check::CheckReport;
-pub use dirty_state::{DirtyState, DirtyStateError, PagePut, TierWrite};
+pub use dirty_state::{DirtyState, DirtyStateError, PagePut, TierFill, TierWrite};
 pub use falloc::Falloc;
 pub(crate) use namespace::Inode;
 pub use node::{Ino, LOGICAL_PAGE};

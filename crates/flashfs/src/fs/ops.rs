@@ -489,7 +489,12 @@ impl<N: Nand> Fs<N> {
         let key = (ino, index);
         self.cache.count_read();
         if let Some(p) = self.wb.get_mut(key) {
-            self.cache.check_dirty(key, p)?;
+            if let Err(e) = self.cache.check_dirty(key, p) {
+                if !self.heal_dirty(key) {
+                    return Err(e);
+                }
+            }
+            let p = self.wb.get_mut(key).expect("dirty above");
             return Ok((p.bytes.clone(), p.crc));
         }
         if let Some((bytes, crc)) = self.cache.get(key) {

@@ -520,10 +520,11 @@ impl<N: Nand> Fs<N> {
     /// With [`FsOptions::background_write_back`](super::FsOptions): whether the write-back
     /// thread has work (dirty data past the limit), so it is woken only when it does.
     pub fn write_back_due(&self) -> bool {
-        // Groups to write ahead of a due checkpoint are the thread's work too, with no file
-        // data dirty (a namespace changing).
+        // A due checkpoint is the thread's work too, with little or no file data dirty (a
+        // namespace changing): nothing else writes it then, and a writer waits for it at half
+        // the limit once it is late ([`Fs::writer_should_wait`]).
         self.opts.background_write_back
-            && (self.wb.dirty_bytes() >= self.opts.dirty_limit || self.groups_ahead() > 0)
+            && (self.wb.dirty_bytes() >= self.opts.dirty_limit || self.checkpoint_due())
     }
 
     /// With [`FsOptions::background_write_back`](super::FsOptions): whether a writer should
@@ -638,6 +639,19 @@ impl<N: Nand> Fs<N> {
 
     /// Writes the dirty pages `dirty` (taken out of `wb.dirty`) in runs. On an error, what
     /// was not written is dirty again.
+    /// Checks the pages of a run about to be written back against their CRCs (a page
+    /// damaged in memory must not reach flash as if sound): a failed one is healed from the
+    /// NVRAM tier, else written under the CRC it should have, so that reads of it fail (EIO)
+    /// rather than return it.
+    fn heal_run(&mut self, ino: u64, first: u64, run: &mut [DirtyPage]) {
+        for (i, page) in run.iter_mut().enumerate() {
+            if !page.sound() {
+                let healed = super::cache::heal_from(self.tier.as_ref(), (ino, first + i as u64), page);
+                self.cache.count_heal(healed);
+            }
+        }
+    }
+
     pub(super) fn write_runs(
         &mut self,
         dirty: std::collections::BTreeMap<(u64, u64), DirtyPage>,
@@ -660,6 +674,7 @@ impl<N: Nand> Fs<N> {
                 }
                 run.push(dirty.next().expect("peeked").1);
             }
+            self.heal_run(ino, first, &mut run);
             if let Err(e) = self.write_data_run(ino, first, &run) {
                 // Nothing acknowledged is dropped: what was not written stays dirty (the
                 // run's pages may be pending in the page being filled: written again). But

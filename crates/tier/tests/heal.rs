@@ -1,0 +1,85 @@
+//! A dirty page damaged in the file system's memory is put right from the NVRAM tier's copy
+//! (Loris: the Dirty State Store holds what the cache must hold), wherever its CRC check
+//! finds it: a read, the background checker, or write-back on its way to flash. A write
+//! whose tier put is still to come is waited for, never healed from the older copy.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bitmend_flashfs::{Cached, Compression, Fs, FsConfig, FsOptions, PreparedWrite, Verify, ROOT};
+use bitmend_media::nand::{Geometry, RamNand, Timing};
+use bitmend_media::pmem::RamRegion;
+use bitmend_media::rng::Rng;
+use bitmend_tier::{mount, DirtyTier, TieredFs};
+
+fn opts() -> FsOptions {
+    FsOptions { compression: Compression::None, verify: Verify::Every, ..FsOptions::default() }
+}
+
+fn mounted() -> TieredFs<RamNand, RamRegion, RamRegion> {
+    let chip = RamNand::new(Geometry::new(2048, 64, 16, 64).unwrap()).unwrap().with_timing(Timing::NONE);
+    let cfg = FsConfig { parity_pages: 1, parity_blocks: 1, blocks_per_segment: 4 };
+    let fs = Fs::format(chip, cfg, opts()).unwrap();
+    let id = fs.store().fs_id();
+    let nand = fs.unmount().unwrap();
+    let tier = DirtyTier::create_for(RamRegion::new(256 << 10), RamRegion::new(4 << 20), id).unwrap();
+    let (log, heap) = tier.into_regions();
+    mount(nand, opts(), log, heap).unwrap().0
+}
+
+fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut b = vec![0u8; len];
+    Rng::new(seed).fill(&mut b);
+    b
+}
+
+#[test]
+fn a_flipped_dirty_page_is_healed_on_a_read_by_the_checker_and_at_write_back() {
+    let mut fs = mounted();
+    let f = fs.create(ROOT, b"f", 0o644, 0, 0).unwrap().ino;
+    let data = bytes(1, 4 * 4096);
+    fs.write(f, 0, &data).unwrap();
+    // A read.
+    assert_eq!(fs.flip_cached(f, 1, 777), Cached::Dirty);
+    assert_eq!(fs.read(f, 0, data.len()).unwrap(), data, "page 1 healed on the read");
+    // The background checker.
+    assert_eq!(fs.flip_cached(f, 2, 9_000), Cached::Dirty);
+    let report = fs.check_cache(16);
+    assert!(report.dirty_caught.is_empty(), "healed, not caught: {report:?}");
+    // Write-back, with no read or check between.
+    assert_eq!(fs.flip_cached(f, 3, 31), Cached::Dirty);
+    fs.sync().unwrap();
+    let (stats, _) = fs.cache_stats();
+    assert_eq!((stats.dirty_healed, stats.dirty_caught), (3, 0), "3 flips injected, 3 healed");
+    assert_eq!(fs.read(f, 0, data.len()).unwrap(), data, "what flash holds, every byte");
+    assert!(fs.check(true).clean());
+}
+
+#[test]
+fn a_heal_waits_for_the_write_whose_tier_put_is_to_come() {
+    let fs = Arc::new(Mutex::new(mounted()));
+    let f = fs.lock().unwrap().create(ROOT, b"f", 0o644, 0, 0).unwrap().ino;
+    let (first, second) = (bytes(2, 4096), bytes(3, 4096));
+    fs.lock().unwrap().write(f, 0, &first).unwrap();
+    // A request writing `second`: staged under the file system's lock, its tier put made
+    // 100 ms after that lock is let go. The tier holds `first` until then.
+    let (staged_tx, staged_rx) = std::sync::mpsc::channel();
+    let writer = {
+        let (fs, second) = (Arc::clone(&fs), second.clone());
+        std::thread::spawn(move || {
+            let staged = {
+                let mut fs = fs.lock().unwrap();
+                let (_, tier) = fs.write_staged(f, PreparedWrite::new(0, &second)).unwrap();
+                assert_eq!(fs.flip_cached(f, 0, 100), Cached::Dirty);
+                tier.expect("a tier put to come")
+            };
+            staged_tx.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            staged.finish(&second).unwrap();
+        })
+    };
+    staged_rx.recv().unwrap();
+    assert_eq!(fs.lock().unwrap().read(f, 0, 4096).unwrap(), second, "healed from the second write's copy");
+    writer.join().unwrap();
+    assert_eq!(fs.lock().unwrap().cache_stats().0.dirty_healed, 1);
+}
