@@ -138,12 +138,15 @@ fn make_files(mnt: &str, more: usize) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Fills the tier's log with chmods to [`FILL`], or to nine tenths of where the mount's
+/// Fills the tier's log with chmods to [`FILL`], or to half of where the mount's
 /// checkpoints check it out, then puts [`DIRTY_PAGES`] dirty pages in it.
 fn fill(mnt: &str) -> Result<Held, CliError> {
     use std::os::unix::fs::{FileExt, PermissionsExt};
-    // A checkpoint checks the tier out (it is then all on flash): on a small chip one is
-    // due before the log is full, and the fill stops short of where the last one came.
+    // A checkpoint checks the tier out (it is then all on flash): with a small namespace one
+    // is due long before the log is full, and the fill stops at half of where the last came
+    // (the write-back thread writes a due one within a second, so a peak overshoots the
+    // point where it came due by up to a second of chmods; the pages written next would
+    // wake it).
     // The first checkpoint after a mount comes early (its interval grows with the last
     // checkpoint's size, which the mount does not know): peaks count once two agree.
     let (t, mut n, mut last) = (Instant::now(), 0usize, 0u64);
@@ -153,7 +156,7 @@ fn fill(mnt: &str) -> Result<Held, CliError> {
         let (used, size) = (number(&st, "tier_log_used")?, number(&st, "tier_log_size")?);
         if used < last {
             if peak.is_some_and(|p| last <= p + p / 10) {
-                target = Some(target.unwrap_or(u64::MAX).min(last / 10 * 9));
+                target = Some(target.unwrap_or(u64::MAX).min(last / 2));
             }
             peak = Some(last);
         }

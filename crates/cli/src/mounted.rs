@@ -21,6 +21,9 @@ pub const SOURCE_PREFIX: &str = "bitmend:";
 pub struct MountEntry {
     pub mountpoint: PathBuf,
     pub source: String,
+    /// The mount's device, `major:minor` (its `st_dev`, and the name of its backing device
+    /// in /sys/class/bdi), as the table gives it: known without a request to the mount.
+    pub dev: String,
 }
 
 impl MountEntry {
@@ -52,15 +55,18 @@ fn unescape(field: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Parses `/proc/self/mountinfo`: the mountpoint is field 5, the source the second field
-/// after the ` - ` separator.
+/// Parses `/proc/self/mountinfo`: the device is field 3, the mountpoint field 5, the source
+/// the second field after the ` - ` separator.
 fn parse(info: &str) -> Vec<MountEntry> {
     info.lines()
         .filter_map(|l| {
             let (left, right) = l.split_once(" - ")?;
+            let mut fields = left.split_whitespace();
+            let dev = fields.nth(2)?.to_string();
             Some(MountEntry {
-                mountpoint: PathBuf::from(unescape(left.split_whitespace().nth(4)?)),
+                mountpoint: PathBuf::from(unescape(fields.nth(1)?)),
                 source: unescape(right.split_whitespace().nth(1)?),
+                dev,
             })
         })
         .collect()
@@ -88,16 +94,22 @@ pub fn is_mountpoint(mountpoint: &Path) -> bool {
 /// a sequential reader (docs/PERFORMANCE.md, "The FUSE mount"). Needs root: otherwise the
 /// daemon's log says why the window stayed.
 pub fn set_readahead(mountpoint: &Path, kib: u32) {
-    use std::os::unix::fs::MetadataExt;
     if kib == 0 {
         return;
     }
-    let set =
-        std::fs::metadata(mountpoint).map_err(|e| format!("{}: {e}", mountpoint.display())).and_then(|m| {
-            let dev = m.dev();
-            let knob = format!("/sys/class/bdi/{}:{}/read_ahead_kb", libc::major(dev), libc::minor(dev));
-            std::fs::write(&knob, kib.to_string()).map_err(|e| format!("{knob}: {e}"))
-        });
+    // The device from the mount table, never from a stat of the mountpoint: that is a
+    // request to the mount, and a daemon must not wait on its own mount (a worker dying
+    // with such a request in flight would wait for it for ever, and its supervisor for it).
+    let at = match (mountpoint.parent(), mountpoint.file_name()) {
+        (Some(parent), Some(name)) => std::fs::canonicalize(parent).map(|p| p.join(name)),
+        _ => Ok(mountpoint.to_path_buf()),
+    };
+    let set = at.map_err(|e| format!("{}: {e}", mountpoint.display())).and_then(|at| {
+        let entry = table().into_iter().rev().find(|e| e.mountpoint == at);
+        let dev = entry.map(|e| e.dev).ok_or_else(|| format!("{}: not in the mount table", at.display()))?;
+        let knob = format!("/sys/class/bdi/{dev}/read_ahead_kb");
+        std::fs::write(&knob, kib.to_string()).map_err(|e| format!("{knob}: {e}"))
+    });
     if let Err(e) = set {
         eprintln!("bitmend: readahead left at the kernel's: {e}");
     }
@@ -227,6 +239,7 @@ mod tests {
         assert_eq!(t[0].image(), None);
         assert_eq!(t[1].mountpoint, PathBuf::from("/tmp/my mount"));
         assert_eq!(t[1].image(), Some(PathBuf::from("/tmp/a b.img")));
+        assert_eq!((t[0].dev.as_str(), t[1].dev.as_str()), ("98:0", "0:52"));
         assert_eq!(unescape("a\\134b\\011"), "a\\b\t");
         assert_eq!(unescape("trailing\\04"), "trailing\\04");
     }
