@@ -306,6 +306,11 @@ pub struct MountArgs {
     /// against their CRCs, whatever --verify says (0: none).
     #[arg(long, default_value_t = 10_000, value_name = "PAGES")]
     pub cache_check_rate: u64,
+    /// Namespace groups per second the on-line check compares with their copies on flash
+    /// (PRIMS's check of the live state; 0: none). A group that differs means the daemon's
+    /// memory is wrong: under --supervise the worker is replaced, else the log says so.
+    #[arg(long, default_value_t = 20, value_name = "GROUPS")]
+    pub state_check_rate: u64,
     /// Serve every read from the daemon (FUSE direct_io), so that its checked cache is the
     /// only cache. By default the kernel's page cache keeps what it read and serves it again
     /// without asking: those copies are not checked.
@@ -377,6 +382,7 @@ fn scrub_schedule(a: &MountArgs) -> Result<crate::scrubber::Schedule, CliError> 
         every: crate::units::parse_duration(&a.scrub_every).map_err(CliError::Usage)?,
         pause: Duration::from_millis(a.scrub_pause_ms),
         cache_check_rate: a.cache_check_rate,
+        state_check_rate: a.state_check_rate,
     })
 }
 
@@ -422,6 +428,8 @@ fn spawn_daemon(a: &MountArgs) -> Result<(), CliError> {
         .arg(&a.cache)
         .arg("--cache-check-rate")
         .arg(a.cache_check_rate.to_string())
+        .arg("--state-check-rate")
+        .arg(a.state_check_rate.to_string())
         .arg("--threads")
         .arg(a.threads.to_string())
         .arg("--readahead-kib")

@@ -613,6 +613,14 @@ impl Filesystem for FuseFs {
                     try_reply!(reply, self.fs().sync());
                     reply.written(data.len() as u32)
                 }
+                // `flip-inode INO BIT`: a memory error in an inode (tests, demos).
+                command if command.starts_with(b"flip-inode ") => {
+                    match lock(&self.shared).flip_inode(command) {
+                        Some(true) => reply.written(data.len() as u32),
+                        Some(false) => reply.error(Errno::ENOENT),
+                        None => reply.error(Errno::EINVAL),
+                    }
+                }
                 // `flip INO PAGE BIT`: a memory error in a cached page (tests, the demo).
                 // ENODATA if the page is not in the daemon's memory.
                 command => match lock(&self.shared).flip(command) {

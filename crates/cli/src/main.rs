@@ -27,6 +27,7 @@ mod nvram;
 mod report;
 mod scrub;
 mod scrubber;
+mod state_check;
 mod supervised;
 mod supervisor;
 mod units;

@@ -41,6 +41,8 @@ pub struct Mounted {
     quick_passes: u64,
     /// When the background checker last ran.
     cache_checked: Instant,
+    /// The on-line check of the namespace against flash.
+    state: crate::state_check::StateChecker,
     /// How long the write-back thread's steps held the lock: write-back, and cleaning.
     pub write_back_holds: Holds,
     pub clean_holds: Holds,
@@ -56,6 +58,8 @@ pub struct Schedule {
     /// Cached pages checked per second by the background checker (Loris's, beside any read
     /// strategy).
     pub cache_check_rate: u64,
+    /// Namespace groups compared with flash per second by the on-line check (PRIMS's).
+    pub state_check_rate: u64,
 }
 
 pub fn share(fs: Fs<Flash>, schedule: Schedule) -> Shared {
@@ -70,6 +74,7 @@ pub fn share(fs: Fs<Flash>, schedule: Schedule) -> Shared {
         quick: Quick::default(),
         quick_passes: 0,
         cache_checked: Instant::now(),
+        state: Default::default(),
         write_back_holds: Holds::default(),
         clean_holds: Holds::default(),
     }))
@@ -117,6 +122,11 @@ impl Mounted {
         Some(self.fs.as_mut()?.flip_cached(bitmend_flashfs::Ino(ino), page, bit))
     }
 
+    /// `flip-inode INO BIT` (see `state_check::flip_inode`).
+    pub fn flip_inode(&mut self, command: &[u8]) -> Option<bool> {
+        crate::state_check::flip_inode(self.fs.as_mut()?, command)
+    }
+
     /// One line of JSON: the newest pass's progress and the lifetime counters.
     pub fn status(&self) -> String {
         let h = self.fs.as_ref().map(|fs| fs.health()).unwrap_or_default();
@@ -146,7 +156,8 @@ impl Mounted {
             )
         });
         let holds = format!(
-            "{cleaner}{tier}, {}, {}",
+            "{cleaner}{tier}, {}, {}, {}",
+            self.state.json(),
             self.write_back_holds.json("write_back"),
             self.clean_holds.json("clean")
         );
@@ -188,6 +199,7 @@ impl Mounted {
     fn step(&mut self, schedule: Schedule) -> bool {
         self.check_cache(schedule.cache_check_rate);
         let Some(fs) = self.fs.as_mut() else { return false };
+        self.state.step(fs, schedule.state_check_rate);
         if self.pass.is_none() {
             let due = self.next_due.is_some_and(|t| Instant::now() >= t);
             if !(self.requested || due) {

@@ -269,3 +269,49 @@ fn a_dirty_page_flipped_in_memory_is_healed_from_the_tier() {
     fsck_clean(&img, "after the flips");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// PRIMS's on-line check under the supervisor: an inode's owner flipped in the worker's
+/// memory (a memory error no CRC covers) is found by the background check comparing the
+/// namespace with flash, the worker is replaced, and the new one serves the inode as flash
+/// holds it.
+#[test]
+fn an_inode_flipped_in_memory_is_found_and_the_worker_replaced() {
+    if !fuse_available() {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let (dir, img, mnt) = scratch("supervised-state");
+    let nvram = dir.join("tier.nvram").to_str().unwrap().to_string();
+    assert!(bitmend(&["mkfs", &img, "--size", "32MiB"]).status.success());
+    // Files whose groups a checkpoint (the unmount's) has written: settled, as the check
+    // needs them.
+    mount(&img, &mnt, &["--nvram", &nvram]);
+    std::fs::create_dir(format!("{mnt}/d")).unwrap();
+    for i in 0..200 {
+        std::fs::write(format!("{mnt}/d/f{i}"), i.to_string()).unwrap();
+    }
+    umount(&mnt);
+    let out =
+        bitmend(&["mount", &img, &mnt, "--supervise", "--state-check-rate", "100000", "--nvram", &nvram]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let path = format!("{mnt}/d/f77");
+    let (ino, uid) = {
+        let m = std::fs::metadata(&path).unwrap();
+        (m.ino(), m.uid())
+    };
+    std::fs::write(format!("{mnt}/.bitmend-scrub"), format!("flip-inode {ino} 3\n")).unwrap();
+    let t = Instant::now();
+    loop {
+        let said = String::from_utf8_lossy(&bitmend(&["stat", &mnt, "--json"]).stdout).to_string();
+        if said.contains("\"supervisor_restarts\": 1,") {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "the flip was never found: {said}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(std::fs::metadata(&path).unwrap().uid(), uid, "the owner as flash holds it");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "77");
+    umount(&mnt);
+    fsck_clean(&img, "after the worker was replaced");
+    let _ = std::fs::remove_dir_all(dir);
+}

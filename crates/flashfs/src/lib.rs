@@ -27,10 +27,11 @@ pub use fs::node::{Attr, FileType};
 pub use fs::{
     CacheCheck, CacheStats, Cached, CheckReport, Compression, DirEntry, DirtyRecovery, DirtyRecoveryReport,
     DirtyState, DirtyStateError, Falloc, Fs, FsOptions, FsStats, Health, Ino, MountReport, PagePut,
-    PreparedWrite, QuickScrubReport, ReadPlan, ScrubPass, ScrubReport, SetAttr, TierFill, TierWrite, Verify,
-    XattrMode, BACKGROUND_HARD_LIMIT, BACKGROUND_WAIT_LIMIT, CHECKPOINT_FLUSH_MOST, CHUNK_PAGES,
-    DEFAULT_CACHE_PAGES, DEFAULT_INDEX_CHUNKS, DEFAULT_LZ4_LEVEL, DEFAULT_NODE_PAGES, INLINE_TARGET_MAX,
-    LOGICAL_PAGE, MAX_LZ4_LEVEL, MAX_NODE_PAGES, NAME_MAX, ROOT, SYMLINK_MAX, TICK, XATTR_NAME_MAX,
+    PreparedWrite, QuickScrubReport, ReadPlan, ScrubPass, ScrubReport, SetAttr, StateCheck, TierFill,
+    TierWrite, Verify, XattrMode, BACKGROUND_HARD_LIMIT, BACKGROUND_WAIT_LIMIT, CHECKPOINT_FLUSH_MOST,
+    CHUNK_PAGES, DEFAULT_CACHE_PAGES, DEFAULT_INDEX_CHUNKS, DEFAULT_LZ4_LEVEL, DEFAULT_NODE_PAGES,
+    INLINE_TARGET_MAX, LOGICAL_PAGE, MAX_LZ4_LEVEL, MAX_NODE_PAGES, NAME_MAX, ROOT, SYMLINK_MAX, TICK,
+    XATTR_NAME_MAX,
 };
 
 pub use error::{Corruption, FormatError, FsError, PosixError};

@@ -173,6 +173,7 @@ pub use crate::fs::node::{MAX_LZ4_LEVEL, MAX_NODE_PAGES};
 pub use cache::{CacheCheck, CacheStats, Cached, Verify, TICK};
 pub use map::index::DEFAULT_INDEX_CHUNKS;
 pub use map::keys::CHUNK_PAGES;
+pub use map::state_check::StateCheck;
 
 /// A directory entry as `readdir` returns it.
 #[derive(Clone, Debug, PartialEq, Eq)]

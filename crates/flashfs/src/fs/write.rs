@@ -111,6 +111,11 @@ impl WriteBack {
         self.dirty_inodes.insert(ino);
     }
 
+    /// Whether `ino`'s node waits to be written again (memory is ahead of flash there).
+    pub fn inode_waits(&self, ino: u64) -> bool {
+        self.dirty_inodes.contains(&ino)
+    }
+
     /// Dirty file data, in bytes.
     pub fn dirty_bytes(&self) -> usize {
         self.dirty.len() * LOGICAL_PAGE

@@ -60,9 +60,9 @@ pub(crate) struct GroupAt {
 }
 
 /// What a group holds (a superset: items gone are dropped when it is next encoded).
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Members {
-    inos: BTreeSet<u64>,
+    pub(super) inos: BTreeSet<u64>,
     names: BTreeSet<(u64, Vec<u8>)>,
     /// (file, run of [`SUPER_CHUNKS`] chunks).
     runs: BTreeSet<(u64, u64)>,
@@ -97,6 +97,9 @@ pub(crate) struct Groups {
     pub(super) stored_since: u64,
     pub(super) written: u64,
     pub(super) splits: u64,
+    /// The last group the on-line check compared (`state_check.rs`): the next step goes on
+    /// after it.
+    pub(super) checked_to: Option<GroupId>,
 }
 
 impl Default for Groups {
@@ -125,7 +128,7 @@ fn run_range(ino: u64, run: u64) -> std::ops::Range<ChunkKey> {
 
 /// Group `g`'s payload, from what its members are now, and how many items it holds
 /// (maps counted as a third); `None` if it holds nothing. Members gone are dropped on the way.
-fn encode_group(
+pub(super) fn encode_group(
     g: GroupId,
     m: &mut Members,
     ns: &Namespace,
@@ -294,6 +297,7 @@ impl Groups {
             stored_since: 0,
             written: 0,
             splits: 0,
+            checked_to: None,
         }
     }
 

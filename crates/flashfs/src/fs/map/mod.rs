@@ -9,3 +9,4 @@ pub(crate) mod groups;
 pub(crate) mod index;
 pub(crate) mod keys;
 mod rebuild;
+pub(crate) mod state_check;
