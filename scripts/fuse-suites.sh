@@ -42,12 +42,22 @@ finish() {
   echo "fsck $1: clean"
 }
 
+# The on-line check (PRIMS's: the namespace in memory against flash) runs flat out on the
+# mounts below, and must never find a difference the suites did not inject.
+check=(--state-check-rate 100000)
+state_clean() {
+  local status; status=$(cat "$work/$1/.bitmend-scrub")
+  echo "$status" | grep -q '"state_mismatches": 0' || { echo "$status"; echo "on-line check: a mismatch on $1"; exit 1; }
+  echo "on-line check on $1: $(echo "$status" | grep -o '"state_groups_compared": [0-9]*' | grep -o '[0-9]*$') groups compared with flash, no mismatch"
+}
+
 if [ $quick = 1 ]; then seeds="1"; ops=5000; else seeds="1 2 3"; ops=100000; fi
 for seed in $seeds; do
   "$bin" mkfs "$work/fsx$seed.img" --size 64MiB > /dev/null
-  "$bin" mount "$work/fsx$seed.img" "$work/mnt$seed" > /dev/null
+  "$bin" mount "$work/fsx$seed.img" "$work/mnt$seed" "${check[@]}" > /dev/null
   (cd "$work/mnt$seed" && fsx -q -N $ops -S $seed -P "$work" testfile)
   echo "fsx seed $seed: $ops operations passed"
+  state_clean "mnt$seed"
   finish "fsx$seed.img" "mnt$seed"
 done
 
@@ -74,7 +84,7 @@ finish kills.img mntk
 # stress-ng's file-system stressors with --verify.
 if [ $quick = 1 ]; then fio_size=16M; stress_s=5; else fio_size=96M; stress_s=60; fi
 "$bin" mkfs "$work/tools.img" --size 256MiB > /dev/null
-"$bin" mount "$work/tools.img" "$work/mntt" > /dev/null
+"$bin" mount "$work/tools.img" "$work/mntt" "${check[@]}" > /dev/null
 src=/usr/share/doc  # 124 MB in 5,000 files (most of them compressed already)
 [ $quick = 1 ] && src=/usr/share/doc/fio
 rsync -a "$src/" "$work/mntt/copy/"
@@ -94,6 +104,7 @@ if ! stress-ng --temp-path "$work/mntt/stress" --hdd 2 --hdd-bytes 8M --dir 1 --
   cat "$work/stress.log"; echo "stress-ng: failures above"; exit 1
 fi
 echo "stress-ng hdd, dir, rename, dentry, fstat with --verify for ${stress_s} s: passed"
+state_clean mntt
 finish tools.img mntt
 
 if [ "$(id -u)" != 0 ]; then
@@ -107,7 +118,7 @@ cat > "$work/pjdfstest.toml" <<'TOML'
 entries = [["nobody", "nogroup"], ["daemon", "daemon"]]
 TOML
 "$bin" mkfs "$work/pjd.img" --size 64MiB > /dev/null
-"$bin" mount "$work/pjd.img" "$work/mntp" --allow-other > /dev/null
+"$bin" mount "$work/pjd.img" "$work/mntp" --allow-other "${check[@]}" > /dev/null
 chmod 777 "$work/mntp"
 if ! pjdfstest -c "$work/pjdfstest.toml" -p "$work/mntp" > "$work/pjdfstest.log" 2>&1; then
   grep -E 'FAILED' "$work/pjdfstest.log" || tail -20 "$work/pjdfstest.log"
@@ -115,4 +126,5 @@ if ! pjdfstest -c "$work/pjdfstest.toml" -p "$work/mntp" > "$work/pjdfstest.log"
   exit 1
 fi
 echo "pjdfstest: $(grep -cE '^\S+\s+ok$' "$work/pjdfstest.log") passed, 0 failed"
+state_clean mntp
 finish pjd.img mntp

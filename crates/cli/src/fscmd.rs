@@ -911,6 +911,15 @@ fn stat_mounted(a: &StatArgs) -> Result<(), CliError> {
         h.repaired_by_group, h.repaired_by_segment, h.relocated, h.unrecoverable
     );
     println!("  scrubs so far  {} passes, {} pages checked", h.scrub_passes, h.pages_scrubbed);
+    if let Ok(compared) = crate::json::number(&status, "state_groups_compared") {
+        let n = |k| crate::json::number(&status, k).unwrap_or(0);
+        println!(
+            "  memory checks  {} dirty pages healed from the tier, {} refused; {compared} namespace groups compared with flash, {} differed",
+            n("cache_dirty_healed"),
+            n("cache_dirty_caught"),
+            n("state_mismatches")
+        );
+    }
     if let (Ok(used), Ok(size)) =
         (crate::json::number(&status, "tier_log_used"), crate::json::number(&status, "tier_log_size"))
     {

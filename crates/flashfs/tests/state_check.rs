@@ -10,8 +10,11 @@ use bitmend_flashfs::{Compression, Fs, Ino, SetAttr, ROOT};
 use bitmend_media::rng::Rng;
 use common::{cfg, chip, opts};
 
+/// A file: its directory, name and inode.
+type File = (Ino, Vec<u8>, Ino);
+
 /// 600 files in 6 directories, their groups written by a checkpoint.
-fn populated() -> (Fs<bitmend_media::nand::RamNand>, Vec<(Ino, Vec<u8>, Ino)>) {
+fn populated() -> (Fs<bitmend_media::nand::RamNand>, Vec<File>) {
     let mut fs = Fs::format(chip(256), cfg(), opts(Compression::Lz4)).unwrap();
     let mut files = Vec::new();
     for d in 0..6u8 {

@@ -365,25 +365,6 @@ pub struct CacheCheck {
     pub dirty_caught: Vec<(u64, u64)>,
 }
 
-/// Puts dirty page `key` right from the NVRAM tier's copy, if `tier` holds one that verifies
-/// and carries the page's CRC (the same write made both). Under the file system's lock the
-/// tier's put of the last write is done (a write holds the tier's lock until it is), so a
-/// copy that differs is damaged too, and nothing is healed.
-pub(crate) fn heal_from(
-    tier: Option<&super::dirty_state::SharedTier>,
-    key: (u64, u64),
-    page: &mut DirtyPage,
-) -> bool {
-    let Some((bytes, crc)) = tier.and_then(|t| t.lock().page(key.0, key.1)) else { return false };
-    if crc != page.crc || bytes.len() != LOGICAL_PAGE {
-        return false;
-    }
-    page.bytes.copy_from_slice(&bytes);
-    // Read side of `put_pages`' pairing: the tier verified these bytes against this CRC.
-    debug_assert!(page.sound());
-    true
-}
-
 impl<N: Nand> Fs<N> {
     /// The background checker's step: up to `max` clean and `max` dirty pages checked against
     /// their CRCs, going on from where the last step stopped (round and round).
@@ -405,17 +386,6 @@ impl<N: Nand> Fs<N> {
         self.cache.stats.dirty_caught += report.dirty_caught.len() as u64;
         self.cache.cursor.1 = last.map_or((0, 0), |(i, p)| (i, p + 1));
         report
-    }
-
-    /// Dirty page `key`, which failed its CRC, put right from the NVRAM tier's copy if the tier
-    /// holds one that verifies and carries the same CRC (the same write made both; a write
-    /// whose tier put is still to come leaves the older page there, and no heal). Whether it
-    /// was; counted either way.
-    pub(crate) fn heal_dirty(&mut self, key: (u64, u64)) -> bool {
-        let Some(page) = self.wb.get_mut(key) else { return false };
-        let healed = heal_from(self.tier.as_ref(), key, page);
-        self.cache.count_heal(healed);
-        healed
     }
 
     /// The cache's counts, and the clean pages it holds.

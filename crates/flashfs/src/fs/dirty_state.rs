@@ -146,6 +146,24 @@ pub(crate) fn node_bytes(nodes: &[(Out, u64)]) -> Vec<u8> {
 }
 
 impl<N: Nand> Fs<N> {
+    /// Dirty page `key`, which failed its CRC, put right from the NVRAM tier's copy if the tier
+    /// holds one that verifies and carries the same CRC (the same write made both; a write
+    /// whose tier put is still to come leaves the older page there, and no heal). Whether it
+    /// was; counted either way.
+    pub(crate) fn heal_dirty(&mut self, key: (u64, u64)) -> bool {
+        let Some(page) = self.wb.get_mut(key) else { return false };
+        let healed = heal_from(self.tier.as_ref(), key, page);
+        self.cache.count_heal(healed);
+        healed
+    }
+
+    /// [`Fs::heal_dirty`] for a dirty page taken out to be written back.
+    pub(crate) fn heal_page(&mut self, key: (u64, u64), page: &mut DirtyPage) -> bool {
+        let healed = heal_from(self.tier.as_ref(), key, page);
+        self.cache.count_heal(healed);
+        healed
+    }
+
     /// Puts the mount's dirty state into `tier` from now on (fsync then returns once the tier
     /// holds the state). The next sync or checkpoint checks the tier out.
     pub fn attach_dirty_state(&mut self, tier: Box<dyn DirtyState>) {
@@ -329,4 +347,23 @@ impl Requests {
         }
         self.recent.push_back(unique);
     }
+}
+
+/// Puts dirty page `key` right from the NVRAM tier's copy, if `tier` holds one that verifies
+/// and carries the page's CRC (the same write made both). Under the file system's lock the
+/// tier's put of the last write is done (a write holds the tier's lock until it is), so a
+/// copy that differs is damaged too, and nothing is healed.
+pub(crate) fn heal_from(
+    tier: Option<&super::dirty_state::SharedTier>,
+    key: (u64, u64),
+    page: &mut DirtyPage,
+) -> bool {
+    let Some((bytes, crc)) = tier.and_then(|t| t.lock().page(key.0, key.1)) else { return false };
+    if crc != page.crc || bytes.len() != LOGICAL_PAGE {
+        return false;
+    }
+    page.bytes.copy_from_slice(&bytes);
+    // Read side of `put_pages`' pairing: the tier verified these bytes against this CRC.
+    debug_assert!(page.sound());
+    true
 }

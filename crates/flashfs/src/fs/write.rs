@@ -651,8 +651,7 @@ impl<N: Nand> Fs<N> {
     fn heal_run(&mut self, ino: u64, first: u64, run: &mut [DirtyPage]) {
         for (i, page) in run.iter_mut().enumerate() {
             if !page.sound() {
-                let healed = super::cache::heal_from(self.tier.as_ref(), (ino, first + i as u64), page);
-                self.cache.count_heal(healed);
+                self.heal_page((ino, first + i as u64), page);
             }
         }
     }
