@@ -263,3 +263,33 @@ fn bench_cache_quick_rows_for_every_strategy_and_every_flip_caught_under_er() {
     let (ours, without) = tier("write amplification");
     assert!(ours < without, "write amplification with the tier {ours}, without {without}");
 }
+
+/// `bench stall --quick`: one supervised crash and one plain remount, each timed; the rows
+/// say what the tier held, and the stall is beside the remount and the 200 ms target.
+#[test]
+fn bench_stall_quick_json_rows_are_complete() {
+    if !std::path::Path::new("/dev/fuse").exists() {
+        assert!(std::env::var_os("BITMEND_REQUIRE_FUSE").is_none(), "FUSE required but /dev/fuse is missing");
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_bitmend"))
+        .args(["bench", "stall", "--quick", "--json"])
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    for (l, anchor) in lines.iter().zip(["\"kill -9 alone, umount, mount\"", "\"target\""]) {
+        assert_eq!(field(l, "bench"), "\"stall\"");
+        assert_eq!(field(l, "unit"), "\"ms\"");
+        assert_eq!(field(l, "anchor"), anchor, "{l}");
+        let (ours, a, r): (f64, f64, f64) = (
+            field(l, "ours").parse().unwrap(),
+            field(l, "anchor_value").parse().unwrap(),
+            field(l, "ratio").parse().unwrap(),
+        );
+        assert!(ours > 0.0 && a > 0.0 && (r - a / ours).abs() < 1e-3 * r, "{l}");
+    }
+    assert!(lines[0].contains("tier ") && lines[0].contains(" pages"), "{}", lines[0]);
+}
