@@ -392,7 +392,7 @@ pub fn run(quick: bool, samples: usize, json: bool, emit: &mut dyn FnMut(Row)) -
             unit: "ms",
             ..Row::latency(case, ours, anchor, Some(value)).in_bench("stall")
         };
-        let remount = "kill -9 alone, umount, mount";
+        let remount = "unsupervised: kill -9 then remount";
         emit(row(format!("stall, worker restart: {what}"), median(&mut ours), remount, median(&mut anchor)));
         emit(row(format!("longest stall of {rounds}"), longest, "target", 200.0));
     }

@@ -280,7 +280,7 @@ fn bench_stall_quick_json_rows_are_complete() {
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 2, "{text}");
-    for (l, anchor) in lines.iter().zip(["\"kill -9 alone, umount, mount\"", "\"target\""]) {
+    for (l, anchor) in lines.iter().zip(["\"unsupervised: kill -9 then remount\"", "\"target\""]) {
         assert_eq!(field(l, "bench"), "\"stall\"");
         assert_eq!(field(l, "unit"), "\"ms\"");
         assert_eq!(field(l, "anchor"), anchor, "{l}");
