@@ -42,8 +42,8 @@ const MAX_MESSAGE: usize = (1 << 20) + 4096;
 /// How many times a request is sent to a new worker before it is answered with EIO: a
 /// request that kills every worker it reaches must not take the mount with it.
 pub const MAX_TRIES: u32 = 3;
-/// Workers that die with requests sent to them and none answered, in a row, before the
-/// supervisor gives up.
+/// Workers that die before serving, or crash with requests sent to them and none answered,
+/// in a row, before the supervisor gives up.
 const MAX_FRUITLESS_STARTS: u32 = 5;
 
 /// A request recorded before the worker sees it.
@@ -533,17 +533,21 @@ pub fn supervise(mount: FuseMount, how: WorkerCommand, stop: &AtomicBool) -> Res
             }
             Ended::Crashed(how_) => {
                 let began = Instant::now();
-                // Fruitless: it died before it served, or with requests sent to it and none
-                // answered. A worker killed while idle (the programs served from the
-                // kernel's cache, say) was given nothing to answer.
+                // Fruitless: it died before it served, or by its own doing (a panic, an
+                // abort, a failed check) with requests sent to it and none answered. A
+                // worker killed from outside once serving (SIGKILL: an operator, the OOM
+                // killer) says nothing of whether workers can serve: under load its first
+                // answer can take longer than the killer waits, and a request that gets
+                // every worker killed is answered EIO after MAX_TRIES anyway.
                 let answered = relay.counters.answered.load(Ordering::Relaxed);
                 let had_work = relay.journal.lock().expect("journal").values().any(|p| p.tries > 0);
-                let served = worker.ready && (answered > answered_at_start || !had_work);
+                let killed = std::os::unix::process::ExitStatusExt::signal(&status) == Some(libc::SIGKILL);
+                let served = worker.ready && (killed || answered > answered_at_start || !had_work);
                 fruitless = if served { 0 } else { fruitless + 1 };
                 answered_at_start = answered;
                 if fruitless > MAX_FRUITLESS_STARTS {
                     break Err(stopped(format!(
-                        "{MAX_FRUITLESS_STARTS} workers in a row died before they served, or with requests and no answer"
+                        "{MAX_FRUITLESS_STARTS} workers in a row died before they served, or crashed with requests and no answer"
                     )));
                 }
                 relay.counters.restarts.fetch_add(1, Ordering::Relaxed);
