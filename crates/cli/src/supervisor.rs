@@ -45,6 +45,63 @@ pub const MAX_TRIES: u32 = 3;
 /// Workers that die before serving, or crash with requests sent to them and none answered,
 /// in a row, before the supervisor gives up.
 const MAX_FRUITLESS_STARTS: u32 = 5;
+/// Workers SIGKILLed before they served, in a row, before the supervisor gives up (each
+/// start after such a death waits longer, up to a second).
+const MAX_KILLED_STARTS: u32 = 50;
+
+/// How a worker died, as the supervisor judges its restarts.
+#[derive(Clone, Copy, Debug)]
+struct Death {
+    /// It had taken the mount's FUSE_INIT.
+    served: bool,
+    /// By SIGKILL: from outside (an operator, the OOM killer), not of its own doing.
+    killed: bool,
+    /// Replies relayed so far, by any worker.
+    answered: u64,
+    /// Requests sent to it were waiting for answers.
+    had_work: bool,
+}
+
+/// The restarts in a row that came to nothing.
+#[derive(Default, Debug)]
+struct Starts {
+    fruitless: u32,
+    killed_starting: u32,
+    answered_before: u64,
+}
+
+impl Starts {
+    /// After a worker's death: how long to wait before the next start, or why to stop.
+    /// Fruitless: it died before it served, or by its own doing (a panic, an abort, a failed
+    /// check) with requests sent to it and none answered. A worker killed from outside says
+    /// nothing of whether workers can serve (on a loaded machine a killer can be faster
+    /// than a start, or than a restart's first answer), and a request that gets every
+    /// worker killed is answered EIO after MAX_TRIES anyway; killed before serving again and
+    /// again, the starts slow down, and the mount stops after MAX_KILLED_STARTS.
+    fn after(&mut self, d: Death) -> Result<Duration, String> {
+        let answered = std::mem::replace(&mut self.answered_before, d.answered) < d.answered;
+        if d.served && (d.killed || answered || !d.had_work) {
+            (self.fruitless, self.killed_starting) = (0, 0);
+            return Ok(Duration::ZERO);
+        }
+        if d.killed && !d.served {
+            self.killed_starting += 1;
+            if self.killed_starting > MAX_KILLED_STARTS {
+                return Err(format!(
+                    "{MAX_KILLED_STARTS} workers in a row were killed (SIGKILL) before they served"
+                ));
+            }
+            return Ok(Duration::from_millis(10 << self.killed_starting.min(7)).min(Duration::from_secs(1)));
+        }
+        self.fruitless += 1;
+        if self.fruitless > MAX_FRUITLESS_STARTS {
+            return Err(format!(
+                "{MAX_FRUITLESS_STARTS} workers in a row died before they served, or crashed with requests and no answer"
+            ));
+        }
+        Ok(Duration::ZERO)
+    }
+}
 
 /// A request recorded before the worker sees it.
 struct Pending {
@@ -493,8 +550,7 @@ pub fn supervise(mount: FuseMount, how: WorkerCommand, stop: &AtomicBool) -> Res
             std::thread::spawn(move || r.requests())
         })
         .collect();
-    let mut fruitless = 0;
-    let mut answered_at_start = 0;
+    let mut starts = Starts::default();
     let mut unmounted = false;
     let outcome = loop {
         if stop.load(Ordering::SeqCst) && !unmounted {
@@ -533,22 +589,15 @@ pub fn supervise(mount: FuseMount, how: WorkerCommand, stop: &AtomicBool) -> Res
             }
             Ended::Crashed(how_) => {
                 let began = Instant::now();
-                // Fruitless: it died before it served, or by its own doing (a panic, an
-                // abort, a failed check) with requests sent to it and none answered. A
-                // worker killed from outside once serving (SIGKILL: an operator, the OOM
-                // killer) says nothing of whether workers can serve: under load its first
-                // answer can take longer than the killer waits, and a request that gets
-                // every worker killed is answered EIO after MAX_TRIES anyway.
-                let answered = relay.counters.answered.load(Ordering::Relaxed);
-                let had_work = relay.journal.lock().expect("journal").values().any(|p| p.tries > 0);
-                let killed = std::os::unix::process::ExitStatusExt::signal(&status) == Some(libc::SIGKILL);
-                let served = worker.ready && (killed || answered > answered_at_start || !had_work);
-                fruitless = if served { 0 } else { fruitless + 1 };
-                answered_at_start = answered;
-                if fruitless > MAX_FRUITLESS_STARTS {
-                    break Err(stopped(format!(
-                        "{MAX_FRUITLESS_STARTS} workers in a row died before they served, or crashed with requests and no answer"
-                    )));
+                let death = Death {
+                    served: worker.ready,
+                    killed: std::os::unix::process::ExitStatusExt::signal(&status) == Some(libc::SIGKILL),
+                    answered: relay.counters.answered.load(Ordering::Relaxed),
+                    had_work: relay.journal.lock().expect("journal").values().any(|p| p.tries > 0),
+                };
+                match starts.after(death) {
+                    Ok(wait) => std::thread::sleep(wait),
+                    Err(why) => break Err(stopped(why)),
                 }
                 relay.counters.restarts.fetch_add(1, Ordering::Relaxed);
                 worker = match spawn_worker(&relay, &how) {
@@ -587,4 +636,49 @@ pub fn supervise(mount: FuseMount, how: WorkerCommand, stop: &AtomicBool) -> Res
         let _ = r.join();
     }
     outcome.map(|_| relay)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn death(served: bool, killed: bool, answered: u64, had_work: bool) -> Death {
+        Death { served, killed, answered, had_work }
+    }
+
+    #[test]
+    fn restarts_stop_only_when_workers_cannot_serve() {
+        // Crashing on requests and answering none: the sixth in a row stops the mount.
+        let mut s = Starts::default();
+        for _ in 0..MAX_FRUITLESS_STARTS {
+            assert_eq!(s.after(death(true, false, 0, true)), Ok(Duration::ZERO));
+        }
+        assert!(s.after(death(true, false, 0, true)).unwrap_err().contains("crashed with requests"));
+        // An answer between resets the count; so does a death with nothing to answer.
+        let mut s = Starts::default();
+        for i in 0..3 * MAX_FRUITLESS_STARTS as u64 {
+            assert!(s.after(death(true, false, i / 2, i % 3 != 0)).is_ok(), "death {i}");
+        }
+        // Killed from outside while serving, however often, with work waiting: never stops.
+        let mut s = Starts::default();
+        for _ in 0..1000 {
+            assert_eq!(s.after(death(true, true, 0, true)), Ok(Duration::ZERO));
+        }
+        // Killed before serving: each start waits longer, up to a second, then it stops.
+        let mut s = Starts::default();
+        let waits: Vec<Duration> =
+            (0..MAX_KILLED_STARTS).map(|_| s.after(death(false, true, 0, true)).unwrap()).collect();
+        assert!(waits.windows(2).all(|w| w[0] <= w[1]) && waits[0] > Duration::ZERO);
+        assert_eq!(*waits.last().unwrap(), Duration::from_secs(1));
+        assert!(s
+            .after(death(false, true, 0, true))
+            .unwrap_err()
+            .contains("killed (SIGKILL) before they served"));
+        // Dying of its own doing before serving is fruitless at once.
+        let mut s = Starts::default();
+        for _ in 0..MAX_FRUITLESS_STARTS {
+            s.after(death(false, false, 0, false)).unwrap();
+        }
+        assert!(s.after(death(false, false, 0, false)).is_err());
+    }
 }
