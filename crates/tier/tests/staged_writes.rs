@@ -4,35 +4,23 @@
 //! waits for the first one's records; after a crash the page holds the second write's bytes,
 //! which a tier taking the second write's records first would lose.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bitmend_flashfs::{Compression, Fs, FsConfig, FsOptions, PreparedWrite, ROOT};
-use bitmend_media::nand::{Geometry, RamNand, Timing};
+use bitmend_flashfs::{Compression, FsOptions, PreparedWrite, ROOT};
+use bitmend_media::nand::RamNand;
 use bitmend_media::pmem::RamRegion;
-use bitmend_media::rng::Rng;
-use bitmend_tier::{crash, mount, DirtyTier, TieredFs};
+use bitmend_tier::{crash, mount, TieredFs};
+use common::bytes;
 
 fn opts() -> FsOptions {
     FsOptions { compression: Compression::None, ..FsOptions::default() }
 }
 
-/// A file system over a fresh tier, mounted.
 fn mounted() -> TieredFs<RamNand, RamRegion, RamRegion> {
-    let chip = RamNand::new(Geometry::new(2048, 64, 16, 64).unwrap()).unwrap().with_timing(Timing::NONE);
-    let cfg = FsConfig { parity_pages: 1, parity_blocks: 1, blocks_per_segment: 4 };
-    let fs = Fs::format(chip, cfg, opts()).unwrap();
-    let id = fs.store().fs_id();
-    let nand = fs.unmount().unwrap();
-    let tier = DirtyTier::create_for(RamRegion::new(256 << 10), RamRegion::new(4 << 20), id).unwrap();
-    let (log, heap) = tier.into_regions();
-    mount(nand, opts(), log, heap).unwrap().0
-}
-
-fn bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut b = vec![0u8; len];
-    Rng::new(seed).fill(&mut b);
-    b
+    common::mounted(opts())
 }
 
 #[test]
