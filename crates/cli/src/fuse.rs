@@ -613,8 +613,9 @@ impl Filesystem for FuseFs {
                     try_reply!(reply, self.fs().sync());
                     reply.written(data.len() as u32)
                 }
-                // `flip-inode INO BIT`: a memory error in an inode (tests, demos).
-                command if command.starts_with(b"flip-inode ") => {
+                // `flip-inode INO BIT`: a memory error in an inode, in a test build only
+                // (`--features fault-points`).
+                command if cfg!(feature = "fault-points") && command.starts_with(b"flip-inode ") => {
                     match lock(&self.shared).flip_inode(command) {
                         Some(true) => reply.written(data.len() as u32),
                         Some(false) => reply.error(Errno::ENOENT),

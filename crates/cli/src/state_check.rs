@@ -51,8 +51,8 @@ impl StateChecker {
     }
 }
 
-/// `flip-inode INO BIT` on the control file: a memory error in an inode's owner (tests and
-/// demos). `None` for another command; `Some(false)` for no such inode.
+/// `flip-inode INO BIT` on the control file of a test build (`--features fault-points`): a
+/// memory error in an inode's owner. `None` for another command; `Some(false)` for no such inode.
 pub fn flip_inode(fs: &mut Fs<Flash>, command: &[u8]) -> Option<bool> {
     let mut words = std::str::from_utf8(command).ok()?.split_whitespace();
     let (Some("flip-inode"), Some(ino), Some(bit), None) =

@@ -273,7 +273,8 @@ fn a_dirty_page_flipped_in_memory_is_healed_from_the_tier() {
 /// PRIMS's on-line check under the supervisor: an inode's owner flipped in the worker's
 /// memory (a memory error no CRC covers) is found by the background check comparing the
 /// namespace with flash, the worker is replaced, and the new one serves the inode as flash
-/// holds it.
+/// holds it. (`flip-inode` is a test build's: `--features fault-points`.)
+#[cfg(feature = "fault-points")]
 #[test]
 fn an_inode_flipped_in_memory_is_found_and_the_worker_replaced() {
     if !fuse_available() {
