@@ -46,8 +46,12 @@ pub const MAX_TRIES: u32 = 3;
 /// in a row, before the supervisor gives up.
 const MAX_FRUITLESS_STARTS: u32 = 5;
 /// Workers SIGKILLed before they served, in a row, before the supervisor gives up (each
-/// start after such a death waits longer, up to a second).
-const MAX_KILLED_STARTS: u32 = 50;
+/// start after such a death waits longer, up to [`MAX_KILLED_WAIT`]).
+const MAX_KILLED_STARTS: u32 = 200;
+/// The longest wait before a start after workers were killed before serving: short, for a
+/// program waits through every one of them; long enough that an OOM killer's loop is not a
+/// busy one.
+const MAX_KILLED_WAIT: Duration = Duration::from_millis(200);
 
 /// How a worker died, as the supervisor judges its restarts.
 #[derive(Clone, Copy, Debug)]
@@ -91,7 +95,7 @@ impl Starts {
                     "{MAX_KILLED_STARTS} workers in a row were killed (SIGKILL) before they served"
                 ));
             }
-            return Ok(Duration::from_millis(10 << self.killed_starting.min(7)).min(Duration::from_secs(1)));
+            return Ok(Duration::from_millis(10 << self.killed_starting.min(5)).min(MAX_KILLED_WAIT));
         }
         self.fruitless += 1;
         if self.fruitless > MAX_FRUITLESS_STARTS {
@@ -664,12 +668,12 @@ mod tests {
         for _ in 0..1000 {
             assert_eq!(s.after(death(true, true, 0, true)), Ok(Duration::ZERO));
         }
-        // Killed before serving: each start waits longer, up to a second, then it stops.
+        // Killed before serving: each start waits longer, up to MAX_KILLED_WAIT, then it stops.
         let mut s = Starts::default();
         let waits: Vec<Duration> =
             (0..MAX_KILLED_STARTS).map(|_| s.after(death(false, true, 0, true)).unwrap()).collect();
         assert!(waits.windows(2).all(|w| w[0] <= w[1]) && waits[0] > Duration::ZERO);
-        assert_eq!(*waits.last().unwrap(), Duration::from_secs(1));
+        assert_eq!(*waits.last().unwrap(), MAX_KILLED_WAIT);
         assert!(s
             .after(death(false, true, 0, true))
             .unwrap_err()
