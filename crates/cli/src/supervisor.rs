@@ -47,11 +47,13 @@ pub const MAX_TRIES: u32 = 3;
 const MAX_FRUITLESS_STARTS: u32 = 5;
 /// Workers SIGKILLed before they served, in a row, before the supervisor gives up (each
 /// start after such a death waits longer, up to [`MAX_KILLED_WAIT`]).
-const MAX_KILLED_STARTS: u32 = 200;
-/// The longest wait before a start after workers were killed before serving: short, for a
-/// program waits through every one of them; long enough that an OOM killer's loop is not a
-/// busy one.
-const MAX_KILLED_WAIT: Duration = Duration::from_millis(200);
+const MAX_KILLED_STARTS: u32 = 50;
+/// The longest wait before a start after workers were killed before serving: a program waits
+/// through each, but a killer faster than a start on a loaded machine finds no worker to
+/// kill while it lasts (at 200 ms, fsx's mount under a kill every 0.2 to 0.7 s and a
+/// compiler on both cores met 200 such kills in a row and stopped; at a second it served
+/// 100,000 operations through 1,672 kills, its longest wait 32 s).
+const MAX_KILLED_WAIT: Duration = Duration::from_secs(1);
 
 /// How a worker died, as the supervisor judges its restarts.
 #[derive(Clone, Copy, Debug)]
@@ -95,7 +97,7 @@ impl Starts {
                     "{MAX_KILLED_STARTS} workers in a row were killed (SIGKILL) before they served"
                 ));
             }
-            return Ok(Duration::from_millis(10 << self.killed_starting.min(5)).min(MAX_KILLED_WAIT));
+            return Ok(Duration::from_millis(10 << self.killed_starting.min(7)).min(MAX_KILLED_WAIT));
         }
         self.fruitless += 1;
         if self.fruitless > MAX_FRUITLESS_STARTS {
