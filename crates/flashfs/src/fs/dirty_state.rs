@@ -151,9 +151,9 @@ impl<N: Nand> Fs<N> {
     /// whose tier put is still to come leaves the older page there, and no heal). Whether it
     /// was; counted either way.
     pub(crate) fn heal_dirty(&mut self, key: (u64, u64)) -> bool {
-        let Some(page) = self.wb.get_mut(key) else { return false };
-        let healed = heal_from(self.tier.as_ref(), key, page);
-        self.cache.count_heal(healed);
+        let Some(mut page) = self.wb.take(key) else { return false };
+        let healed = self.heal_page(key, &mut page);
+        self.wb.put(key, page);
         healed
     }
 
@@ -353,11 +353,7 @@ impl Requests {
 /// and carries the page's CRC (the same write made both). Under the file system's lock the
 /// tier's put of the last write is done (a write holds the tier's lock until it is), so a
 /// copy that differs is damaged too, and nothing is healed.
-pub(crate) fn heal_from(
-    tier: Option<&super::dirty_state::SharedTier>,
-    key: (u64, u64),
-    page: &mut DirtyPage,
-) -> bool {
+fn heal_from(tier: Option<&SharedTier>, key: (u64, u64), page: &mut DirtyPage) -> bool {
     let Some((bytes, crc)) = tier.and_then(|t| t.lock().page(key.0, key.1)) else { return false };
     if crc != page.crc || bytes.len() != LOGICAL_PAGE {
         return false;

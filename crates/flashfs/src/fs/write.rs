@@ -642,8 +642,6 @@ impl<N: Nand> Fs<N> {
         batch
     }
 
-    /// Writes the dirty pages `dirty` (taken out of `wb.dirty`) in runs. On an error, what
-    /// was not written is dirty again.
     /// Checks the pages of a run about to be written back against their CRCs (a page
     /// damaged in memory must not reach flash as if sound): a failed one is healed from the
     /// NVRAM tier, else written under the CRC it should have, so that reads of it fail (EIO)
@@ -656,6 +654,8 @@ impl<N: Nand> Fs<N> {
         }
     }
 
+    /// Writes the dirty pages `dirty` (taken out of `wb.dirty`) in runs. On an error, what
+    /// was not written is dirty again.
     pub(super) fn write_runs(
         &mut self,
         dirty: std::collections::BTreeMap<(u64, u64), DirtyPage>,
