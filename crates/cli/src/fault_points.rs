@@ -64,6 +64,23 @@ mod active {
 #[cfg(feature = "fault-points")]
 pub use active::at;
 
+/// `BITMEND_FAULT_WRITE_OUT=FILE` (a test build's): while FILE holds a count above zero, a
+/// worker about to write out at the end of its mount lowers it and aborts.
+#[cfg(feature = "fault-points")]
+pub fn at_write_out() {
+    let Some(file) = std::env::var_os("BITMEND_FAULT_WRITE_OUT") else { return };
+    let left: u32 = std::fs::read_to_string(&file).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+    if left > 0 && std::fs::write(&file, (left - 1).to_string()).is_ok() {
+        eprintln!("bitmend: fault point: an abort as the write-out begins");
+        std::process::abort();
+    }
+}
+
+/// A fault point (none in this build).
+#[cfg(not(feature = "fault-points"))]
+#[inline(always)]
+pub fn at_write_out() {}
+
 /// A fault point (none in this build).
 #[cfg(not(feature = "fault-points"))]
 #[inline(always)]

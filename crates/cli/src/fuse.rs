@@ -62,12 +62,16 @@ pub struct FuseFs {
 pub fn write_out(shared: &Shared, nvram: Option<&std::path::Path>) {
     let fs = lock(shared).fs.take();
     if let Some(fs) = fs {
+        crate::fault_points::at_write_out();
         match fs.unmount() {
             // Everything on flash, the tier checked out: its file holds nothing.
-            Ok(_) => {
+            Ok(chip) => {
+                // Before the image is let go: `bitmend umount` takes a tier file still there
+                // once the image is free for a write-out that did not finish.
                 if let Some(p) = nvram {
                     let _ = std::fs::remove_file(p);
                 }
+                drop(chip);
             }
             Err(e) => eprintln!("bitmend: unmount: {e}"),
         }

@@ -196,6 +196,13 @@ pub struct UmountArgs {
 pub fn umount(a: &UmountArgs) -> Result<(), CliError> {
     let entry = bitmend_mount(&a.mountpoint)?;
     let image = entry.image().expect("a bitmend mount");
+    // The tier its daemon writes to, while it can still say: a write-out that finishes
+    // removes it.
+    let control = entry.mountpoint.join(std::str::from_utf8(CONTROL_NAME).expect("ASCII"));
+    let status = std::fs::read_to_string(control).unwrap_or_default();
+    let tier = crate::json::text_field(&status, "tier_path");
+    // A supervisor lets go of the image between workers: the write-out is over when it ends.
+    let daemon = crate::json::number(&status, "daemon_pid").ok().and_then(Process::of);
     let out = Command::new("fusermount3")
         .arg("-u")
         .arg(&entry.mountpoint)
@@ -207,8 +214,17 @@ pub fn umount(a: &UmountArgs) -> Result<(), CliError> {
     }
     let deadline = Instant::now() + Duration::from_secs(a.timeout);
     loop {
+        if daemon.as_ref().is_some_and(Process::alive) {
+            if Instant::now() >= deadline {
+                return Err(
+                    format!("unmounted, but the daemon is still writing out after {} s", a.timeout).into()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        }
         match crate::flash::open(&image) {
-            Ok(_) => return Ok(()),
+            Ok(_) => return written_out(&image, tier.as_deref()),
             Err(CliError::Nand(NandError::Locked { .. })) if Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(20));
             }
@@ -222,6 +238,45 @@ pub fn umount(a: &UmountArgs) -> Result<(), CliError> {
             }
             Err(e) => return Err(format!("unmounted; then {e}").into()),
         }
+    }
+}
+
+/// A process, told apart from a later one given the same pid by when it started.
+struct Process {
+    pid: u64,
+    started: String,
+}
+
+impl Process {
+    fn of(pid: u64) -> Option<Process> {
+        Some(Process { pid, started: Process::started(pid)? })
+    }
+
+    /// Field 22 of /proc/PID/stat (after the name, which may hold anything but a ')'), or
+    /// None once it is gone or a zombie.
+    fn started(pid: u64) -> Option<String> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+        let state = fields.next()?;
+        (state != "Z" && state != "X").then(|| fields.nth(18).map(str::to_string)).flatten()
+    }
+
+    fn alive(&self) -> bool {
+        Process::started(self.pid).is_some_and(|s| s == self.started)
+    }
+}
+
+/// After the daemon let go of `image`: a write-out that finished removed its tier file
+/// `tier` (before letting go); one still there holds changes that are not on flash.
+fn written_out(image: &Path, tier: Option<&str>) -> Result<(), CliError> {
+    match tier.map(PathBuf::from).filter(|p| p.exists()) {
+        None => Ok(()),
+        Some(tier) => Err(CliError::Failed(format!(
+            "unmounted, but the daemon did not finish writing out: {} holds changes to {} that are \
+             not on its flash yet (every acknowledged write); the next mount applies them",
+            tier.display(),
+            image.display()
+        ))),
     }
 }
 

@@ -100,6 +100,16 @@ fn regions(path: &Path, size: usize) -> Result<(MmapRegion, MmapRegion, bool), C
     Ok((log, heap, created))
 }
 
+/// The tier file this daemon's mount uses (its status names it, for `bitmend umount`).
+static IN_USE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// The tier file as a JSON field for the status (empty without a tier).
+pub fn status_json() -> String {
+    IN_USE.get().map_or(String::new(), |p| {
+        format!(", \"tier_path\": {}", crate::json::json_str(&p.to_string_lossy()))
+    })
+}
+
 /// Mounts `nand` with its dirty state in the tier at `path` (made, `size` bytes, if it does
 /// not exist), recovering what the tier held first.
 pub fn mount(
@@ -112,6 +122,7 @@ pub fn mount(
     let tier_error =
         |e: bitmend_tier::TierError| CliError::Target(format!("NVRAM tier {}: {e}", path.display()));
     let (log, heap, created) = regions(path, size)?;
+    let _ = IN_USE.set(std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()));
     let (log, heap) =
         if created { DirtyTier::create(log, heap).map_err(tier_error)?.into_regions() } else { (log, heap) };
     let (tiered, mount, report) =

@@ -168,7 +168,7 @@ impl Mounted {
             self.quick_passes,
             quick_json(&self.quick, "quick_"),
             health_json(&h),
-            crate::worker::status_json()
+            crate::worker::status_json() + &crate::nvram::status_json()
         )
     }
 

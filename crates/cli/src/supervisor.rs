@@ -50,9 +50,7 @@ const MAX_FRUITLESS_STARTS: u32 = 5;
 const MAX_KILLED_STARTS: u32 = 50;
 /// The longest wait before a start after workers were killed before serving: a program waits
 /// through each, but a killer faster than a start on a loaded machine finds no worker to
-/// kill while it lasts (at 200 ms, fsx's mount under a kill every 0.2 to 0.7 s and a
-/// compiler on both cores met 200 such kills in a row and stopped; at a second it served
-/// 100,000 operations through 1,672 kills, its longest wait 32 s).
+/// kill while it lasts (docs/PERFORMANCE.md, "The supervisor", has the runs that chose it).
 const MAX_KILLED_WAIT: Duration = Duration::from_secs(1);
 
 /// How a worker died, as the supervisor judges its restarts.
@@ -534,6 +532,42 @@ fn ended(status: std::process::ExitStatus) -> Ended {
     }
 }
 
+/// After `worker` died of `how_` (its exit `status`) while serving: starts the next, which
+/// answers the requests the journal holds, or says why the mount must stop.
+fn take_over(
+    relay: &Arc<Relay>,
+    how: &WorkerCommand,
+    starts: &mut Starts,
+    worker: &mut Worker,
+    (status, how_): (std::process::ExitStatus, &str),
+) -> Result<(), Stopped> {
+    let began = Instant::now();
+    let death = Death {
+        served: worker.ready,
+        killed: std::os::unix::process::ExitStatusExt::signal(&status) == Some(libc::SIGKILL),
+        answered: relay.counters.answered.load(Ordering::Relaxed),
+        had_work: relay.journal.lock().expect("journal").values().any(|p| p.tries > 0),
+    };
+    std::thread::sleep(starts.after(death).map_err(stopped)?);
+    relay.counters.restarts.fetch_add(1, Ordering::Relaxed);
+    *worker = spawn_worker(relay, how).map_err(|e| stopped(format!("restarting the worker: {e}")))?;
+    let mut link = relay.link.lock().expect("link");
+    *link = worker.link.clone();
+    if !worker.ready {
+        // Died before it served: the journal waits for the next one.
+        return Ok(());
+    }
+    let sent = replay(relay, &link);
+    drop(link);
+    relay.publish();
+    eprintln!(
+        "bitmend: the worker {how_}; a new one (pid {}) took over in {} ms, {sent} requests replayed",
+        worker.child.id(),
+        began.elapsed().as_millis()
+    );
+    Ok(())
+}
+
 /// Serves `mount` until it is unmounted (or `stop` is set, which unmounts it): starts the
 /// first worker, relays, restarts workers that crash. Returns the counters, or why the
 /// mount was stopped.
@@ -557,6 +591,7 @@ pub fn supervise(mount: FuseMount, how: WorkerCommand, stop: &AtomicBool) -> Res
         })
         .collect();
     let mut starts = Starts::default();
+    let mut writing_out = 0;
     let mut unmounted = false;
     let outcome = loop {
         if stop.load(Ordering::SeqCst) && !unmounted {
@@ -591,39 +626,28 @@ pub fn supervise(mount: FuseMount, how: WorkerCommand, stop: &AtomicBool) -> Res
                 break Err(Stopped { why, code: u8::try_from(code).unwrap_or(1) });
             }
             Ended::Crashed(how_) if relay.ended.load(Ordering::SeqCst) => {
-                break Err(stopped(format!("the worker {how_} while writing out")));
-            }
-            Ended::Crashed(how_) => {
-                let began = Instant::now();
-                let death = Death {
-                    served: worker.ready,
-                    killed: std::os::unix::process::ExitStatusExt::signal(&status) == Some(libc::SIGKILL),
-                    answered: relay.counters.answered.load(Ordering::Relaxed),
-                    had_work: relay.journal.lock().expect("journal").values().any(|p| p.tries > 0),
-                };
-                match starts.after(death) {
-                    Ok(wait) => std::thread::sleep(wait),
-                    Err(why) => break Err(stopped(why)),
+                // The tier holds every acknowledged write: a new worker recovers it and writes
+                // it out. One that cannot, again and again, leaves it to the next mount.
+                writing_out += 1;
+                if writing_out > MAX_FRUITLESS_STARTS {
+                    break Err(stopped(format!(
+                        "the worker {how_} while writing out, {writing_out} times in a row; the NVRAM \
+                         tier keeps every acknowledged write, and the next mount applies them"
+                    )));
                 }
-                relay.counters.restarts.fetch_add(1, Ordering::Relaxed);
+                eprintln!("bitmend: the worker {how_} while writing out; a new one writes out from the tier");
                 worker = match spawn_worker(&relay, &how) {
                     Ok(w) => w,
-                    Err(e) => break Err(stopped(format!("restarting the worker: {e}"))),
+                    Err(e) => break Err(stopped(format!("restarting the worker to write out: {e}"))),
                 };
-                let mut link = relay.link.lock().expect("link");
-                *link = worker.link.clone();
-                if !worker.ready {
-                    // Died before it served: the journal waits for the next one.
-                    continue;
+                // It answers the handshake, finds its connection ended, writes out and exits.
+                // SAFETY: shutdown on a descriptor we own.
+                unsafe { libc::shutdown(worker.link.as_raw_fd(), libc::SHUT_RDWR) };
+            }
+            Ended::Crashed(how_) => {
+                if let Err(e) = take_over(&relay, &how, &mut starts, &mut worker, (status, &how_)) {
+                    break Err(e);
                 }
-                let sent = replay(&relay, &link);
-                drop(link);
-                relay.publish();
-                eprintln!(
-                    "bitmend: the worker {how_}; a new one (pid {}) took over in {} ms, {sent} requests replayed",
-                    worker.child.id(),
-                    began.elapsed().as_millis()
-                );
             }
         }
     };

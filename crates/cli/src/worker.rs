@@ -43,18 +43,23 @@ pub fn become_worker(status_fd: Option<i32>) {
     }));
 }
 
-/// The supervisor's counters as JSON fields to add to the status (empty when the mount is
-/// not supervised).
+/// The daemon's pid and the supervisor's counters (none when the mount is not supervised),
+/// as JSON fields to add to the status.
 pub fn status_json() -> String {
     use std::os::unix::fs::FileExt;
-    let Some(f) = STATUS.get() else { return String::new() };
+    // The process that holds the mount: the supervisor, or this daemon (`bitmend umount`
+    // waits for it to end).
+    let daemon =
+        if STATUS.get().is_some() { std::os::unix::process::parent_id() } else { std::process::id() };
+    let daemon = format!(", \"daemon_pid\": {daemon}");
+    let Some(f) = STATUS.get() else { return daemon };
     let mut b = [0u8; 32];
     if f.read_exact_at(&mut b, 0).is_err() {
-        return String::new();
+        return daemon;
     }
     let v = |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"));
     format!(
-        ", \"supervisor_restarts\": {}, \"supervisor_replayed\": {}, \"supervisor_refused\": {}, \"supervisor_longest_stall_us\": {}",
+        "{daemon}, \"supervisor_restarts\": {}, \"supervisor_replayed\": {}, \"supervisor_refused\": {}, \"supervisor_longest_stall_us\": {}",
         v(0),
         v(1),
         v(2),

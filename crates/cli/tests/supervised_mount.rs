@@ -316,3 +316,55 @@ fn an_inode_flipped_in_memory_is_found_and_the_worker_replaced() {
     fsck_clean(&img, "after the worker was replaced");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A worker that dies while it writes out at the unmount: a new one recovers the tier and
+/// writes it out, and `bitmend umount` succeeds. One that dies every time: `bitmend umount`
+/// fails, naming the tier that still holds the writes, and the next mount applies them.
+/// (The abort at the write-out is a test build's: `--features fault-points`.)
+#[cfg(feature = "fault-points")]
+#[test]
+fn a_worker_dying_as_it_writes_out_is_replaced_or_named() {
+    if !fuse_available() {
+        return;
+    }
+    let (dir, img, mnt) = scratch("supervised-write-out");
+    let nvram = dir.join("tier.nvram").to_str().unwrap().to_string();
+    let aborts = dir.join("aborts");
+    assert!(bitmend(&["mkfs", &img, "--size", "32MiB"]).status.success());
+    let mount_aborting = |n: u32| {
+        std::fs::write(&aborts, n.to_string()).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_bitmend"))
+            .args(["mount", &img, &mnt, "--supervise", "--commit-interval", "1h", "--nvram", &nvram])
+            .env("BITMEND_FAULT_WRITE_OUT", &aborts)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    let files: Vec<(String, Vec<u8>)> =
+        (0..2u64).map(|i| (format!("{mnt}/f{i}"), noise(40 + i, 100_000 + i as usize))).collect();
+    // One abort: the second worker writes out.
+    mount_aborting(1);
+    std::fs::write(&files[0].0, &files[0].1).unwrap();
+    umount(&mnt);
+    assert_eq!(std::fs::read_to_string(&aborts).unwrap(), "0", "the abort did not fire");
+    assert!(!std::path::Path::new(&nvram).exists(), "written out, the tier file is gone");
+    fsck_clean(&img, "after a write-out that a second worker finished");
+    // Every worker aborts: the unmount says so, and the tier keeps the write.
+    mount_aborting(1000);
+    std::fs::write(&files[1].0, &files[1].1).unwrap();
+    let out = bitmend(&["umount", &mnt]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("did not finish writing out") && said.contains(&nvram),
+        "{said}"
+    );
+    let left: u32 = std::fs::read_to_string(&aborts).unwrap().trim().parse().unwrap();
+    assert_eq!(1000 - left, 6, "one write-out and five more tries");
+    mount(&img, &mnt, &["--nvram", &nvram]);
+    for (path, data) in &files {
+        assert!(std::fs::read(path).unwrap() == *data, "{path} after the write-outs");
+    }
+    umount(&mnt);
+    fsck_clean(&img, "after the next mount applied the tier");
+    let _ = std::fs::remove_dir_all(dir);
+}
