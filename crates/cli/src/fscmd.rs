@@ -914,10 +914,11 @@ fn stat_mounted(a: &StatArgs) -> Result<(), CliError> {
     if let Ok(compared) = crate::json::number(&status, "state_groups_compared") {
         let n = |k| crate::json::number(&status, k).unwrap_or(0);
         println!(
-            "  memory checks  {} dirty pages healed from the tier, {} refused; {compared} namespace groups compared with flash, {} differed",
+            "  memory checks  {} dirty pages healed from the tier, {} refused; {compared} namespace groups compared with flash, {} differed, {} copies unreadable",
             n("cache_dirty_healed"),
             n("cache_dirty_caught"),
-            n("state_mismatches")
+            n("state_mismatches"),
+            n("state_groups_unreadable")
         );
     }
     if let (Ok(used), Ok(size)) =

@@ -14,12 +14,14 @@ use crate::flash::Flash;
 pub struct StateChecker {
     last: Instant,
     pub compared: u64,
+    /// Groups passed over for a copy damaged beyond repair (the scrubber reports those).
+    pub unreadable: u64,
     pub mismatches: u64,
 }
 
 impl Default for StateChecker {
     fn default() -> Self {
-        StateChecker { last: Instant::now(), compared: 0, mismatches: 0 }
+        StateChecker { last: Instant::now(), compared: 0, unreadable: 0, mismatches: 0 }
     }
 }
 
@@ -36,6 +38,7 @@ impl StateChecker {
             Err(e) => return eprintln!("bitmend: state check: {e} (tried again later)"),
         };
         self.compared += r.compared as u64;
+        self.unreadable += r.unreadable as u64;
         for (prefix, depth) in r.mismatched {
             self.mismatches += 1;
             let said =
@@ -47,7 +50,10 @@ impl StateChecker {
 
     /// The counts, as JSON fields.
     pub fn json(&self) -> String {
-        format!("\"state_groups_compared\": {}, \"state_mismatches\": {}", self.compared, self.mismatches)
+        format!(
+            "\"state_groups_compared\": {}, \"state_groups_unreadable\": {}, \"state_mismatches\": {}",
+            self.compared, self.unreadable, self.mismatches
+        )
     }
 }
 

@@ -7,15 +7,20 @@
 mod common;
 
 use bitmend_flashfs::{Compression, Fs, Ino, SetAttr, ROOT};
+use bitmend_media::nand::{FaultyNand, Nand, RamNand};
 use bitmend_media::rng::Rng;
-use common::{cfg, chip, opts};
+use common::{cfg, chip, lose_beyond_repair, opts, pages_with};
 
 /// A file: its directory, name and inode.
 type File = (Ino, Vec<u8>, Ino);
 
 /// 600 files in 6 directories, their groups written by a checkpoint.
-fn populated() -> (Fs<bitmend_media::nand::RamNand>, Vec<File>) {
-    let mut fs = Fs::format(chip(256), cfg(), opts(Compression::Lz4)).unwrap();
+fn populated() -> (Fs<RamNand>, Vec<File>) {
+    populated_on(chip(256))
+}
+
+fn populated_on<N: Nand>(chip: N) -> (Fs<N>, Vec<File>) {
+    let mut fs = Fs::format(chip, cfg(), opts(Compression::Lz4)).unwrap();
     let mut files = Vec::new();
     for d in 0..6u8 {
         let dir = fs.mkdir(ROOT, &[b'd', b'0' + d], 0o755, 0, 0).unwrap().ino;
@@ -85,4 +90,48 @@ fn an_inode_flipped_in_memory_is_found_in_its_group_alone() {
     let (mut again, _) = Fs::open(fs.into_nand(), opts(Compression::Lz4)).unwrap();
     assert_eq!(again.getattr(f).unwrap().uid, uid);
     assert!(again.check_state(usize::MAX).unwrap().mismatched.is_empty());
+}
+
+/// A group's copy damaged on flash under the check: repairable (one page lost, its parity
+/// rebuilds it) the group is compared and matches; beyond repair it is passed over (the
+/// scrubber's to report), never taken for a wrong memory, which would restart a worker that
+/// is right. Every page holding a group node is damaged in turn, both ways.
+#[test]
+fn a_group_copy_damaged_on_flash_is_never_a_mismatch() {
+    let fresh = || populated_on(FaultyNand::new(chip(256), 11));
+    let (mut fs, _) = fresh();
+    let pages = pages_with(&mut fs, 10, u64::MAX, None);
+    let whole = fs.check_state(usize::MAX).unwrap().compared;
+    assert!(pages.len() >= 2 && whole >= 2, "{} group pages, {whole} groups", pages.len());
+    let (mut faults, mut unreadable) = (0, 0);
+    for &p in &pages {
+        for beyond in [false, true] {
+            let (mut fs, files) = fresh();
+            if beyond {
+                lose_beyond_repair(&mut fs, p);
+                faults += 3;
+            } else {
+                fs.store_mut().nand_mut().lose_page(p).unwrap();
+                faults += 1;
+            }
+            let r = fs.check_state(usize::MAX).unwrap();
+            assert!(r.mismatched.is_empty(), "page {p} lost (beyond repair: {beyond}): {r:?}");
+            if beyond {
+                assert_eq!(r.compared + r.unreadable, whole, "page {p} lost beyond repair: {r:?}");
+                unreadable += r.unreadable;
+            } else {
+                assert_eq!(r.compared, whole, "page {p} lost, repairable: every group compared");
+            }
+            // Memory is untouched: every file still reads as written.
+            for (i, (_, _, f)) in files.iter().enumerate() {
+                let i = (i % 100) as u32;
+                assert_eq!(fs.read(*f, 0, 64).unwrap(), i.to_le_bytes(), "file {f:?} after page {p} lost");
+            }
+        }
+    }
+    assert!(unreadable > 0, "no loss beyond repair reached a group's copy");
+    eprintln!(
+        "{} group pages, each lost both ways: {faults} pages lost in all, {unreadable} copies passed over",
+        pages.len()
+    );
 }

@@ -200,6 +200,14 @@ pub(crate) struct GroupContent {
 
 /// Decodes group `g`'s payload; `None` for bytes that are not that group, whole (or not the
 /// copy whose CRC the checkpoint holds).
+/// The CRC a group node's payload `b` carries, if the payload passes it (`None`: damaged).
+pub(crate) fn sound_group_crc(b: &[u8]) -> Option<u32> {
+    let b = node::unpack_zstd(b, GROUP_ZSTD_MAGIC, GROUP_MAX)?;
+    let (body, tail) = b.split_at(b.len().checked_sub(4)?);
+    let stored = le::get_u32(tail, 0);
+    (bitmend_code::crc::crc32c(body) == stored).then_some(stored)
+}
+
 pub(crate) fn decode_group(b: &[u8], g: GroupId, crc: u32) -> Option<GroupContent> {
     let b = node::unpack_zstd(b, GROUP_ZSTD_MAGIC, GROUP_MAX)?;
     let (body, tail) = b.split_at(b.len().checked_sub(4)?);

@@ -8,7 +8,7 @@
 
 use bitmend_media::nand::Nand;
 
-use super::groups::{decode_group, encode_group};
+use super::groups::{decode_group, encode_group, sound_group_crc};
 use super::keys::GroupId;
 use crate::fs::Fs;
 use crate::{Corruption, FsError};
@@ -21,6 +21,10 @@ pub struct StateCheck {
     /// Groups passed over: changed since written, or their node still in the page being
     /// filled, or holding an inode that waits for write-back.
     pub unsettled: usize,
+    /// Groups passed over because their copy on flash is damaged beyond repair: the
+    /// scrubber's to report (the memory may well be right, and is what a checkpoint writes
+    /// next).
+    pub unreadable: usize,
     /// Groups whose state in memory is not what flash holds: (hash prefix, depth).
     pub mismatched: Vec<(u32, u8)>,
 }
@@ -28,7 +32,7 @@ pub struct StateCheck {
 impl<N: Nand> Fs<N> {
     /// A step of the on-line check: up to `max` groups compared with their copies on flash,
     /// going on from where the last step stopped (round and round). A copy that cannot be
-    /// read is the scrubber's to report, not a mismatch.
+    /// read, or fails its CRC, is the scrubber's to report, not a mismatch.
     pub fn check_state(&mut self, max: usize) -> Result<StateCheck, FsError> {
         let mut ids: Vec<GroupId> = self.groups.at.keys().copied().collect();
         ids.sort_unstable();
@@ -40,10 +44,14 @@ impl<N: Nand> Fs<N> {
                 report.unsettled += 1;
                 continue;
             }
-            if !self.group_matches_flash(g)? {
-                report.mismatched.push((g.prefix, g.depth));
+            match self.group_matches_flash(g)? {
+                Some(true) => report.compared += 1,
+                Some(false) => {
+                    report.compared += 1;
+                    report.mismatched.push((g.prefix, g.depth));
+                }
+                None => report.unreadable += 1,
             }
-            report.compared += 1;
         }
         Ok(report)
     }
@@ -60,23 +68,29 @@ impl<N: Nand> Fs<N> {
             && members.is_none_or(|m| m.inos.iter().all(|i| !self.wb.inode_waits(*i)))
     }
 
-    /// Whether group `g` encoded from memory is the copy flash holds.
-    fn group_matches_flash(&mut self, g: GroupId) -> Result<bool, FsError> {
+    /// Whether group `g` encoded from memory is the copy flash holds; `None` when that copy
+    /// is damaged beyond repair (it cannot say what memory must be).
+    fn group_matches_flash(&mut self, g: GroupId) -> Result<Option<bool>, FsError> {
         let at = self.groups.at[&g].clone();
         let payload = match self.read_payload(&at.frags) {
             Ok((p, _)) => p,
             Err(FsError::Corrupt(Corruption::Unrecoverable { .. } | Corruption::NotWritten { .. })) => {
-                return Ok(true)
+                return Ok(None)
             }
             Err(e) => return Err(e),
         };
+        // A payload that fails its own CRC is a damaged copy (a page lost beyond its parity
+        // reads as whatever it holds); one that passes it but is not the copy memory says
+        // was written last, or not this group, says memory is wrong.
+        if sound_group_crc(&payload).is_none() {
+            return Ok(None);
+        }
         if decode_group(&payload, g, at.crc).is_none() {
-            // Flash holds a sound node that is not the copy memory says was written last.
-            return Ok(false);
+            return Ok(Some(false));
         }
         let mut members = self.groups.members.get(&g).cloned().unwrap_or_default();
         let fresh = encode_group(g, &mut members, &self.ns, &self.index.maps);
-        Ok(fresh.is_some_and(|(v, _)| bitmend_code::le::get_u32(&v, v.len() - 4) == at.crc))
+        Ok(Some(fresh.is_some_and(|(v, _)| bitmend_code::le::get_u32(&v, v.len() - 4) == at.crc)))
     }
 
     /// Flips bit `bit` of inode `ino`'s owner in memory, as a memory error would, marking
