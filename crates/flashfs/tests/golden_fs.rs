@@ -38,7 +38,7 @@ fn opts(c: Compression) -> FsOptions {
 
 #[test]
 fn golden_file_system_reads_back() {
-    for version in [1, 2, 3, 4, 5, 6, 7, 8, 9] {
+    for version in [1, 2, 3, 4, 5, 6, 7, 8, 9, 10] {
         read_back(version);
     }
 }
@@ -74,27 +74,33 @@ fn read_back(version: u32) {
     let _ = std::fs::remove_file(copy);
 }
 
-/// Version 9's segments start with a copy of the superblock: the golden image mounts from
+/// From version 9 segments start with a copy of the superblock: the golden images mount from
 /// it with the reserved blocks and the far copies destroyed (every page reads erased).
 #[test]
-fn golden_v9_mounts_from_a_segment_header_when_every_other_copy_is_gone() {
+fn golden_v9_on_mounts_from_a_segment_header_when_every_other_copy_is_gone() {
     use bitmend_media::nand::RawAccess as _;
-    let copy = std::env::temp_dir().join(format!("bitmend-fs-golden-header-{}", std::process::id()));
-    std::fs::copy(golden_v(9), &copy).unwrap();
-    let mut nand = FileNand::open(&copy).unwrap();
-    for block in [0u32, 1, 94, 95] {
-        for i in 0..8 {
-            nand.raw_write(block * 8 + i, 0, &[0xFF; 2048 + 64]).unwrap();
+    for version in 9..=bitmend_flashfs::FS_VERSION {
+        let copy =
+            std::env::temp_dir().join(format!("bitmend-fs-golden-header-{}-v{version}", std::process::id()));
+        std::fs::copy(golden_v(version), &copy).unwrap();
+        let mut nand = FileNand::open(&copy).unwrap();
+        for block in [0u32, 1, 94, 95] {
+            for i in 0..8 {
+                nand.raw_write(block * 8 + i, 0, &[0xFF; 2048 + 64]).unwrap();
+            }
         }
+        let (fs, report) = Fs::open(nand, opts(Compression::Lz4)).unwrap();
+        assert!(
+            matches!(report.store.superblock, Some(bitmend_flashfs::SuperblockCopy::SegmentHeader { .. })),
+            "version {version}: {report:?}"
+        );
+        if version == bitmend_flashfs::FS_VERSION {
+            // (An older image's copies are all rewritten as this version's by its upgrade.)
+            assert_eq!((report.superblocks_damaged, report.superblocks_rewritten), (4, 4));
+        }
+        check_contents(fs, version);
+        let _ = std::fs::remove_file(copy);
     }
-    let (fs, report) = Fs::open(nand, opts(Compression::Lz4)).unwrap();
-    assert!(
-        matches!(report.store.superblock, Some(bitmend_flashfs::SuperblockCopy::SegmentHeader { .. })),
-        "{report:?}"
-    );
-    assert_eq!((report.superblocks_damaged, report.superblocks_rewritten), (4, 4));
-    check_contents(fs, 9);
-    let _ = std::fs::remove_file(copy);
 }
 
 /// Segment 0's first page (block 2, page 0 = chip page 16): from version 6 its spare's kind

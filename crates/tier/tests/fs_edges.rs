@@ -63,7 +63,8 @@ fn a_tier_too_small_for_the_dirty_state_writes_to_flash_and_loses_nothing() {
 
 /// A file `f` written page by page until the chip answers ENOSPC, then a crash: the media,
 /// and how many pages were acknowledged.
-fn crashed_full_chip() -> ((RamNand, RamRegion, RamRegion), u64) {
+/// (the chip and the tier's regions, pages acknowledged, the file's inode number).
+fn crashed_full_chip() -> ((RamNand, RamRegion, RamRegion), u64, u64) {
     let (nand, log, heap) = base(40, 4 << 20);
     let (mut fs, _, _) = mount(nand, opts(), log, heap).unwrap();
     let f = fs.create(ROOT, b"f", 0o644, 0, 0).unwrap().ino;
@@ -77,15 +78,14 @@ fn crashed_full_chip() -> ((RamNand, RamRegion, RamRegion), u64) {
     };
     assert!(matches!(refused, FsError::NoSpace), "{refused}");
     assert!(acked > 50, "{acked} pages before the chip was full");
-    eprintln!("DBG acked {acked}");
     let (nand, regions) = crash::<RamNand, RamRegion, RamRegion>(fs);
     let (log, heap) = regions.unwrap();
-    ((nand, log, heap), acked)
+    ((nand, log, heap), acked, f.0)
 }
 
 #[test]
 fn a_full_chip_answers_enospc_and_every_acknowledged_write_survives_a_crash() {
-    let ((nand, log, heap), acked) = crashed_full_chip();
+    let ((nand, log, heap), acked, _) = crashed_full_chip();
     let (mut fs, _, report) = mount(nand, opts(), log, heap).unwrap();
     assert!(!report.lost_anything(), "{report:?}");
     assert!(report.still_in_tier, "{report:?}");
@@ -114,9 +114,9 @@ fn a_full_chip_answers_enospc_and_every_acknowledged_write_survives_a_crash() {
 /// read as zeros, not as the page the tier would otherwise still name.
 #[test]
 fn a_recovery_the_chip_is_too_full_for_leaves_the_tier_holding_what_it_kept() {
-    let ((nand, log, heap), acked) = crashed_full_chip();
+    let ((nand, log, heap), acked, f) = crashed_full_chip();
     let (mut tier, _) = DirtyTier::open(log, heap).unwrap();
-    let (f, past) = (2 /* the first file made */, acked + 3);
+    let past = acked + 3;
     let stray = page(999);
     let crc = bitmend_code::crc::crc32c(&stray);
     tier.put_page((f, past), &stray, crc, 0..4096).unwrap();

@@ -206,9 +206,10 @@ impl<N: Nand> Fs<N> {
         v.put_u32(groups.len() as u32);
         for (g, at) in groups {
             v.put_u8(g.depth);
-            v.put_u32(g.prefix);
+            v.put_u64(g.prefix);
             v.put_u64(at.version);
             v.put_u32(at.crc);
+            v.put_u32(at.inodes);
             put_frags(&mut v, &at.frags);
         }
         debug_assert!(self.reads_back(&v), "a checkpoint reads back as the state it was made from");

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use bitmend_code::le::{Put, Reader};
 
+use super::map::keys::{ino_counter, ino_in};
 use super::node::{self, Attr, FileType, Xattrs};
 use super::ROOT;
 
@@ -143,11 +144,12 @@ impl Namespace {
 
 /// Changing: each method is one whole change, so that a table never holds half of one.
 impl Namespace {
-    /// A number for a new inode.
-    pub fn allocate_ino(&mut self) -> u64 {
-        let ino = self.next_ino;
+    /// A number for a new inode in directory `dir`: the next counter, in the directory's
+    /// region (`keys.rs`).
+    pub fn allocate_ino(&mut self, dir: u64) -> u64 {
+        let counter = self.next_ino;
         self.next_ino += 1;
-        ino
+        ino_in(dir, counter)
     }
 
     /// Puts `inode` in as `ino` (a new one, or one replay or a group found), with an empty
@@ -358,29 +360,30 @@ impl Namespace {
                 self.dirs.entry(*ino).or_default();
             }
         }
-        let last = self.inodes.keys().max().copied().unwrap_or(ROOT.0);
+        let last = self.inodes.keys().map(|&i| ino_counter(i)).max().unwrap_or(ROOT.0);
         self.next_ino = self.next_ino.max(last + 1);
         pruned
     }
 }
 
 /// A file's inode for unit tests: inode `ino`, its size and times from its number, version
-/// three times it.
+/// three times it (of its counter, below its region's bits).
 #[cfg(test)]
 pub(crate) fn sample_file(ino: u64) -> Inode {
-    let t = (1_700_000_000 + ino as i64, 7);
+    let n = ino_counter(ino);
+    let t = (1_700_000_000 + n as i64, 7);
     let attr = Attr {
         ino: super::Ino(ino),
         kind: FileType::File,
         perm: 0o644,
         uid: 1000,
         gid: 1000,
-        size: ino * 100,
+        size: n * 100,
         nlink: 1,
         atime: t,
         mtime: t,
         ctime: t,
         rdev: 0,
     };
-    Inode::new(attr, Vec::new(), ino * 3)
+    Inode::new(attr, Vec::new(), n * 3)
 }

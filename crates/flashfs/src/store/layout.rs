@@ -11,7 +11,7 @@ use crate::FormatError;
 use crate::FsError;
 
 /// The on-media version of the flash layout this build reads and writes.
-pub const FS_VERSION: u32 = 9;
+pub const FS_VERSION: u32 = 10;
 /// The oldest version this build still reads: 1 lacks the recorded compression and the
 /// checkpoint's health section, which read as "not recorded" and zeros; 1 and 2 lack the
 /// anchor log and the successor queue in the spares, and are mounted by scanning; 1 to 3 list
@@ -27,7 +27,10 @@ pub const FS_VERSION: u32 = 9;
 /// the checkpoint names), which the first checkpoint after mounting them writes in groups;
 /// 1 to 8 keep no erase blocks at the chip's end for far copies of the superblock (version 9
 /// keeps [`FAR_BLOCKS`]; an older image keeps its segments, and its far copies go into the
-/// blocks its segments leave over, if any) and no copy in each segment's first page.
+/// blocks its segments leave over, if any) and no copy in each segment's first page; 8 and 9
+/// hash the namespace's items into groups without directory regions (version 10 puts a
+/// directory's entries and the inodes made in it in one region of the hashes), which the
+/// first checkpoint after mounting them writes in new groups.
 pub const FS_VERSION_OLDEST: u32 = 1;
 
 const MAGIC: [u8; 8] = *b"BMFLASH\0";
@@ -557,7 +560,7 @@ mod tests {
     }
 
     #[test]
-    fn superblock_versions_1_to_9_are_read_and_later_ones_refused() {
+    fn superblock_versions_1_to_10_are_read_and_later_ones_refused() {
         let sb = Superblock {
             g: Geometry::RCFFS,
             cfg: FsConfig::default(),
@@ -576,7 +579,8 @@ mod tests {
             (7, true),
             (8, true),
             (9, true),
-            (10, false),
+            (10, true),
+            (11, false),
             (0, false),
         ] {
             sb.encode_as(FS_VERSION, &mut page);

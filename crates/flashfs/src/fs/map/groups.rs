@@ -25,16 +25,20 @@ use bitmend_code::le::{self, Put, Reader};
 use bitmend_media::nand::Nand;
 
 use super::index::{put_frags, read_frags, MapAt};
-use super::keys::{frag_bytes, mix, ChunkKey, Frags, GroupId, MapSummary};
+use super::keys::{dir_region, frag_bytes, in_region, ino_region, mix, ChunkKey, Frags, GroupId, MapSummary};
 use crate::fs::namespace::Namespace;
 use crate::fs::node::{self, NodeKind};
 use crate::fs::{Fs, Inode, PENDING};
 use crate::Corruption;
 use crate::FsError;
 
-const GROUP_MAGIC: u32 = 0x5247_534E; // "NSGR"
+/// A group payload of version 10 (its prefix a u64; version 8's, "NSGR", a u32).
+const GROUP_MAGIC: u32 = 0x3247_534E; // "NSG2"
+const GROUP_MAGIC_V8: u32 = 0x5247_534E; // "NSGR"
 /// A group payload compressed: this magic, the plain payload's length (u32), a zstd frame.
 const GROUP_ZSTD_MAGIC: u32 = 0x5A47_534E; // "NSGZ"
+/// Bytes before a group payload's inode count: magic, depth, prefix.
+const GROUP_HEADER: usize = 4 + 1 + 8;
 /// The largest plain group payload a mount decompresses.
 const GROUP_MAX: usize = 1 << 28;
 /// Consecutive chunks of a file whose maps are grouped together (16 MiB of file): a file of
@@ -43,8 +47,8 @@ pub(crate) const SUPER_CHUNKS: u64 = 64;
 /// Items a group holds at most before it is split as it is written (an inode with its entry
 /// is about 150 bytes before compression; a map about 50, counted as a third).
 const SPLIT_AT: usize = 128;
-/// The deepest a group goes: 2^24 groups.
-const MAX_DEPTH: u8 = 24;
+/// The deepest a group goes: 2^24 groups in a directory's region.
+pub(crate) const MAX_DEPTH: u8 = 20 + 24;
 /// Groups the write-back thread writes ahead of a due checkpoint in one step, and how many
 /// it leaves for the checkpoint's own hold.
 pub(crate) const GROUPS_PER_STEP: usize = 4;
@@ -57,6 +61,9 @@ pub(crate) struct GroupAt {
     pub version: u64,
     /// CRC-32C of the plain payload (the check of `groups_match_state`, and of a mount).
     pub crc: u32,
+    /// Inodes it holds (version 10: the namespace's size is known without reading the
+    /// groups; 0 in a table of version 8 or 9, whose groups are read at mount).
+    pub inodes: u32,
 }
 
 /// What a group holds (a superset: items gone are dropped when it is next encoded).
@@ -100,6 +107,9 @@ pub(crate) struct Groups {
     /// The last group the on-line check compared (`state_check.rs`): the next step goes on
     /// after it.
     pub(super) checked_to: Option<GroupId>,
+    /// Read from a checkpoint of version 8 or 9, whose items were hashed without directory
+    /// regions: the mount puts the state in new groups.
+    pub(super) hashed_flat: bool,
 }
 
 impl Default for Groups {
@@ -109,16 +119,26 @@ impl Default for Groups {
 }
 
 fn inode_hash(ino: u64) -> u64 {
-    mix(ino)
+    match ino_region(ino) {
+        Some(r) => in_region(r, mix(ino)),
+        None => mix(ino),
+    }
 }
 
 fn entry_hash(parent: u64, name: &[u8]) -> u64 {
     let crc = bitmend_code::crc::crc32c(name) as u64;
-    mix(parent.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ crc ^ (name.len() as u64) << 32)
+    in_region(
+        dir_region(parent),
+        mix(parent.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ crc ^ (name.len() as u64) << 32),
+    )
 }
 
 fn run_hash(ino: u64, run: u64) -> u64 {
-    mix(ino ^ run.rotate_left(40) ^ 0x5555_AAAA_0000_0000)
+    let h = mix(ino ^ run.rotate_left(40) ^ 0x5555_AAAA_0000_0000);
+    match ino_region(ino) {
+        Some(r) => in_region(r, h),
+        None => h,
+    }
 }
 
 fn run_range(ino: u64, run: u64) -> std::ops::Range<ChunkKey> {
@@ -155,7 +175,7 @@ pub(super) fn encode_group(
     let mut v = Vec::with_capacity(16 + inodes.len() * 110 + entries.len() * 40 + mapped.len() * 50);
     v.put_u32(GROUP_MAGIC);
     v.put_u8(g.depth);
-    v.put_u32(g.prefix);
+    v.put_u64(g.prefix);
     v.put_u32(inodes.len() as u32);
     for (ino, i) in inodes {
         i.put_record(ino, &mut v);
@@ -216,7 +236,12 @@ pub(crate) fn decode_group(b: &[u8], g: GroupId, crc: u32) -> Option<GroupConten
         return None;
     }
     let mut r = Reader::new(body);
-    if r.u32()? != GROUP_MAGIC || r.u8()? != g.depth || r.u32()? != g.prefix {
+    let prefix = match (r.u32()?, r.u8()? == g.depth) {
+        (GROUP_MAGIC, true) => r.u64()?,
+        (GROUP_MAGIC_V8, true) => u64::from(r.u32()?),
+        _ => return None,
+    };
+    if prefix != g.prefix {
         return None;
     }
     let mut c = GroupContent::default();
@@ -263,6 +288,12 @@ impl Groups {
         &self.at
     }
 
+    /// Whether the groups were read from a checkpoint of version 8 or 9 (hashed without
+    /// directory regions: the mount puts the state in new ones).
+    pub fn hashed_before_regions(&self) -> bool {
+        self.hashed_flat
+    }
+
     /// Group nodes written since mount.
     pub fn written(&self) -> u64 {
         self.written
@@ -293,8 +324,7 @@ impl Groups {
 impl Groups {
     /// Empty groups, 2^depth of them.
     fn of_depth(depth: u8) -> Groups {
-        let ranges =
-            (0..1u64 << depth).map(|p| (GroupId { depth, prefix: p as u32 }.start(), depth)).collect();
+        let ranges = (0..1u64 << depth).map(|p| (GroupId { depth, prefix: p }.start(), depth)).collect();
         Groups {
             ranges,
             at: HashMap::new(),
@@ -306,13 +336,14 @@ impl Groups {
             written: 0,
             splits: 0,
             checked_to: None,
+            hashed_flat: false,
         }
     }
 
     /// The group hash `h` falls in.
     fn group_of(&self, h: u64) -> GroupId {
         let (&start, &depth) = self.ranges.range(..=h).next_back().expect("the ranges cover every hash");
-        let prefix = if depth == 0 { 0 } else { (start >> (64 - depth)) as u32 };
+        let prefix = if depth == 0 { 0 } else { start >> (64 - depth) };
         GroupId { depth, prefix }
     }
 
@@ -405,7 +436,7 @@ impl Groups {
     /// `None` if the table's groups overlap or are not groups.
     fn of_table(table: &[(GroupId, GroupAt)]) -> Option<Groups> {
         let mut ids: Vec<GroupId> = table.iter().map(|t| t.0).collect();
-        if ids.iter().any(|g| g.depth > MAX_DEPTH || u64::from(g.prefix) >> g.depth != 0) {
+        if ids.iter().any(|g| g.depth > MAX_DEPTH || g.prefix >> g.depth != 0) {
             return None;
         }
         ids.sort_unstable_by_key(|g| g.start());
@@ -506,15 +537,16 @@ impl<N: Nand> Fs<N> {
             return self.write_group(high);
         }
         let (crc, raw) = (le::get_u32(&plain, plain.len() - 4), plain.len() as u64);
+        let inodes = le::get_u32(&plain, GROUP_HEADER);
         let payload = node::pack_zstd(plain, 1, GROUP_ZSTD_MAGIC);
         let version = self.page.next_version();
-        if let Some(old) = self.groups.at.insert(g, GroupAt { frags: Vec::new(), version, crc }) {
+        if let Some(old) = self.groups.at.insert(g, GroupAt { frags: Vec::new(), version, crc, inodes }) {
             self.account(&old.frags, false);
         }
         self.put_node(
             NodeKind::Group,
             0,
-            (u64::from(g.prefix), u64::from(g.depth)),
+            (g.prefix, u64::from(g.depth)),
             version,
             &[&payload],
             super::keys::Pending::Group(g),
@@ -555,6 +587,7 @@ impl<N: Nand> Fs<N> {
         groups: Groups,
         table: Vec<(GroupId, GroupAt)>,
         contents: Vec<GroupContent>,
+        hashed_v8: bool,
     ) {
         for c in contents {
             for (ino, inode) in c.inodes {
@@ -568,6 +601,7 @@ impl<N: Nand> Fs<N> {
             }
         }
         self.groups = groups;
+        self.groups.hashed_flat = hashed_v8;
         self.groups.members = self.groups.members_of(&self.ns, &self.index.maps);
         self.groups.at = table.into_iter().collect();
     }
@@ -595,21 +629,25 @@ impl<N: Nand> Fs<N> {
 mod tests {
     use super::*;
 
+    /// `files` files in 140 directories, numbered as version 10 numbers them (the counter in
+    /// their directory's region): the state and the maps.
     fn state(files: u64) -> (Namespace, BTreeMap<ChunkKey, MapAt>) {
         let mut ns = Namespace::default();
         let mut maps = BTreeMap::new();
-        for ino in 2..2 + files {
+        for k in 2..2 + files {
+            let dir = 1_000_000 + k % 140;
+            let ino = crate::fs::map::keys::ino_in(dir, k);
             let mut i = crate::fs::namespace::sample_file(ino);
             if ino.is_multiple_of(7) {
                 i.xattrs.insert(b"user.k".to_vec(), vec![ino as u8; 5]);
-                i.xattr_version = ino * 5;
+                i.xattr_version = k * 5;
             }
             ns.insert(ino, i);
-            ns.replay_entry(1, format!("file-{ino}").into_bytes(), ino);
+            ns.replay_entry(dir, format!("file-{ino}").into_bytes(), ino);
             let summary = Some(MapSummary { mask: 1, digest: ino });
             maps.insert(
                 ChunkKey { ino, chunk: 0 },
-                MapAt { frags: vec![(ino as u32, 8, 40)], version: ino, summary },
+                MapAt { frags: vec![(k as u32, 8, 40)], version: k, summary },
             );
         }
         (ns, maps)
@@ -655,6 +693,14 @@ mod tests {
             assert!(decode_group(&packed[..packed.len() - 2], *g, crc).is_none(), "cut short");
         }
         assert_eq!((inodes, entries, mapped), (700, 700, 700));
+        // A directory's region: its entries, and the inodes made in it with their maps, are
+        // in one group (at any depth up to the region's bits).
+        for (dir, d) in ns.dirs() {
+            for (name, &ino) in d {
+                let g = groups.group_of(entry_hash(*dir, name));
+                assert!(g.holds(inode_hash(ino)) && g.holds(run_hash(ino, 0)), "{dir}/{name:?}");
+            }
+        }
     }
 
     /// A split moves each member to the half its hash falls in; a table's groups, with the
@@ -672,8 +718,8 @@ mod tests {
             (split.get(&low), split.get(&high)),
             (groups.members.get(&low), groups.members.get(&high))
         );
-        assert!(groups.members[&low].inos.len() > 300 && groups.members[&high].inos.len() > 300);
-        let at = GroupAt { frags: vec![], version: 1, crc: 0 };
+        assert!(groups.members[&low].inos.len() > 200 && groups.members[&high].inos.len() > 200);
+        let at = GroupAt { frags: vec![], version: 1, crc: 0, inodes: 0 };
         let table: Vec<(GroupId, GroupAt)> = [(2, 0), (3, 5), (5, 31), (1, 1)]
             .map(|(depth, prefix)| (GroupId { depth, prefix }, at.clone()))
             .into_iter()

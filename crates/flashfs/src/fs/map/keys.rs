@@ -42,11 +42,47 @@ pub(crate) fn mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// The top bits of a hash that name a directory's region (format version 10): a directory's
+/// entries, and the inodes made in it with their maps, hash into its region, so that the
+/// groups a directory's listing and its files' attributes need are few, and the ones one
+/// create changes are one.
+pub(crate) const REGION_BITS: u32 = 20;
+/// An inode number's bits below its region: the inode counter.
+const REGION_SHIFT: u32 = 64 - REGION_BITS;
+
+/// The region of directory `dir`: where its entries hash, and the inodes made in it.
+pub(crate) fn dir_region(dir: u64) -> u64 {
+    mix(dir) >> REGION_SHIFT
+}
+
+/// The number of the inode made from `counter` in directory `dir`: the directory's region
+/// on top of the counter (an inode from before version 10, or one whose directory's region
+/// is 0, has none, and hashes as it did).
+pub(crate) fn ino_in(dir: u64, counter: u64) -> u64 {
+    debug_assert!(counter >> REGION_SHIFT == 0, "2^44 inodes made");
+    dir_region(dir) << REGION_SHIFT | counter
+}
+
+/// The counter an inode number was made from.
+pub(crate) fn ino_counter(ino: u64) -> u64 {
+    ino & ((1 << REGION_SHIFT) - 1)
+}
+
+/// The region of inode `ino`, if it was made in one.
+pub(crate) fn ino_region(ino: u64) -> Option<u64> {
+    Some(ino >> REGION_SHIFT).filter(|&r| r != 0)
+}
+
+/// Hash `h` moved into `region`: the region on top, `h`'s first bits below it.
+pub(crate) fn in_region(region: u64, h: u64) -> u64 {
+    region << REGION_SHIFT | h >> REGION_BITS
+}
+
 /// A group: the hashes whose first `depth` bits are `prefix`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct GroupId {
     pub depth: u8,
-    pub prefix: u32,
+    pub prefix: u64,
 }
 
 impl GroupId {
@@ -55,7 +91,7 @@ impl GroupId {
         if self.depth == 0 {
             0
         } else {
-            u64::from(self.prefix) << (64 - self.depth)
+            self.prefix << (64 - self.depth)
         }
     }
 
@@ -65,7 +101,7 @@ impl GroupId {
     }
 
     pub(crate) fn holds(self, h: u64) -> bool {
-        self.depth == 0 || (h >> (64 - self.depth)) as u32 == self.prefix
+        self.depth == 0 || h >> (64 - self.depth) == self.prefix
     }
 
     pub(crate) fn halves(self) -> (GroupId, GroupId) {

@@ -26,7 +26,7 @@ pub struct StateCheck {
     /// next).
     pub unreadable: usize,
     /// Groups whose state in memory is not what flash holds: (hash prefix, depth).
-    pub mismatched: Vec<(u32, u8)>,
+    pub mismatched: Vec<(u64, u8)>,
 }
 
 impl<N: Nand> Fs<N> {

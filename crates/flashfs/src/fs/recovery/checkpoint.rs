@@ -34,10 +34,12 @@ pub(crate) const SUMMARY_MAGIC: u32 = 0x4D55_534D; // "MSUM"
 /// Version 7's section after the summaries: the extended attributes of every inode that has
 /// any (FORMAT.md section 8).
 pub(crate) const XATTR_MAGIC: u32 = 0x5254_4158; // "XATR"
-/// Version 8's section after the extended attributes: the hash bits and where each group
+/// Version 10's section after the extended attributes: the hash bits and where each group
 /// of the namespace is (`map/groups.rs`; the sections before it then hold no inode, entry, map
-/// or attribute).
-pub(crate) const GROUPS_MAGIC: u32 = 0x5350_5247; // "GRPS"
+/// or attribute). Version 8's ("GRPS") held prefixes of 32 bits, of groups whose items were
+/// hashed without directory regions: a mount puts such a state in new groups.
+pub(crate) const GROUPS_MAGIC: u32 = 0x3250_5247; // "GRP2"
+const GROUPS_MAGIC_V8: u32 = 0x5350_5247; // "GRPS"
 
 /// The state a checkpoint holds.
 pub(crate) struct State {
@@ -55,6 +57,8 @@ pub(crate) struct State {
     pub totals: Totals,
     /// Version 8: where each group is.
     pub groups: Option<Vec<(GroupId, GroupAt)>>,
+    /// The groups' items were hashed as before version 10 (without directory regions).
+    pub groups_v8: bool,
 }
 
 /// Decodes a checkpoint payload whose first fragment carried `flags`.
@@ -71,14 +75,16 @@ pub(crate) fn decode_payload(flags: u8, b: &[u8]) -> Option<State> {
     decode(&zstd::bulk::decompress(r.rest(), len).ok()?)
 }
 
-/// Version 8's group table, after its magic.
-fn decode_groups(r: &mut Reader) -> Option<Vec<(GroupId, GroupAt)>> {
+/// The group table, after its magic (`wide`: version 10's, of 64-bit prefixes).
+fn decode_groups(r: &mut Reader, wide: bool) -> Option<Vec<(GroupId, GroupAt)>> {
     let n = r.u32()?;
     let mut table = Vec::with_capacity(n.min(1 << 20) as usize);
     for _ in 0..n {
-        let g = GroupId { depth: r.u8()?, prefix: r.u32()? };
+        let depth = r.u8()?;
+        let g = GroupId { depth, prefix: if wide { r.u64()? } else { u64::from(r.u32()?) } };
         let (version, crc) = (r.u64()?, r.u32()?);
-        table.push((g, GroupAt { frags: read_frags(r)?, version, crc }));
+        let inodes = if wide { r.u32()? } else { 0 };
+        table.push((g, GroupAt { frags: read_frags(r)?, version, crc, inodes }));
     }
     Some(table)
 }
@@ -171,6 +177,10 @@ pub(crate) fn decode(b: &[u8]) -> Option<State> {
             (i.xattrs, i.xattr_version) = (set, version);
         }
     }
-    let groups = if r.u32() == Some(GROUPS_MAGIC) { Some(decode_groups(&mut r)?) } else { None };
-    Some(State { inodes, dirs, data, next_ino, health, segments, maps, usage, totals, groups })
+    let (groups, groups_v8) = match r.u32() {
+        Some(GROUPS_MAGIC) => (Some(decode_groups(&mut r, true)?), false),
+        Some(GROUPS_MAGIC_V8) => (Some(decode_groups(&mut r, false)?), true),
+        _ => (None, false),
+    };
+    Some(State { inodes, dirs, data, next_ino, health, segments, maps, usage, totals, groups, groups_v8 })
 }

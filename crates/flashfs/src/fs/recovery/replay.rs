@@ -356,7 +356,7 @@ impl<N: Nand> Fs<N> {
         }
         self.groups = Default::default();
         if let Some((groups, table, contents)) = groups {
-            self.adopt_groups(groups, table, contents);
+            self.adopt_groups(groups, table, contents, state.groups_v8);
         }
         let on_flash = n.payload.len() + n.frags.len() * crate::fs::node::FRAG_HEADER;
         self.budget.checkpoint(on_flash as u64 + self.groups.bytes(), self.ns.len());
@@ -396,9 +396,10 @@ impl<N: Nand> Fs<N> {
                 self.count_loc(&l, false);
             }
         }
-        // A state that came from no groups (a checkpoint before version 8, or none): all of
-        // it goes into groups at the next checkpoint.
-        if self.groups.table().is_empty() {
+        // A state that came from no groups (a checkpoint before version 8, or none), or from
+        // groups hashed without regions (8 and 9): all of it goes into new groups at the next
+        // checkpoint.
+        if self.groups.table().is_empty() || self.groups.hashed_before_regions() {
             self.regroup();
         }
         Ok(())
