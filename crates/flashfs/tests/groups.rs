@@ -281,7 +281,8 @@ fn a_group_beyond_repair_is_no_starting_point() {
 /// A file unlinked while the cleaner writes a checkpoint inside the unlink (its inode node,
 /// link count 0, is in the page; the cleaner's checkpoint writes its group with it) is
 /// gone after the next mount: the inode's removal, which comes after, marks its group
-/// again. Near full, on a small chip, most unlinks run the cleaner; each is checked.
+/// again. Near full, on a small chip, the cleaner runs every few dozen operations; every
+/// unlinked file is checked.
 #[test]
 fn files_unlinked_while_the_cleaner_checkpoints_stay_gone_after_mount() {
     let opts = FsOptions { compression: Compression::Lz4, ..FsOptions::default() };
@@ -313,7 +314,9 @@ fn files_unlinked_while_the_cleaner_checkpoints_stay_gone_after_mount() {
         live.insert(n, d);
     }
     let runs = fs.stats().cleaner_runs - runs_before;
-    assert!(runs > 150, "the cleaner ran in {runs} of 1,200 operations");
+    // (A run frees two segments past the cleaner's reserve when it can: it runs once in a
+    // few dozen operations here, each time inside an unlink or a create.)
+    assert!(runs >= 25, "the cleaner ran in {runs} of 1,200 operations");
     let mut fs = Fs::open(fs.unmount().expect("unmount"), opts).expect("mount").0;
     for ino in &gone {
         assert!(fs.getattr(*ino).is_err(), "unlinked inode {ino:?} is back after mount");

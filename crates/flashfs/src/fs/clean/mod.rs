@@ -28,6 +28,10 @@ const WEAR_GAP: u32 = 8;
 /// How much more live (as a fraction of a segment) than the emptiest candidate a victim
 /// may be.
 const NEAR_EMPTIEST: f64 = 0.1;
+/// Segments a run of the cleaner frees beyond its reserve when it can: each run writes a
+/// checkpoint (the segments written since the last become victims only after one), so a
+/// run that stops at the reserve puts a checkpoint in every few operations near full.
+const CLEAN_PAST_RESERVE: usize = 2;
 
 /// The cleaner's own state.
 #[derive(Debug, Default)]
@@ -85,7 +89,7 @@ impl<N: Nand> Fs<N> {
         }
         self.cleaner.running = true;
         self.stats.cleaner_runs += 1;
-        let r = self.clean_until(reserve);
+        let r = self.clean_until(reserve + CLEAN_PAST_RESERVE);
         self.cleaner.running = false;
         let free = self.store.free_segments();
         self.cleaner.stalled = (free < reserve).then(|| (free, self.committed()));

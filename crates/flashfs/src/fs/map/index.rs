@@ -101,6 +101,10 @@ pub(crate) struct Index {
     /// Maps (chunk, version) found lost that could not be rebuilt (not tried again).
     pub(super) unrebuildable: HashSet<(ChunkKey, u64)>,
     pub(super) evictions: u64,
+    /// Chunks in RAM at which the next eviction pass looks for clean ones: a pass that
+    /// finds too few (most chunks dirty, as near full while the cleaner moves data) is not
+    /// tried again at every load.
+    pub(super) evict_at: usize,
     pub(super) maps_written: u64,
     /// Bytes of the maps written since the last checkpoint, before compression (part of what
     /// a checkpoint costs: see `Fs::checkpoint_interval`).
@@ -576,7 +580,7 @@ impl<N: Nand> Fs<N> {
     fn evict(&mut self, keep: ChunkKey) {
         let limit = self.opts.index_chunks.max(1);
         let loaded = &self.index.loaded;
-        if loaded.len() <= limit {
+        if loaded.len() <= limit.max(self.index.evict_at) {
             return;
         }
         let mut clean: Vec<(u64, ChunkKey)> = loaded
@@ -590,6 +594,11 @@ impl<N: Nand> Fs<N> {
             self.index.loaded.remove(&k);
             self.index.evictions += 1;
         }
+        // A pass scans every chunk in RAM: one that could not get under the bound (too few
+        // clean) is tried again an eighth of the bound later, so that a load costs a scan
+        // of eight chunks at most.
+        let left = self.index.loaded.len();
+        self.index.evict_at = if left > limit { left + limit.div_ceil(8) } else { 0 };
     }
 
     /// Records a page replayed onto a chunk whose map is not read yet.
@@ -819,6 +828,8 @@ impl<N: Nand> Fs<N> {
             self.index.maps_written += 1;
             if let Some(c) = self.index.loaded.get_mut(&ck) {
                 c.dirty = false;
+                // Clean now, it can go: the next load looks again.
+                self.index.evict_at = 0;
             }
         }
         Ok(())
