@@ -6,7 +6,7 @@
 # same FUSE library, session and mount options as bitmend's, so it isolates file system
 # work from plumbing). Not part of CI: a full run takes about 30 minutes.
 #
-#   ./scripts/fuse-perf.sh [--runs N] [--seconds S] [--only REGEX] [--no-tier-too] [--supervised-too] [--threads T]
+#   ./scripts/fuse-perf.sh [--runs N] [--seconds S] [--only REGEX] [--no-tier-too] [--supervised-too] [--threads T] [--dir DIR]
 #
 # Medians of N runs (default 3), S s per fio job at most (each job is one pass over a 64 MiB
 # file); --only runs the cases whose name matches REGEX (PostMark is "PostMark", dbench
@@ -14,11 +14,14 @@
 # writes to flash), to show what the tier buys; --supervised-too adds bitmend under its
 # supervisor (mount --supervise: every request and reply relayed once more); --threads serves bitmend's and
 # bitmend-passthrough's requests from T threads (default: their own default, 2;
-# passthrough_ll starts threads as it needs them, up to 10).
+# passthrough_ll starts threads as it needs them, up to 10); --dir puts the bitmend image and
+# the passthroughs' directories in DIR instead of /dev/shm (a disk's file system: the fair
+# floor for an image on that disk is the passthroughs over the same file system; the NVRAM
+# tier stays in /dev/shm, as NVRAM would).
 #
-# All run on RAM: the bitmend image (a NAND image file) and the passthroughs' directories live
-# in /dev/shm, so the figures compare file system work (signatures, parity, compression, the
-# log), not disks. Output: one table row per case, median MB/s (fio, dbench) or
+# By default all run on RAM: the bitmend image (a NAND image file) and the passthroughs'
+# directories live in /dev/shm, so the figures compare file system work (signatures, parity,
+# compression, the log), not disks. Output: one table row per case, median MB/s (fio, dbench) or
 # transactions/s (PostMark) of each system, and bitmend's ratio to each passthrough (above 1:
 # bitmend is faster). Needs fuse3, libfuse3-dev, a C compiler, fio, dbench and postmark (apt).
 set -euo pipefail
@@ -28,6 +31,7 @@ seconds=10
 only=.
 systems=(bitmend passthrough_ll bitmend-passthrough)
 threads=()
+base=/dev/shm
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs="$2"; shift 2 ;;
@@ -36,7 +40,8 @@ while [ $# -gt 0 ]; do
     --no-tier-too) systems=("${systems[@]:0:1}" no-tier "${systems[@]:1}"); shift ;;
     --supervised-too) systems=("${systems[@]:0:1}" supervised "${systems[@]:1}"); shift ;;
     --threads) threads=(--threads "$2"); shift 2 ;;
-    *) sed -n '2,24p' "$0"; exit 2 ;;
+    --dir) base="$2"; shift 2 ;;
+    *) sed -n '2,28p' "$0"; exit 2 ;;
   esac
 done
 for tool in fio postmark dbench fusermount3 cc pkg-config; do
@@ -47,7 +52,8 @@ examples=/usr/share/doc/libfuse3-dev/examples
 cargo build --quiet --release -p bitmend -p bitmend-bench
 bin="$PWD/target/release/bitmend"
 pass="$PWD/target/release/bitmend-passthrough"
-work=$(mktemp -d /dev/shm/bitmend-perf.XXXXXX)
+[ -d "$base" ] || { echo "fuse-perf: --dir $base: no such directory"; exit 1; }
+work=$(mktemp -d "$base/bitmend-perf.XXXXXX")
 # libfuse's example, as its Makefile builds it (-O2), against the installed libfuse.
 ll="$work/passthrough_ll"
 cc -O2 -Wall -o "$ll" "$examples/passthrough_ll.c" $(pkg-config fuse3 --cflags --libs) \
@@ -178,9 +184,9 @@ for run in $(seq "$runs"); do
   done
 done
 
-python3 - "$results" "$runs" "${systems[@]}" <<'PY'
+python3 - "$results" "$runs" "$(df --output=fstype "$work" | tail -1) at $base" "${systems[@]}" <<'PY'
 import statistics, sys
-systems = sys.argv[3:]
+systems = sys.argv[4:]
 rows = {}
 order = []
 for line in open(sys.argv[1]):
@@ -189,8 +195,9 @@ for line in open(sys.argv[1]):
         order.append(case)
         rows[case] = {"unit": unit, **{s: [] for s in systems}}
     rows[case][sys_].append(float(v) if v else float("nan"))
-print(f"medians of {sys.argv[2]} runs; passthrough_ll = tmpfs through libfuse's example (the anchor),"
-      " bitmend-passthrough = tmpfs through ours; ratios: above 1, bitmend is faster")
+where = sys.argv[3]
+print(f"medians of {sys.argv[2]} runs, in {where}; passthrough_ll = {where} through libfuse's example (the anchor),"
+      f" bitmend-passthrough = {where} through ours; ratios: above 1, bitmend is faster")
 floors = ["passthrough_ll", "bitmend-passthrough"]
 short = {"passthrough_ll": "ll", "bitmend-passthrough": "ours-pt"}
 ours = [s for s in systems if s not in floors]
