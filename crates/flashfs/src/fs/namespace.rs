@@ -145,11 +145,11 @@ impl Namespace {
 /// Changing: each method is one whole change, so that a table never holds half of one.
 impl Namespace {
     /// A number for a new inode in directory `dir`: the next counter, in the directory's
-    /// region (`keys.rs`).
-    pub fn allocate_ino(&mut self, dir: u64) -> u64 {
-        let counter = self.next_ino;
+    /// region (`keys.rs`); `None` once the counters are spent.
+    pub fn allocate_ino(&mut self, dir: u64) -> Option<u64> {
+        let ino = ino_in(dir, self.next_ino)?;
         self.next_ino += 1;
-        ino_in(dir, counter)
+        Some(ino)
     }
 
     /// Puts `inode` in as `ino` (a new one, or one replay or a group found), with an empty

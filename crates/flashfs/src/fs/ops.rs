@@ -107,7 +107,7 @@ impl<N: Nand> Fs<N> {
         // A symlink's target goes into its inode node, or, when long, into a page of data.
         self.reserve(u64::from(!target.is_empty()), 1)?;
         let inline = target.len() <= INLINE_TARGET_MAX;
-        let ino = self.ns.allocate_ino(parent);
+        let ino = self.ns.allocate_ino(parent).ok_or(FsError::NoSpace)?;
         let t = now();
         let attr = Attr {
             ino: Ino(ino),

@@ -636,7 +636,7 @@ mod tests {
         let mut maps = BTreeMap::new();
         for k in 2..2 + files {
             let dir = 1_000_000 + k % 140;
-            let ino = crate::fs::map::keys::ino_in(dir, k);
+            let ino = crate::fs::map::keys::ino_in(dir, k).expect("a counter below 2^44");
             let mut i = crate::fs::namespace::sample_file(ino);
             if ino.is_multiple_of(7) {
                 i.xattrs.insert(b"user.k".to_vec(), vec![ino as u8; 5]);
@@ -700,6 +700,22 @@ mod tests {
                 let g = groups.group_of(entry_hash(*dir, name));
                 assert!(g.holds(inode_hash(ino)) && g.holds(run_hash(ino, 0)), "{dir}/{name:?}");
             }
+        }
+    }
+
+    /// An inode number carries its directory's region above its counter, and none is made
+    /// once the counters reach the region's bits.
+    #[test]
+    fn inode_numbers_carry_their_region_until_the_counters_are_spent() {
+        use crate::fs::map::keys::{ino_counter, ino_in};
+        let last = (1u64 << 44) - 1;
+        for dir in [1u64, 2, 77, 1 << 50] {
+            for counter in [2, 1_000_000, last] {
+                let ino = ino_in(dir, counter).expect("a counter below 2^44");
+                assert_eq!(ino_counter(ino), counter);
+                assert_eq!(ino_region(ino), Some(dir_region(dir)).filter(|&r| r != 0));
+            }
+            assert_eq!(ino_in(dir, last + 1), None, "the counters are spent");
         }
     }
 

@@ -57,10 +57,10 @@ pub(crate) fn dir_region(dir: u64) -> u64 {
 
 /// The number of the inode made from `counter` in directory `dir`: the directory's region
 /// on top of the counter (an inode from before version 10, or one whose directory's region
-/// is 0, has none, and hashes as it did).
-pub(crate) fn ino_in(dir: u64, counter: u64) -> u64 {
-    debug_assert!(counter >> REGION_SHIFT == 0, "2^44 inodes made");
-    dir_region(dir) << REGION_SHIFT | counter
+/// is 0, has none, and hashes as it did). `None` once the counters are spent (2^44 inodes
+/// made, or an image that says so): a number would otherwise run into the region's bits.
+pub(crate) fn ino_in(dir: u64, counter: u64) -> Option<u64> {
+    (counter >> REGION_SHIFT == 0).then(|| dir_region(dir) << REGION_SHIFT | counter)
 }
 
 /// The counter an inode number was made from.
