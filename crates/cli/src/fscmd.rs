@@ -878,7 +878,7 @@ fn superblock_source(rep: &bitmend_flashfs::MountReport) -> String {
 /// `bitmend stat MOUNTPOINT`: what the daemon of a mounted file system says through its
 /// control file (space, files, the index, lifetime health).
 fn stat_mounted(a: &StatArgs) -> Result<(), CliError> {
-    let control = a.image.join(std::str::from_utf8(crate::scrubber::CONTROL_NAME).expect("ASCII"));
+    let control = crate::mounted::control_file(&a.image);
     let status = std::fs::read_to_string(&control)
         .map_err(|e| format!("{}: not a mounted bitmend file system ({e})", a.image.display()))?;
     if a.json {

@@ -160,6 +160,11 @@ pub fn detach(mountpoint: &Path) -> Result<(), String> {
     }
 }
 
+/// The control file of the bitmend mount at `mountpoint` (its status, and its commands).
+pub fn control_file(mountpoint: &Path) -> PathBuf {
+    mountpoint.join(std::str::from_utf8(CONTROL_NAME).expect("ASCII"))
+}
+
 #[derive(Args, Debug)]
 pub struct SyncArgs {
     /// The mountpoint of a mounted bitmend file system.
@@ -177,7 +182,7 @@ pub fn sync(a: &SyncArgs) -> Result<(), CliError> {
     if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
         return Err(format!("{}: syncfs: {}", a.mountpoint.display(), std::io::Error::last_os_error()).into());
     }
-    let control = a.mountpoint.join(std::str::from_utf8(CONTROL_NAME).expect("ASCII"));
+    let control = control_file(&a.mountpoint);
     std::fs::write(&control, "sync\n")
         .map_err(|e| CliError::Failed(format!("{}: commit failed: {e}", a.mountpoint.display())))
 }
@@ -198,7 +203,7 @@ pub fn umount(a: &UmountArgs) -> Result<(), CliError> {
     let image = entry.image().expect("a bitmend mount");
     // The tier its daemon writes to, while it can still say: a write-out that finishes
     // removes it.
-    let control = entry.mountpoint.join(std::str::from_utf8(CONTROL_NAME).expect("ASCII"));
+    let control = control_file(&entry.mountpoint);
     let status = std::fs::read_to_string(control).unwrap_or_default();
     let tier = crate::json::text_field(&status, "tier_path");
     // A supervisor lets go of the image between workers: the write-out is over when it ends.

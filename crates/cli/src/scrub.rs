@@ -14,7 +14,6 @@ use crate::error::EXIT_PROBLEMS;
 use crate::report::{
     health_json, quick_from_json, quick_json, quick_text, report_from_json, report_json, report_text, Quick,
 };
-use crate::scrubber::CONTROL_NAME;
 
 #[derive(Args, Debug)]
 pub struct ScrubArgs {
@@ -109,7 +108,7 @@ fn quick(a: &ScrubArgs) -> Result<u8, CliError> {
 
 /// The control file of the mounted file system at `a.target`, or why it is not one.
 fn control_file(a: &ScrubArgs) -> Result<PathBuf, CliError> {
-    let control: PathBuf = a.target.join(std::str::from_utf8(CONTROL_NAME).expect("ASCII"));
+    let control: PathBuf = crate::mounted::control_file(&a.target);
     std::fs::metadata(&control).map_err(|e| {
         format!("{}: not a mounted bitmend file system ({}: {e})", a.target.display(), control.display())
     })?;

@@ -118,11 +118,13 @@ impl Default for Groups {
     }
 }
 
+/// Hash `h` of an item of inode `ino`, moved into the inode's region if it has one.
+fn in_ino_region(ino: u64, h: u64) -> u64 {
+    ino_region(ino).map_or(h, |r| in_region(r, h))
+}
+
 fn inode_hash(ino: u64) -> u64 {
-    match ino_region(ino) {
-        Some(r) => in_region(r, mix(ino)),
-        None => mix(ino),
-    }
+    in_ino_region(ino, mix(ino))
 }
 
 fn entry_hash(parent: u64, name: &[u8]) -> u64 {
@@ -134,11 +136,7 @@ fn entry_hash(parent: u64, name: &[u8]) -> u64 {
 }
 
 fn run_hash(ino: u64, run: u64) -> u64 {
-    let h = mix(ino ^ run.rotate_left(40) ^ 0x5555_AAAA_0000_0000);
-    match ino_region(ino) {
-        Some(r) => in_region(r, h),
-        None => h,
-    }
+    in_ino_region(ino, mix(ino ^ run.rotate_left(40) ^ 0x5555_AAAA_0000_0000))
 }
 
 fn run_range(ino: u64, run: u64) -> std::ops::Range<ChunkKey> {
