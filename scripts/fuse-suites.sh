@@ -84,7 +84,10 @@ finish kills.img mntk
 # stress-ng's file-system stressors with --verify.
 if [ $quick = 1 ]; then fio_size=16M; stress_s=5; else fio_size=96M; stress_s=60; fi
 "$bin" mkfs "$work/tools.img" --size 256MiB > /dev/null
-"$bin" mount "$work/tools.img" "$work/mntt" "${check[@]}" > /dev/null
+# A namespace cache of 64 inodes: the groups of the namespace go and come back between
+# requests all through the tools' runs (and pjdfstest's below).
+small_cache=(--namespace-cache 64)
+"$bin" mount "$work/tools.img" "$work/mntt" "${check[@]}" "${small_cache[@]}" > /dev/null
 src=/usr/share/doc  # 124 MB in 5,000 files (most of them compressed already)
 [ $quick = 1 ] && src=/usr/share/doc/fio
 rsync -a "$src/" "$work/mntt/copy/"
@@ -118,7 +121,7 @@ cat > "$work/pjdfstest.toml" <<'TOML'
 entries = [["nobody", "nogroup"], ["daemon", "daemon"]]
 TOML
 "$bin" mkfs "$work/pjd.img" --size 64MiB > /dev/null
-"$bin" mount "$work/pjd.img" "$work/mntp" --allow-other "${check[@]}" > /dev/null
+"$bin" mount "$work/pjd.img" "$work/mntp" --allow-other "${check[@]}" "${small_cache[@]}" > /dev/null
 chmod 777 "$work/mntp"
 if ! pjdfstest -c "$work/pjdfstest.toml" -p "$work/mntp" > "$work/pjdfstest.log" 2>&1; then
   grep -E 'FAILED' "$work/pjdfstest.log" || tail -20 "$work/pjdfstest.log"
@@ -126,5 +129,8 @@ if ! pjdfstest -c "$work/pjdfstest.toml" -p "$work/mntp" > "$work/pjdfstest.log"
   exit 1
 fi
 echo "pjdfstest: $(grep -cE '^\S+\s+ok$' "$work/pjdfstest.log") passed, 0 failed"
+shed=$(grep -o '"namespace_groups_shed": [0-9]*' "$work/mntp/.bitmend-scrub" | grep -o '[0-9]*$')
+[ "${shed:-0}" -gt 0 ] || { echo "pjdfstest: the namespace cache of 64 inodes let no group go"; exit 1; }
+echo "pjdfstest: $shed namespace groups let go and read again"
 state_clean mntp
 finish pjd.img mntp

@@ -130,6 +130,7 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
     repair(opts, emit);
     mount(opts, emit);
     crate::scale::scale(opts, emit);
+    crate::namespace::run(opts, emit);
     run_fs(opts, emit);
     crate::near_full::run(opts, emit);
     postmark(opts, emit);

@@ -16,6 +16,7 @@ pub mod heap;
 pub mod heap_alloc;
 pub mod heap_kv;
 pub mod littlefs;
+pub mod namespace;
 pub mod near_full;
 pub mod nvlog;
 pub mod parity_floor;

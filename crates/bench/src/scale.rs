@@ -24,14 +24,25 @@ struct Mounted {
 }
 
 /// The memory a fresh `bitmend stat` gains mounting the image at `path`.
-fn mount_ram(path: &std::path::Path) -> Option<u64> {
+pub(crate) fn mount_ram(path: &std::path::Path) -> Option<u64> {
+    let text = stat_json(path, &[])?;
+    json_number(&text, "mount_ram_bytes")
+}
+
+/// What a fresh `bitmend stat IMAGE --json` with `args` prints; `None` when not run from the
+/// `bitmend` binary.
+pub(crate) fn stat_json(path: &std::path::Path, args: &[&str]) -> Option<String> {
     let exe = std::env::current_exe().ok()?;
     if !exe.file_name()?.to_string_lossy().starts_with("bitmend") {
         return None;
     }
-    let out = std::process::Command::new(exe).arg("stat").arg(path).arg("--json").output().ok()?;
-    let text = String::from_utf8(out.stdout).ok()?;
-    let at = text.find("\"mount_ram_bytes\": ")? + 19;
+    let out = std::process::Command::new(exe).arg("stat").arg(path).arg("--json").args(args).output().ok()?;
+    String::from_utf8(out.stdout).ok()
+}
+
+/// The number after `"key": ` in `text`.
+pub(crate) fn json_number<T: std::str::FromStr>(text: &str, key: &str) -> Option<T> {
+    let at = text.find(&format!("\"{key}\": "))? + key.len() + 4;
     text[at..].split([',', '}']).next()?.trim().parse().ok()
 }
 
@@ -61,7 +72,7 @@ fn one_size(path: &PathBuf, blocks: u32) -> Result<Mounted, String> {
     let opts = FsOptions::default();
     let t = Instant::now();
     let nand = FileNand::open(path).map_err(|e| e.to_string())?;
-    let (fs, _) = Fs::open(nand, opts).map_err(|e| e.to_string())?;
+    let (mut fs, _) = Fs::open(nand, opts).map_err(|e| e.to_string())?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
     // Mounted for use: the files are there.
     let small = fs.lookup(ROOT, b"small199").map_err(|e| e.to_string())?;

@@ -32,6 +32,10 @@ enum Suite {
     /// The flash file system on a modelled RCFFS chip (128 MiB, 2 KiB pages): throughput,
     /// write amplification, sync cost, repair time and mount time.
     Flashfs,
+    /// Of `flashfs`'s rows, the namespace's alone: mount time, the mount's RAM and create,
+    /// stat, readdir and unlink with 1,000 to 1,000,000 files (image files in the temporary
+    /// directory).
+    Namespace,
     /// The space a real tree of files takes with each codec, beside mkfs.ubifs images of the
     /// same tree (lz4 beside LZO, zstd beside zstd).
     Corpus,
@@ -106,6 +110,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
             }
             bitmend_bench::flashfs::run(&opts, &mut emit);
         }
+        Suite::Namespace => bitmend_bench::namespace::run(&opts, &mut emit),
         Suite::Nvlog => {
             if !json {
                 eprintln!(

@@ -271,6 +271,11 @@ pub struct MountArgs {
     /// of RAM per chunk at most.
     #[arg(long, default_value_t = bitmend_flashfs::DEFAULT_INDEX_CHUNKS, value_name = "N")]
     pub index_chunks: usize,
+    /// Inodes of the namespace kept in RAM, with their names and maps: the groups of the
+    /// namespace are read as they are needed, and those unchanged since are let go between
+    /// requests past this many. About 1 KiB of RAM each; 0 keeps every one read.
+    #[arg(long, default_value_t = bitmend_flashfs::DEFAULT_NAMESPACE_CACHE, value_name = "N")]
+    pub namespace_cache: usize,
     /// lz4's effort for cold data, which the cleaner rewrites when it moves it: 0 its fast
     /// compressor (several hundred MB/s), 1 to 12 its high-compression one (9: about 13%
     /// smaller on source code, about 40 MB/s; 12: slower still for little more). Either way
@@ -416,6 +421,8 @@ fn spawn_daemon(a: &MountArgs) -> Result<(), CliError> {
         .arg(a.scrub_pause_ms.to_string())
         .arg("--index-chunks")
         .arg(a.index_chunks.to_string())
+        .arg("--namespace-cache")
+        .arg(a.namespace_cache.to_string())
         .arg("--lz4-level")
         .arg(a.lz4_level.to_string())
         .arg("--lz4-write-level")
@@ -693,6 +700,7 @@ pub fn mount(a: &MountArgs) -> Result<(), CliError> {
     let nand = open_image(&a.image)?;
     let opts = FsOptions {
         index_chunks: a.index_chunks,
+        namespace_cache: a.namespace_cache,
         lz4_level: a.lz4_level,
         lz4_write_level: a.lz4_write_level,
         node_pages: a.node_pages,
@@ -905,6 +913,15 @@ fn stat_mounted(a: &StatArgs) -> Result<(), CliError> {
         stored >> 10
     );
     println!("  index          {} chunks", space.index_chunks);
+    if let Ok(groups) = crate::json::number(&status, "namespace_groups") {
+        let n = |k| crate::json::number(&status, k).unwrap_or(0);
+        println!(
+            "  namespace      {} inodes in memory; {} of {groups} groups not in memory, {} let go so far",
+            n("namespace_inodes_in_memory"),
+            n("namespace_groups_unread"),
+            n("namespace_groups_shed")
+        );
+    }
     println!(
         "  repairs so far {} pages from group parity, {} from segment parity, {} logical pages relocated, \
          {} beyond repair",
@@ -951,6 +968,41 @@ pub struct StatArgs {
     /// One JSON object on stdout instead of text.
     #[arg(long)]
     pub json: bool,
+    /// After mounting, read every directory and the attributes of every file in it (as
+    /// `find -ls` does), keeping the namespace within its default cache, and report the time
+    /// and the memory the walk took beyond the mount (an image file, not mounted).
+    #[arg(long)]
+    pub walk: bool,
+}
+
+/// What [`walk`] found and cost.
+struct Walked {
+    files: u64,
+    ms: f64,
+    /// The most anonymous memory the process held beyond what it held when the walk began.
+    ram: u64,
+}
+
+/// Reads every directory from the root and the attributes of every entry, letting the
+/// namespace go back within its cache between operations (as the mount does).
+fn walk(fs: &mut Fs<Flash>) -> Result<Walked, bitmend_flashfs::FsError> {
+    let (start, t) = (anon_rss(), std::time::Instant::now());
+    let (mut files, mut ram) = (0u64, 0u64);
+    let mut dirs = vec![bitmend_flashfs::ROOT];
+    while let Some(dir) = dirs.pop() {
+        let entries = fs.readdir(dir)?;
+        fs.shed_namespace();
+        for e in entries {
+            let a = fs.getattr(e.ino)?;
+            fs.shed_namespace();
+            files += 1;
+            if a.kind == bitmend_flashfs::FileType::Dir {
+                dirs.push(e.ino);
+            }
+        }
+        ram = ram.max(anon_rss().saturating_sub(start));
+    }
+    Ok(Walked { files, ms: t.elapsed().as_secs_f64() * 1e3, ram })
 }
 
 /// Tells glibc's allocator to keep freed memory for reuse instead of handing it back to the
@@ -988,8 +1040,12 @@ pub fn stat(a: &StatArgs) -> Result<(), CliError> {
     }
     // What mounting costs: the process is fresh, so the memory it gains is the mount's.
     let (ram_before, t) = (anon_rss(), std::time::Instant::now());
-    let (fs, rep) = open_fs_offline(&a.image)?;
+    let (mut fs, rep) = open_fs_offline(&a.image)?;
     let (mount_ms, mount_ram) = (t.elapsed().as_secs_f64() * 1e3, anon_rss().saturating_sub(ram_before));
+    let walked = match a.walk {
+        true => Some(walk(&mut fs).map_err(|source| CliError::Image { image: a.image.clone(), source })?),
+        false => None,
+    };
     let (total, free) = fs.statfs();
     let (logical, stored) = fs.data_space();
     let ratio = if stored > 0 { logical as f64 / stored as f64 } else { 1.0 };
@@ -999,13 +1055,16 @@ pub fn stat(a: &StatArgs) -> Result<(), CliError> {
     let hist = histogram(&s.erase_counts, 8);
     let codec =
         fs.recorded_compression().map_or("not recorded".to_string(), |c| format!("{c:?}").to_lowercase());
+    let walk = walked.as_ref().map_or(String::new(), |w| {
+        format!(", \"walk_files\": {}, \"walk_ms\": {:.1}, \"walk_ram_bytes\": {}", w.files, w.ms, w.ram)
+    });
     if a.json {
         let h: Vec<String> =
             hist.iter().map(|(a, b, n)| format!("{{\"from\": {a}, \"to\": {b}, \"blocks\": {n}}}")).collect();
         println!(
             "{{\"image\": {}, {}, \"compression\": \"{codec}\", \"compression_ratio\": {ratio:.3}, \
              \"bad_blocks\": {}, \"repaired_at_mount\": {}, \"mounted_by\": \"{}\", \"chain_segments\": {}, \"pages_replayed\": {}, \
-             {}, \"mount_ms\": {mount_ms:.2}, \"mount_ram_bytes\": {mount_ram}, \"erase_histogram\": [{}]}}",
+             {}, \"mount_ms\": {mount_ms:.2}, \"mount_ram_bytes\": {mount_ram}{walk}, \"erase_histogram\": [{}]}}",
             json_str(&a.image.display().to_string()),
             crate::report::space_json(&crate::report::Space::of(&fs)),
             s.bad.len(),
@@ -1020,6 +1079,13 @@ pub fn stat(a: &StatArgs) -> Result<(), CliError> {
     }
     println!("{}: bitmend flash file system", a.image.display());
     println!("  mount          {mount_ms:.1} ms, {:.1} MiB of RAM", mount_ram as f64 / (1 << 20) as f64);
+    if let Some(w) = &walked {
+        let mib = w.ram as f64 / (1 << 20) as f64;
+        println!(
+            "  walk           {} files in {:.0} ms, {mib:.1} MiB of RAM beyond the mount at most",
+            w.files, w.ms
+        );
+    }
     println!(
         "  space          {} MiB free of {} MiB (segments: {used} of {segs} in use)",
         free >> 20,

@@ -98,6 +98,8 @@ impl Drop for Locked<'_> {
     fn drop(&mut self) {
         if let Some(fs) = self.0.fs.as_mut() {
             fs.set_request(None);
+            // Between requests: the namespace back within its cache.
+            fs.shed_namespace();
         }
     }
 }
@@ -281,8 +283,8 @@ impl FuseFs {
     }
 
     fn control(&self) -> FileAttr {
-        let m = lock(&self.shared);
-        let owner = m.fs.as_ref().and_then(|fs| fs.getattr(ROOT).ok()).map_or((0, 0), |a| (a.uid, a.gid));
+        let mut m = lock(&self.shared);
+        let owner = m.fs.as_mut().and_then(|fs| fs.getattr(ROOT).ok()).map_or((0, 0), |a| (a.uid, a.gid));
         control_attr(m.status().len(), owner)
     }
 }

@@ -145,8 +145,8 @@ impl Mounted {
         let cleaner = self.fs.as_ref().map_or(String::new(), |fs| {
             let f = fs.stats();
             format!(
-                ", \"segments_cleaned\": {}, \"segments_cleaned_in_steps\": {}, \"cleaner_runs\": {}, \"pages_moved\": {}",
-                f.segments_cleaned, f.segments_cleaned_in_steps, f.cleaner_runs, f.pages_moved
+                ", \"segments_cleaned\": {}, \"segments_cleaned_in_steps\": {}, \"cleaner_runs\": {}, \"pages_moved\": {}, \"namespace_inodes_in_memory\": {}, \"namespace_groups\": {}, \"namespace_groups_unread\": {}, \"namespace_groups_shed\": {}",
+                f.segments_cleaned, f.segments_cleaned_in_steps, f.cleaner_runs, f.pages_moved, f.inodes_in_memory, f.groups, f.groups_unread, f.groups_shed
             )
         });
         let tier = self.fs.as_ref().and_then(|fs| fs.tier_fill()).map_or(String::new(), |t| {

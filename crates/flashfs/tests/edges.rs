@@ -380,7 +380,7 @@ fn dropping_privileges_clears_setuid_setgid_with_group_execute_and_the_capabilit
     for &ino in &inos {
         fs.drop_privileges(ino).unwrap();
     }
-    let (fs, _) = Fs::open(fs.unmount().unwrap(), opts()).unwrap();
+    let (mut fs, _) = Fs::open(fs.unmount().unwrap(), opts()).unwrap();
     for ((name, _, want), ino) in cases.iter().zip(&inos) {
         let a = fs.getattr(*ino).unwrap();
         assert_eq!(a.perm, *want, "{}", String::from_utf8_lossy(name));

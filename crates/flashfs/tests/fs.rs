@@ -663,7 +663,7 @@ fn special_files_keep_their_type_and_device_number_across_a_remount() {
     }
     let f = fs.lookup(ROOT, b"s0").unwrap();
     assert!(matches!(fs.read(f.ino, 0, 10), Err(FsError::Posix(PosixError::Invalid { .. }))));
-    let (fs2, _) = Fs::open(fs.unmount().unwrap(), opts(Compression::Lz4)).unwrap();
+    let (mut fs2, _) = Fs::open(fs.unmount().unwrap(), opts(Compression::Lz4)).unwrap();
     for (i, (k, rdev)) in kinds.iter().enumerate() {
         let a = fs2.lookup(ROOT, format!("s{i}").as_bytes()).unwrap();
         assert_eq!((a.kind, a.rdev, a.perm, a.uid, a.gid, a.nlink), (*k, *rdev, 0o640, 7, 8, 1));

@@ -315,8 +315,9 @@ fn files_unlinked_while_the_cleaner_checkpoints_stay_gone_after_mount() {
     }
     let runs = fs.stats().cleaner_runs - runs_before;
     // (A run frees two segments past the cleaner's reserve when it can: it runs once in a
-    // few dozen operations here, each time inside an unlink or a create.)
-    assert!(runs >= 25, "the cleaner ran in {runs} of 1,200 operations");
+    // few dozen operations here, each time inside an unlink or a create; 23 to 28 times,
+    // as the inodes' times vary the nodes' sizes.)
+    assert!(runs >= 15, "the cleaner ran in {runs} of 1,200 operations");
     let mut fs = Fs::open(fs.unmount().expect("unmount"), opts).expect("mount").0;
     for ino in &gone {
         assert!(fs.getattr(*ino).is_err(), "unlinked inode {ino:?} is back after mount");

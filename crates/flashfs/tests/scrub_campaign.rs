@@ -102,7 +102,7 @@ fn build(n: usize) -> (RamNand, Model) {
     // Some rewritten (stale data for the cleaner), some deleted.
     for i in (0..n).step_by(11) {
         let (d, name, _) = &files[i];
-        let ino = lookup(&fs, d, name).unwrap();
+        let ino = lookup(&mut fs, d, name).unwrap();
         let data = content(&mut rng, i + 1);
         fs.setattr(ino, bitmend_flashfs::SetAttr { size: Some(0), ..Default::default() }).unwrap();
         fs.write(ino, 0, &data).unwrap();
@@ -116,7 +116,7 @@ fn build(n: usize) -> (RamNand, Model) {
     (fs.unmount().unwrap(), Model { files })
 }
 
-fn lookup<N: Nand>(fs: &Fs<N>, dir: &str, name: &str) -> Result<Ino, FsError> {
+fn lookup<N: Nand>(fs: &mut Fs<N>, dir: &str, name: &str) -> Result<Ino, FsError> {
     let parent = if dir.is_empty() { ROOT } else { fs.lookup(ROOT, dir.as_bytes())?.ino };
     Ok(fs.lookup(parent, name.as_bytes())?.ino)
 }
@@ -232,7 +232,7 @@ fn case(base: &RamNand, model: &Model, at: Target, pages: &[u32], t: &mut Tally)
             while !fs.scrub_step(&mut p).unwrap_or_else(|e| panic!("{what}: scrub step: {e}")) {
                 // A request between steps, as the mount serves them.
                 let (d, name, _) = &model.files[k * 7 % model.files.len()];
-                if let Ok(ino) = lookup(&fs, d, name) {
+                if let Ok(ino) = lookup(&mut fs, d, name) {
                     let _ = fs.read(ino, 0, 4096);
                 }
                 k += 1;

@@ -18,7 +18,7 @@ fn remount(fs: Fs<bitmend_media::nand::RamNand>, index_chunks: usize) -> Fs<bitm
     Fs::open(fs.unmount().unwrap(), opts(index_chunks)).unwrap().0
 }
 
-fn blocks(fs: &Fs<bitmend_media::nand::RamNand>, ino: Ino) -> u64 {
+fn blocks(fs: &mut Fs<bitmend_media::nand::RamNand>, ino: Ino) -> u64 {
     fs.stored_blocks(ino)
 }
 
@@ -26,30 +26,30 @@ fn blocks(fs: &Fs<bitmend_media::nand::RamNand>, ino: Ino) -> u64 {
 fn st_blocks_counts_stored_pages_not_holes() {
     let mut fs = Fs::format(chip(256), cfg(), opts(1024)).unwrap();
     let f = fs.create(ROOT, b"sparse", 0o644, 0, 0).unwrap().ino;
-    assert_eq!(blocks(&fs, f), 0, "empty");
+    assert_eq!(blocks(&mut fs, f), 0, "empty");
     fs.setattr(f, bitmend_flashfs::SetAttr { size: Some(1 << 30), ..Default::default() }).unwrap();
-    assert_eq!(blocks(&fs, f), 0, "1 GiB of hole");
+    assert_eq!(blocks(&mut fs, f), 0, "1 GiB of hole");
     // Ten pages written, one byte far out: 11 pages, dirty (not yet on the flash).
     fs.write(f, 0, &vec![7u8; 10 * 4096]).unwrap();
     fs.write(f, 100 << 20, b"x").unwrap();
-    assert_eq!(blocks(&fs, f), 11 * PAGE, "dirty");
+    assert_eq!(blocks(&mut fs, f), 11 * PAGE, "dirty");
     fs.sync().unwrap();
-    assert_eq!(blocks(&fs, f), 11 * PAGE, "on the flash, index in RAM");
+    assert_eq!(blocks(&mut fs, f), 11 * PAGE, "on the flash, index in RAM");
     // Chunk maps out of RAM (a window of one chunk): counted from the maps' summaries.
     let mut fs = remount(fs, 1);
-    assert_eq!(blocks(&fs, f), 11 * PAGE, "index on the flash");
+    assert_eq!(blocks(&mut fs, f), 11 * PAGE, "index on the flash");
     // Punching pages 2..5 whole and half of page 6: 4 pages fewer (page 6 keeps data).
     fs.fallocate(f, 2 * 4096, 4 * 4096 + 2048, Falloc::PunchHole).unwrap();
-    assert_eq!(blocks(&fs, f), 7 * PAGE, "after the punch");
+    assert_eq!(blocks(&mut fs, f), 7 * PAGE, "after the punch");
     assert_eq!(fs.read(f, 6 * 4096, 4096).unwrap()[2048..], vec![7u8; 2048][..]);
     let mut fs = remount(fs, 1);
-    assert_eq!(blocks(&fs, f), 7 * PAGE, "after the punch, remounted");
+    assert_eq!(blocks(&mut fs, f), 7 * PAGE, "after the punch, remounted");
     // A truncate to mid-page drops the pages past the end; the new last page (a hole, here)
     // is written cut, so it is stored: pages 0, 1 and 3.
     fs.setattr(f, bitmend_flashfs::SetAttr { size: Some(3 * 4096 + 1), ..Default::default() }).unwrap();
-    assert_eq!(blocks(&fs, f), 3 * PAGE, "after the truncate");
-    let fs = remount(fs, 1024);
-    assert_eq!(blocks(&fs, f), 3 * PAGE, "after the truncate, remounted");
+    assert_eq!(blocks(&mut fs, f), 3 * PAGE, "after the truncate");
+    let mut fs = remount(fs, 1024);
+    assert_eq!(blocks(&mut fs, f), 3 * PAGE, "after the truncate, remounted");
 }
 
 #[test]

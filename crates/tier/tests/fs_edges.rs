@@ -181,7 +181,7 @@ fn a_record_that_does_not_decode_is_refused_and_another_file_systems_tier_too() 
         pages: Vec::new(),
         held_open: Vec::new(),
     };
-    let (fs, _, report) = Fs::open_recovering(nand, opts(), garbage).unwrap();
+    let (mut fs, _, report) = Fs::open_recovering(nand, opts(), garbage).unwrap();
     assert_eq!((report.nodes_refused, report.nodes_applied), (1, 0));
     assert_eq!(fs.readdir(ROOT).unwrap(), vec![]);
     let id = fs.store().fs_id();

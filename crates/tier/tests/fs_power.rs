@@ -50,7 +50,7 @@ fn split(path: &str) -> (bool, &str) {
     }
 }
 
-fn dir_of(fs: &Fs<Chip>, in_d: bool) -> Ino {
+fn dir_of(fs: &mut Fs<Chip>, in_d: bool) -> Ino {
     if in_d {
         fs.lookup(ROOT, b"d").unwrap().ino
     } else {

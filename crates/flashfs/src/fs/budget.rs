@@ -75,7 +75,7 @@ impl<N: Nand> Fs<N> {
     /// the one a mount may start from stays until a newer one replaces it) with what the
     /// names created since add to it, and the reservations of dirty pages and inodes.
     pub(crate) fn committed(&self) -> u64 {
-        let grown = (self.ns.len() as u64).saturating_sub(self.budget.ckpt_inodes);
+        let grown = (self.inode_count() as u64).saturating_sub(self.budget.ckpt_inodes);
         let ckpt = self.budget.ckpt_bytes + grown * NAME_COST;
         let dirty = (self.wb.len() as u64 + self.reserved.pages()) * self.page_cost();
         let inodes = self.wb.inodes_waiting() as u64 * NAME_COST;

@@ -49,6 +49,14 @@ impl<N: Nand> Fs<N> {
     ) -> CheckReport {
         let mut c = CheckReport::default();
         let rebuilt_before = self.index.counts().rebuilt;
+        // The whole namespace: a group that does not read is a problem to name.
+        for (g, pages, e) in self.page_in_all_for_check() {
+            c.unreadable_pages += pages as u64;
+            c.problems.push(format!("namespace group {g:?} does not read: {e}"));
+        }
+        if let Err(e) = self.drop_orphans() {
+            c.problems.push(format!("the pages of a file without a link do not go: {e}"));
+        }
         self.check_namespace(&mut c);
         // Every copy of the superblock (a mount rewrites a damaged one it can).
         for &block in self.store.damaged_superblocks() {

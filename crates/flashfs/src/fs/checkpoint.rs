@@ -269,7 +269,7 @@ impl<N: Nand> Fs<N> {
         // is due too: the space budget holds the last one's size twice (it and the one a
         // mount may start from stay on flash), which after deleting most files would be
         // free space withheld until the log grew the interval.
-        let shrunk = (self.ns.len() as u64) < self.budget.checkpoint_inodes() / 2;
+        let shrunk = (self.inode_count() as u64) < self.budget.checkpoint_inodes() / 2;
         self.log_since_checkpoint() >= self.checkpoint_interval() || shrunk
     }
 
@@ -324,6 +324,7 @@ impl<N: Nand> Fs<N> {
     }
 
     fn write_checkpoint(&mut self) -> Result<(), FsError> {
+        self.drop_orphans()?;
         self.cleaner.unpin_all();
         self.flush_data()?;
         if self.page.fill() > 0 {
@@ -410,7 +411,7 @@ impl<N: Nand> Fs<N> {
         self.stats.checkpoint_bytes = blob.len() as u64;
         // What a mount needs of it: the node and every group it names.
         let on_flash = blob.len() as u64 + pages * FRAG_HEADER as u64 + self.groups.bytes();
-        self.budget.checkpoint(on_flash, self.ns.len());
+        self.budget.checkpoint(on_flash, self.inode_count());
         Ok(())
     }
 

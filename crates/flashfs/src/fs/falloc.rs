@@ -107,6 +107,8 @@ impl<N: Nand> Fs<N> {
     /// Allocates, punches or zeroes `len` bytes at `off` of regular file `ino`.
     pub fn fallocate(&mut self, ino: Ino, off: u64, len: u64, how: Falloc) -> Result<(), FsError> {
         let ino = ino.0;
+        self.need_inode(ino)?;
+        self.need_file_maps(ino)?;
         match self.inode(ino)?.attr.kind {
             FileType::File => {}
             FileType::Dir => return Err(PosixError::IsDir.into()),

@@ -123,6 +123,12 @@ pub struct FsOptions {
     pub verify: Verify,
     /// Clean logical pages kept in RAM with their CRCs (0: none; reads go to flash).
     pub cache_pages: usize,
+    /// A mount reads the namespace's groups as they are needed, not all at once (format
+    /// 10; an older image is read whole, to be regrouped).
+    pub lazy_namespace: bool,
+    /// Inodes kept in memory before groups read and unchanged since are let go
+    /// ([`Fs::shed_namespace`], between operations); 0: no bound.
+    pub namespace_cache: usize,
 }
 
 /// With [`FsOptions::background_write_back`], how many times `dirty_limit` of dirty data a
@@ -164,11 +170,17 @@ impl Default for FsOptions {
             node_pages: DEFAULT_NODE_PAGES,
             verify: Verify::AfterCheck(cache::TICK),
             cache_pages: DEFAULT_CACHE_PAGES,
+            lazy_namespace: true,
+            namespace_cache: DEFAULT_NAMESPACE_CACHE,
         }
     }
 }
 
 pub use crate::fs::node::{MAX_LZ4_LEVEL, MAX_NODE_PAGES};
+
+/// Inodes a mount keeps in memory by default: with their names, maps and group bookkeeping
+/// about 1 KiB each (`bench namespace`), so about 16 MiB.
+pub const DEFAULT_NAMESPACE_CACHE: usize = 16_384;
 
 pub use cache::{CacheCheck, CacheStats, Cached, Verify, TICK};
 pub use map::index::DEFAULT_INDEX_CHUNKS;
@@ -236,6 +248,12 @@ pub struct FsStats {
     /// Group nodes of the namespace written (version 8), and the groups the state is in now.
     pub groups_written: u64,
     pub groups: u64,
+    /// Groups not in memory: not read since mount (`FsOptions::lazy_namespace`), or let go.
+    pub groups_unread: u64,
+    /// Groups let go to keep the namespace within its cache, since mount.
+    pub groups_shed: u64,
+    /// Inodes in memory (the namespace cache's measure).
+    pub inodes_in_memory: u64,
     /// Logical pages planned to be read from flash without the lock (`plan_read`), and of
     /// those, pages whose check failed and were read again under it (`finish_read`).
     pub reads_unlocked: u64,
@@ -394,7 +412,7 @@ pub(crate) const SKIP_AFTER_INCOMPRESSIBLE_MAX: u32 = 63;
 impl<N: Nand> std::fmt::Debug for Fs<N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Fs")
-            .field("inodes", &self.ns.len())
+            .field("inodes", &self.inode_count())
             .field("store", &self.store)
             .finish_non_exhaustive()
     }
@@ -490,6 +508,9 @@ impl<N: Nand> Fs<N> {
             maps_rebuilt: index.rebuilt,
             groups_written: self.groups.written(),
             groups: self.groups.table().len() as u64,
+            groups_unread: self.groups.unread_count() as u64,
+            groups_shed: self.groups.shed_count(),
+            inodes_in_memory: self.ns.len() as u64,
             ..self.stats
         }
     }
@@ -543,8 +564,8 @@ impl<N: Nand> Fs<N> {
         }
     }
 
-    /// Files, directories and symlinks.
+    /// Files, directories and symlinks (those in groups not read yet counted from the table).
     pub fn inode_count(&self) -> usize {
-        self.ns.len()
+        self.ns.len() + self.groups.unread_inodes()
     }
 }

@@ -133,6 +133,25 @@ impl Namespace {
         }
     }
 
+    /// Takes inode `ino` out of memory, not out of the file system: its group is read again
+    /// when it is needed (`map/shedding.rs`).
+    pub fn forget(&mut self, ino: u64) {
+        self.inodes.remove(&ino);
+        if self.dirs.get(&ino).is_some_and(|d| d.is_empty()) {
+            self.dirs.remove(&ino);
+        }
+    }
+
+    /// Takes an entry out of memory, as [`forget`](Self::forget) does an inode.
+    pub fn forget_entry(&mut self, parent: u64, name: &[u8]) {
+        if let Some(d) = self.dirs.get_mut(&parent) {
+            d.remove(name);
+            if d.is_empty() && !self.inodes.contains_key(&parent) {
+                self.dirs.remove(&parent);
+            }
+        }
+    }
+
     pub fn is_open(&self, ino: u64) -> bool {
         self.open_handles.contains_key(&ino)
     }

@@ -374,7 +374,23 @@ pub(crate) fn unpack_zstd(b: &[u8], magic: u32, max: usize) -> Option<std::borro
     if len > max {
         return None;
     }
-    zstd::bulk::decompress(head.rest(), len).ok().map(std::borrow::Cow::Owned)
+    zstd_decompress(head.rest(), len).map(std::borrow::Cow::Owned)
+}
+
+/// One zstd frame decompressed (at most `len` bytes), by a decompressor kept per thread: as
+/// for [`zstd_compress`], making one costs more than decompressing a small group or map.
+pub(crate) fn zstd_decompress(frame: &[u8], len: usize) -> Option<Vec<u8>> {
+    use std::cell::RefCell;
+    thread_local! {
+        static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
+    }
+    DECOMPRESSOR.with(|d| {
+        let mut d = d.borrow_mut();
+        if d.is_none() {
+            *d = Some(zstd::bulk::Decompressor::new().ok()?);
+        }
+        d.as_mut()?.decompress(frame, len).ok()
+    })
 }
 
 /// `data` compressed as one zstd frame at `level`, by a compressor kept per thread and
@@ -496,7 +512,7 @@ pub(crate) fn decode_pages(b: &[u8], codec: u8, count: usize) -> Option<Vec<u8>>
         // liblz4's bounds-checked decoder (about twice lz4_flex's safe one, measured when
         // both were in use): a 4 KiB read may decompress a node of 16.
         FLAG_LZ4 => lz4::block::decompress(body, Some(len as i32)).ok()?,
-        FLAG_ZSTD => zstd::bulk::decompress(body, len).ok()?,
+        FLAG_ZSTD => zstd_decompress(body, len)?,
         _ => return None,
     };
     (pages.len() == len).then_some(pages)

@@ -63,24 +63,33 @@ impl<N: Nand> Fs<N> {
     }
 
     /// The attributes of `ino`.
-    pub fn getattr(&self, ino: Ino) -> Result<Attr, FsError> {
+    pub fn getattr(&mut self, ino: Ino) -> Result<Attr, FsError> {
         let ino = ino.0;
+        self.need_inode(ino)?;
         Ok(self.inode(ino)?.attr.clone())
     }
 
     /// The entry `name` in directory `parent`.
-    pub fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Attr, FsError> {
+    pub fn lookup(&mut self, parent: Ino, name: &[u8]) -> Result<Attr, FsError> {
         let parent = parent.0;
         if name.len() > NAME_MAX {
             return Err(PosixError::NameTooLong.into());
         }
+        self.need_inode(parent)?;
+        self.need_entry(parent, name)?;
         let child = *self.dir(parent)?.get(name).ok_or(FsError::Posix(PosixError::NotFound))?;
         self.getattr(Ino(child))
     }
 
     /// The entries of directory `ino` (without "." and "..").
-    pub fn readdir(&self, ino: Ino) -> Result<Vec<DirEntry>, FsError> {
+    pub fn readdir(&mut self, ino: Ino) -> Result<Vec<DirEntry>, FsError> {
         let ino = ino.0;
+        self.need_inode(ino)?;
+        self.need_dir(ino)?;
+        let children: Vec<u64> = self.dir(ino)?.values().copied().collect();
+        for child in children {
+            self.need_inode(child)?;
+        }
         Ok(self
             .dir(ino)?
             .iter()
@@ -101,6 +110,8 @@ impl<N: Nand> Fs<N> {
         target: &[u8],
     ) -> Result<Attr, FsError> {
         check_name(name)?;
+        self.need_inode(parent)?;
+        self.need_entry(parent, name)?;
         if self.dir(parent)?.contains_key(name) {
             return Err(PosixError::Exists.into());
         }
@@ -108,6 +119,8 @@ impl<N: Nand> Fs<N> {
         self.reserve(u64::from(!target.is_empty()), 1)?;
         let inline = target.len() <= INLINE_TARGET_MAX;
         let ino = self.ns.allocate_ino(parent).ok_or(FsError::NoSpace)?;
+        // Its group read before it changes (a group is in memory whole or not at all).
+        self.need_inode(ino)?;
         let t = now();
         let attr = Attr {
             ino: Ino(ino),
@@ -210,6 +223,7 @@ impl<N: Nand> Fs<N> {
 
     pub fn readlink(&mut self, ino: Ino) -> Result<Vec<u8>, FsError> {
         let ino = ino.0;
+        self.need_inode(ino)?;
         let i = self.inode(ino)?;
         if i.attr.kind != FileType::Symlink {
             return Err(PosixError::Invalid { why: "not a symlink".into() }.into());
@@ -233,6 +247,9 @@ impl<N: Nand> Fs<N> {
         let ino = ino.0;
         let parent = parent.0;
         check_name(name)?;
+        self.need_inode(ino)?;
+        self.need_inode(parent)?;
+        self.need_entry(parent, name)?;
         if self.inode(ino)?.attr.kind == FileType::Dir {
             return Err(PosixError::IsDir.into());
         }
@@ -252,6 +269,7 @@ impl<N: Nand> Fs<N> {
     /// Notes an open handle on `ino` (it keeps an unlinked file alive).
     pub fn open_file(&mut self, ino: Ino) -> Result<(), FsError> {
         let ino = ino.0;
+        self.need_inode(ino)?;
         self.inode(ino)?;
         self.ns.open(ino);
         Ok(())
@@ -287,7 +305,11 @@ impl<N: Nand> Fs<N> {
 
     pub fn unlink(&mut self, parent: Ino, name: &[u8]) -> Result<(), FsError> {
         let parent = parent.0;
+        self.need_inode(parent)?;
+        self.need_entry(parent, name)?;
         let ino = *self.dir(parent)?.get(name).ok_or(FsError::Posix(PosixError::NotFound))?;
+        self.need_inode(ino)?;
+        self.need_file_maps(ino)?;
         if self.inode(ino)?.attr.kind == FileType::Dir {
             return Err(PosixError::IsDir.into());
         }
@@ -303,7 +325,11 @@ impl<N: Nand> Fs<N> {
 
     pub fn rmdir(&mut self, parent: Ino, name: &[u8]) -> Result<(), FsError> {
         let parent = parent.0;
+        self.need_inode(parent)?;
+        self.need_entry(parent, name)?;
         let ino = *self.dir(parent)?.get(name).ok_or(FsError::Posix(PosixError::NotFound))?;
+        self.need_inode(ino)?;
+        self.need_dir(ino)?;
         if !self.dir(ino)?.is_empty() {
             return Err(PosixError::NotEmpty.into());
         }
@@ -329,9 +355,23 @@ impl<N: Nand> Fs<N> {
         let parent = parent.0;
         let newparent = newparent.0;
         check_name(newname)?;
+        for (dir, n) in [(parent, name), (newparent, newname)] {
+            self.need_inode(dir)?;
+            self.need_entry(dir, n)?;
+        }
         let ino = *self.dir(parent)?.get(name).ok_or(FsError::Posix(PosixError::NotFound))?;
         self.dir(newparent)?;
+        self.need_inode(ino)?;
         let is_dir = self.inode(ino)?.attr.kind == FileType::Dir;
+        if is_dir && parent != newparent {
+            // Whether the target lies under the directory walks the parents up to the root.
+            self.need_all()?;
+        }
+        if let Some(old) = self.dir(newparent)?.get(newname).copied() {
+            self.need_inode(old)?;
+            self.need_dir(old)?;
+            self.need_file_maps(old)?;
+        }
         if is_dir && self.ns.is_under(newparent, ino) {
             return Err(PosixError::Invalid { why: "a directory cannot move under itself".into() }.into());
         }
@@ -380,6 +420,10 @@ impl<N: Nand> Fs<N> {
     /// Changes attributes; a size change truncates or extends with zeros.
     pub fn setattr(&mut self, ino: Ino, set: SetAttr) -> Result<Attr, FsError> {
         let ino = ino.0;
+        self.need_inode(ino)?;
+        if set.size.is_some() {
+            self.need_file_maps(ino)?;
+        }
         let kind = self.inode(ino)?.attr.kind;
         if let Some(size) = set.size {
             if kind != FileType::File {
@@ -605,6 +649,7 @@ impl<N: Nand> Fs<N> {
 
     /// Reads up to `len` bytes at `off` (fewer at the end of the file).
     pub fn read(&mut self, ino: Ino, off: u64, len: usize) -> Result<Vec<u8>, FsError> {
+        self.need_inode(ino.0)?;
         let span = self.read_span(ino.0, off, len)?;
         let mut out = Vec::with_capacity((span.end - span.start) as usize);
         for (index, within, n) in page_pieces(span) {
@@ -656,6 +701,7 @@ impl<N: Nand> Fs<N> {
     ) -> Result<(usize, Option<TierWrite>), FsError> {
         let PreparedWrite { off, data, mut whole } = prepared;
         let ino = ino.0;
+        self.need_inode(ino)?;
         match self.inode(ino)?.attr.kind {
             FileType::File => {}
             FileType::Dir => return Err(PosixError::IsDir.into()),

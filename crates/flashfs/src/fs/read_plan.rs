@@ -173,6 +173,7 @@ impl<N: Nand> Fs<N> {
     /// the others are left for [`ReadPlan::read_unlocked`].
     pub fn plan_read(&mut self, ino: Ino, off: u64, len: usize) -> Result<ReadPlan, FsError> {
         let ino = ino.0;
+        self.need_inode(ino)?;
         let span = self.read_span(ino, off, len)?;
         let mut plan = ReadPlan {
             ino,

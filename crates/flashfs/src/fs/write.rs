@@ -116,6 +116,11 @@ impl WriteBack {
         self.dirty_inodes.contains(&ino)
     }
 
+    /// Whether file `ino` has dirty pages.
+    pub fn has_pages_of(&self, ino: u64) -> bool {
+        self.dirty.range((ino, 0)..=(ino, u64::MAX)).next().is_some()
+    }
+
     /// Dirty file data, in bytes.
     pub fn dirty_bytes(&self) -> usize {
         self.dirty.len() * LOGICAL_PAGE
@@ -753,6 +758,7 @@ impl<N: Nand> Fs<N> {
     /// tier there is nothing to do: every operation was durable in the tier when it returned.
     pub fn fsync(&mut self, ino: Ino) -> Result<(), FsError> {
         let ino = ino.0;
+        self.need_inode(ino)?;
         if !self.ns.contains(ino) {
             return Err(PosixError::NotFound.into());
         }

@@ -53,21 +53,24 @@ impl<N: Nand> Fs<N> {
     }
 
     /// The value of attribute `name` of `ino`.
-    pub fn getxattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>, FsError> {
+    pub fn getxattr(&mut self, ino: Ino, name: &[u8]) -> Result<Vec<u8>, FsError> {
         let ino = ino.0;
+        self.need_inode(ino)?;
         check_xattr_name(name)?;
         self.inode(ino)?.xattrs.get(name).cloned().ok_or(FsError::Posix(PosixError::NoXattr))
     }
 
     /// The names of the attributes of `ino`, in order.
-    pub fn listxattr(&self, ino: Ino) -> Result<Vec<Vec<u8>>, FsError> {
+    pub fn listxattr(&mut self, ino: Ino) -> Result<Vec<Vec<u8>>, FsError> {
         let ino = ino.0;
+        self.need_inode(ino)?;
         Ok(self.inode(ino)?.xattrs.keys().cloned().collect())
     }
 
     /// Sets attribute `name` of `ino` to `value`.
     pub fn setxattr(&mut self, ino: Ino, name: &[u8], value: &[u8], mode: XattrMode) -> Result<(), FsError> {
         let ino = ino.0;
+        self.need_inode(ino)?;
         check_xattr_name(name)?;
         let mut set = self.inode(ino)?.xattrs.clone();
         match (mode, set.contains_key(name)) {
@@ -86,6 +89,7 @@ impl<N: Nand> Fs<N> {
     /// Removes attribute `name` of `ino`.
     pub fn removexattr(&mut self, ino: Ino, name: &[u8]) -> Result<(), FsError> {
         let ino = ino.0;
+        self.need_inode(ino)?;
         check_xattr_name(name)?;
         let mut set = self.inode(ino)?.xattrs.clone();
         if set.remove(name).is_none() {
@@ -99,6 +103,7 @@ impl<N: Nand> Fs<N> {
     /// the group may execute (else it marks mandatory locking), and the file capability
     /// (`security.capability`) removed. Nothing is written if there is nothing to clear.
     pub fn drop_privileges(&mut self, ino: Ino) -> Result<(), FsError> {
+        self.need_inode(ino.0)?;
         let perm = self.inode(ino.0)?.attr.perm;
         let mut kept = perm & !0o4000;
         if kept & 0o010 != 0 {

@@ -19,7 +19,7 @@
 //! after it. Debug builds check this at every checkpoint: every group, encoded afresh from the
 //! state, is the one written (`groups_match_state`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use bitmend_code::le::{self, Put, Reader};
 use bitmend_media::nand::Nand;
@@ -70,9 +70,9 @@ pub(crate) struct GroupAt {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Members {
     pub(super) inos: BTreeSet<u64>,
-    names: BTreeSet<(u64, Vec<u8>)>,
+    pub(super) names: BTreeSet<(u64, Vec<u8>)>,
     /// (file, run of [`SUPER_CHUNKS`] chunks).
-    runs: BTreeSet<(u64, u64)>,
+    pub(super) runs: BTreeSet<(u64, u64)>,
 }
 
 impl Members {
@@ -110,6 +110,22 @@ pub(crate) struct Groups {
     /// Read from a checkpoint of version 8 or 9, whose items were hashed without directory
     /// regions: the mount puts the state in new groups.
     pub(super) hashed_flat: bool,
+    /// Groups the table names whose items are not in memory (`paging.rs`).
+    pub(super) unread: BTreeSet<GroupId>,
+    /// Inodes the unread groups hold, by their table entries (kept, not summed per call:
+    /// the checkpoint's trigger asks for it at every write).
+    pub(super) unread_inodes: usize,
+    /// Inodes without a link found as their group was read: their pages go at the next
+    /// checkpoint (`Fs::drop_orphans`), not inside whatever read the group.
+    pub(super) orphans: Vec<u64>,
+    /// Where the last shedding pass stopped (`shedding.rs`): the next goes on after it.
+    pub(super) shed_hand: u64,
+    /// Groups an access found read since the shedding pass last went by: spared once.
+    pub(super) touched: HashSet<GroupId>,
+    /// Whether the namespace has filled its cache once (only then are accesses noted).
+    pub(super) shedding: bool,
+    /// Groups let go since mount.
+    pub(super) shed: u64,
 }
 
 impl Default for Groups {
@@ -123,11 +139,11 @@ fn in_ino_region(ino: u64, h: u64) -> u64 {
     ino_region(ino).map_or(h, |r| in_region(r, h))
 }
 
-fn inode_hash(ino: u64) -> u64 {
+pub(super) fn inode_hash(ino: u64) -> u64 {
     in_ino_region(ino, mix(ino))
 }
 
-fn entry_hash(parent: u64, name: &[u8]) -> u64 {
+pub(super) fn entry_hash(parent: u64, name: &[u8]) -> u64 {
     let crc = bitmend_code::crc::crc32c(name) as u64;
     in_region(
         dir_region(parent),
@@ -135,11 +151,11 @@ fn entry_hash(parent: u64, name: &[u8]) -> u64 {
     )
 }
 
-fn run_hash(ino: u64, run: u64) -> u64 {
+pub(super) fn run_hash(ino: u64, run: u64) -> u64 {
     in_ino_region(ino, mix(ino ^ run.rotate_left(40) ^ 0x5555_AAAA_0000_0000))
 }
 
-fn run_range(ino: u64, run: u64) -> std::ops::Range<ChunkKey> {
+pub(super) fn run_range(ino: u64, run: u64) -> std::ops::Range<ChunkKey> {
     let from = run.saturating_mul(SUPER_CHUNKS);
     ChunkKey { ino, chunk: from }..ChunkKey { ino, chunk: from.saturating_add(SUPER_CHUNKS) }
 }
@@ -335,12 +351,24 @@ impl Groups {
             splits: 0,
             checked_to: None,
             hashed_flat: false,
+            unread: BTreeSet::new(),
+            unread_inodes: 0,
+            orphans: Vec::new(),
+            shed_hand: 0,
+            touched: HashSet::new(),
+            shedding: false,
+            shed: 0,
         }
     }
 
     /// The group hash `h` falls in.
-    fn group_of(&self, h: u64) -> GroupId {
+    pub(super) fn group_of(&self, h: u64) -> GroupId {
         let (&start, &depth) = self.ranges.range(..=h).next_back().expect("the ranges cover every hash");
+        self.group_of_start(start, depth)
+    }
+
+    /// The group of the range starting at `start`, `depth` bits deep.
+    pub(super) fn group_of_start(&self, start: u64, depth: u8) -> GroupId {
         let prefix = if depth == 0 { 0 } else { start >> (64 - depth) };
         GroupId { depth, prefix }
     }
@@ -432,7 +460,7 @@ impl Groups {
     /// The groups a table read at mount names, with ranges for the hashes none of them
     /// holds (each as large as alignment allows: any cover is right, as nothing is in them);
     /// `None` if the table's groups overlap or are not groups.
-    fn of_table(table: &[(GroupId, GroupAt)]) -> Option<Groups> {
+    pub(crate) fn of_table(table: &[(GroupId, GroupAt)]) -> Option<Groups> {
         let mut ids: Vec<GroupId> = table.iter().map(|t| t.0).collect();
         if ids.iter().any(|g| g.depth > MAX_DEPTH || g.prefix >> g.depth != 0) {
             return None;
@@ -516,6 +544,11 @@ impl<N: Nand> Fs<N> {
     /// Writes group `g` as the state now has it (none if it holds nothing); past
     /// [`SPLIT_AT`] items, writes its two halves instead.
     fn write_group(&mut self, g: GroupId) -> Result<(), FsError> {
+        // Marked without being read (the cleaner moves what sits in a victim): read first,
+        // so that it is written whole.
+        if self.groups.unread.contains(&g) {
+            self.page_in(g)?;
+        }
         self.groups.dirty.remove(&g);
         let (ns, maps) = (&self.ns, &self.index.maps);
         let encoded = self.groups.members.get_mut(&g).and_then(|m| encode_group(g, m, ns, maps));
@@ -604,11 +637,21 @@ impl<N: Nand> Fs<N> {
         self.groups.at = table.into_iter().collect();
     }
 
+    /// Takes the groups a table names as the state, none of them read yet (`paging.rs`).
+    pub(crate) fn adopt_table(&mut self, groups: Groups, table: Vec<(GroupId, GroupAt)>) {
+        self.groups = groups;
+        self.groups.at = table.into_iter().collect();
+        self.groups.unread = self.groups.at.keys().copied().collect();
+        self.groups.unread_inodes = self.groups.at.values().map(|a| a.inodes as usize).sum();
+    }
+
     /// Whether every group, encoded afresh from the state, is the one last written (the
     /// paired check of the marks, for debug builds): a change that marked no group would
     /// be lost at the next mount.
     pub(crate) fn groups_match_state(&self) -> bool {
         let mut fresh = self.groups.members_of(&self.ns, &self.index.maps);
+        // Groups not read yet hold what was written: nothing in memory to compare.
+        fresh.retain(|g, _| !self.groups.unread.contains(g));
         let mut ok = true;
         for (g, m) in fresh.iter_mut() {
             let crc =
@@ -619,7 +662,8 @@ impl<N: Nand> Fs<N> {
             }
         }
         let named = self.groups.at.keys().filter(|g| fresh.contains_key(g)).count();
-        ok && named == self.groups.at.len()
+        ok && named + self.groups.at.keys().filter(|g| self.groups.unread.contains(g)).count()
+            == self.groups.at.len()
     }
 }
 

@@ -120,8 +120,11 @@ impl<N: Nand> Fs<N> {
     /// see holes (a punched range lowers it). Counted from the chunks in RAM and, for the
     /// others, from their map's summary, without reading a map; a chunk whose map has no
     /// summary (written before version 7, not loaded since) counts every page it may map.
-    pub fn stored_blocks(&self, ino: Ino) -> u64 {
+    pub fn stored_blocks(&mut self, ino: Ino) -> u64 {
         let ino = ino.0;
+        // Its maps' summaries say which pages are stored (a group that does not read
+        // leaves them out: the attributes are still answered).
+        let _ = self.need_file_maps(ino);
         let Ok(inode) = self.inode(ino) else { return 0 };
         let size = inode.attr.size;
         if inode.attr.kind != FileType::File {
@@ -510,6 +513,7 @@ impl<N: Nand> Fs<N> {
             c.used = tick;
             return Ok(true);
         }
+        self.need_chunk(key)?;
         let Some(at) = self.index.maps.get(&key).cloned() else { return Ok(false) };
         let (mut pages, mut dirty) = match self.read_map(key, &at)? {
             Some((pages, repaired)) => (pages, repaired),
@@ -800,6 +804,9 @@ impl<N: Nand> Fs<N> {
             dirty.truncate(most);
         }
         for (_, ck) in dirty {
+            // Its group in memory before its map changes there (a group let go since the
+            // chunk was loaded would otherwise be read back over the change).
+            self.need_chunk(ck)?;
             let chunk = &self.index.loaded[&ck];
             if chunk.pages.is_empty() {
                 self.index.loaded.remove(&ck);
@@ -885,6 +892,8 @@ impl<N: Nand> Fs<N> {
             }
         }
         if !unreadable.is_empty() {
+            // Which logical pages sit on them is known from every map only.
+            self.need_all()?;
             for ck in self.index.all_chunks() {
                 if !matches!(self.load_chunk(ck), Ok(true)) {
                     continue;
@@ -904,6 +913,7 @@ impl<N: Nand> Fs<N> {
     /// Logical pages with a fragment in physical segment `phys`, from the whole index (a
     /// check for debug builds: it reads every map).
     pub(crate) fn index_points_into(&mut self, phys: u32) -> Vec<(u64, u64)> {
+        let _ = self.need_all();
         let mut found = Vec::new();
         for ck in self.index.all_chunks() {
             if !matches!(self.load_chunk(ck), Ok(true)) {
@@ -921,6 +931,7 @@ impl<N: Nand> Fs<N> {
     /// The usage table and totals recomputed from every chunk (fsck compares them with the
     /// kept ones); chunks whose map cannot be read are skipped and counted.
     pub(crate) fn recount(&mut self) -> (HashMap<u32, u64>, Totals, u64) {
+        let _ = self.need_all();
         let mut usage: HashMap<u32, u64> = HashMap::new();
         let mut totals = Totals::default();
         let mut lost = 0;
@@ -963,12 +974,20 @@ impl<N: Nand> Fs<N> {
     /// holds a map node a checkpoint that mount may start from refers to.
     pub(crate) fn mark_maps_in(&mut self, phys: u32) -> Result<(bool, bool), FsError> {
         let mut readable = true;
-        let in_victim: Vec<ChunkKey> = self
-            .index
-            .maps
-            .iter()
-            .filter(|(_, m)| m.frags.iter().any(|f| self.store.segment_of(PageAddr(f.0)) == Some(phys)))
-            .map(|(k, _)| *k)
+        let in_victim = match self.maps_named_in(phys)? {
+            Some(keys) => keys,
+            None => {
+                // A page there does not read: which maps sit in it is known from every map.
+                self.need_all()?;
+                self.index.maps.keys().copied().collect()
+            }
+        };
+        let in_victim: Vec<ChunkKey> = in_victim
+            .into_iter()
+            .filter(|k| {
+                let at = self.index.maps.get(k);
+                at.is_some_and(|m| m.frags.iter().any(|f| self.store.segment_of(PageAddr(f.0)) == Some(phys)))
+            })
             .collect();
         for ck in in_victim {
             match self.load_chunk(ck) {
@@ -993,6 +1012,33 @@ impl<N: Nand> Fs<N> {
         self.groups.dirty.extend(groups);
         let held = self.map_holding_segments().contains(&phys);
         Ok((readable, held))
+    }
+
+    /// The chunks whose map nodes segment `phys` holds, their groups read: from memory when
+    /// every group is read, else from the nodes on its pages (each names its chunk), so
+    /// that a cleaner's pass does not read the whole namespace. `None` if a page does not
+    /// read.
+    fn maps_named_in(&mut self, phys: u32) -> Result<Option<Vec<ChunkKey>>, FsError> {
+        if self.groups.unread_count() == 0 {
+            return Ok(Some(self.index.maps.keys().copied().collect()));
+        }
+        let mut keys = std::collections::BTreeSet::new();
+        let mut flash = vec![0u8; self.page.size()];
+        for page in self.store.data_pages_of(phys)? {
+            match self.store.read_claimed(PageAddr(page), &mut flash) {
+                Ok(_) => {}
+                Err(FsError::Corrupt(Corruption::Unrecoverable { .. } | Corruption::NotWritten { .. })) => {
+                    return Ok(None)
+                }
+                Err(e) => return Err(e),
+            }
+            let maps = frags(&flash).filter(|(f, _, _)| f.kind == NodeKind::Map);
+            keys.extend(maps.map(|(f, _, _)| ChunkKey { ino: f.key, chunk: f.key2 }));
+        }
+        for &ck in &keys {
+            self.need_chunk(ck)?;
+        }
+        Ok(Some(keys.into_iter().collect()))
     }
 }
 

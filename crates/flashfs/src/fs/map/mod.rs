@@ -8,5 +8,7 @@
 pub(crate) mod groups;
 pub(crate) mod index;
 pub(crate) mod keys;
+pub(crate) mod paging;
 mod rebuild;
+mod shedding;
 pub(crate) mod state_check;

@@ -63,6 +63,7 @@ impl<N: Nand> Fs<N> {
         let written = groups.at.get(&g).is_some_and(|at| !at.frags.is_empty());
         let members = groups.members.get(&g);
         written
+            && !groups.unread.contains(&g)
             && !groups.dirty.contains(&g)
             && !groups.buf.contains(&g)
             && members.is_none_or(|m| m.inos.iter().all(|i| !self.wb.inode_waits(*i)))

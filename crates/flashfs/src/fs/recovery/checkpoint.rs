@@ -72,7 +72,7 @@ pub(crate) fn decode_payload(flags: u8, b: &[u8]) -> Option<State> {
     if len > MAX_STATE {
         return None;
     }
-    decode(&zstd::bulk::decompress(r.rest(), len).ok()?)
+    decode(&crate::fs::node::zstd_decompress(r.rest(), len)?)
 }
 
 /// The group table, after its magic (`wide`: version 10's, of 64-bit prefixes).

@@ -120,12 +120,18 @@ impl<N: Nand> Fs<N> {
             fs.store.adopt_table(table.as_deref(), &mut report.store)?;
         }
         fs.reclaim_if_short(&mut report.store)?;
+        fs.need_inode(ROOT.0)?;
         if !fs.ns.contains(ROOT.0) {
             return Err(FormatError::NotAFs { why: "no root directory in the log".into() }.into());
         }
         let mut recovered = DirtyRecoveryReport::default();
         let records = dirty.as_ref().map_or(&[][..], |d| &d.records[..]);
         let shrunk = fs.apply_tier_records(records, &mut dirent_versions, &mut report, &mut recovered)?;
+        // What replay or the tier changed is checked against the whole namespace (`prune`):
+        // a mount with nothing after its checkpoint leaves the groups unread.
+        if report.nodes > 1 || !records.is_empty() {
+            fs.need_all()?;
+        }
         fs.rebuild_dirs()?;
         // The next mount should follow the chain from the checkpoint this one ended with: a
         // scan, or a replay from no checkpoint, writes a new one; a checkpoint newer than the
@@ -230,6 +236,17 @@ impl<N: Nand> Fs<N> {
     ) -> Result<bool, FsError> {
         let v = n.head.version;
         self.page.replayed_version(v);
+        // A lazily read namespace: the item's group in memory before the node changes it
+        // (a group read after would put its older copy over the change).
+        match n.head.kind {
+            NodeKind::Inode | NodeKind::Xattr | NodeKind::Punch => self.need_inode(n.head.key)?,
+            NodeKind::Dirent => {
+                if let Some((_, name)) = node::decode_dirent(&n.payload) {
+                    self.need_entry(n.head.key, &name)?;
+                }
+            }
+            _ => {}
+        }
         // What a node after the checkpoint changed goes into its group at the next one.
         self.groups.mark_node(n.head.kind, n.head.key, &n.payload);
         match n.head.kind {
@@ -307,6 +324,10 @@ impl<N: Nand> Fs<N> {
             let loc =
                 Loc { frags: n.frags.clone(), codec, version: v, crc, slot: slot as u8, count: count as u8 };
             let ck = crate::fs::map::keys::chunk_key(key.0, key.1);
+            if let Err(e) = self.need_chunk(ck) {
+                lost(e, report)?;
+                continue;
+            }
             if !self.index.is_loaded(ck) && self.index.maps().contains_key(&ck) {
                 // Not read at mount: kept beside the chunk's map until it is loaded.
                 self.overlay_loc(key, loc);
@@ -335,10 +356,16 @@ impl<N: Nand> Fs<N> {
         let Some(state) = super::checkpoint::decode_payload(n.head.flags, &n.payload) else {
             return Ok(false);
         };
-        // Version 8: the groups it names, all read whole before anything is replaced.
+        // Version 8: the groups it names, all read whole before anything is replaced; version
+        // 10 with a lazy namespace: only the table, the groups read as they are needed.
+        let lazy = self.opts.lazy_namespace && !state.groups_v8;
         let groups = match state.groups {
+            Some(table) if lazy => match crate::fs::map::groups::Groups::of_table(&table) {
+                Some(groups) if self.unsealed_groups_read(&table)? => Some((groups, table, None)),
+                _ => return Ok(false),
+            },
             Some(table) => match self.read_groups(&table)? {
-                Some((groups, contents)) => Some((groups, table, contents)),
+                Some((groups, contents)) => Some((groups, table, Some(contents))),
                 None => return Ok(false),
             },
             None => None,
@@ -355,11 +382,15 @@ impl<N: Nand> Fs<N> {
             self.set_loc(key, loc)?;
         }
         self.groups = Default::default();
-        if let Some((groups, table, contents)) = groups {
-            self.adopt_groups(groups, table, contents, state.groups_v8);
+        match groups {
+            Some((groups, table, Some(contents))) => {
+                self.adopt_groups(groups, table, contents, state.groups_v8)
+            }
+            Some((groups, table, None)) => self.adopt_table(groups, table),
+            None => {}
         }
         let on_flash = n.payload.len() + n.frags.len() * crate::fs::node::FRAG_HEADER;
-        self.budget.checkpoint(on_flash as u64 + self.groups.bytes(), self.ns.len());
+        self.budget.checkpoint(on_flash as u64 + self.groups.bytes(), self.inode_count());
         dirent_versions.clear();
         let at = n.frags.first().map(|&(page, _, _)| {
             let segment = self.segment_logical(crate::PageAddr(page)).unwrap_or(0);
@@ -375,15 +406,22 @@ impl<N: Nand> Fs<N> {
     fn rebuild_dirs(&mut self) -> Result<(), FsError> {
         // An inode unlinked while open was kept for its readers; after a mount it has none.
         // (What is dropped here is dropped from its group at the next checkpoint.)
-        let pruned = self.ns.prune(&self.held_open);
-        pruned.inodes.iter().for_each(|&ino| self.groups.mark_inode(ino));
-        pruned.entries.iter().for_each(|(parent, name)| self.groups.mark_entry(*parent, name));
+        // Groups left unread mean nothing was replayed onto the checkpoint's state, which was
+        // whole: only the inodes it kept for readers go, as their groups are read (`paging.rs`).
+        if self.groups.unread_count() == 0 {
+            let pruned = self.ns.prune(&self.held_open);
+            pruned.inodes.iter().for_each(|&ino| self.groups.mark_inode(ino));
+            pruned.entries.iter().for_each(|(parent, name)| self.groups.mark_entry(*parent, name));
+        }
         // Pages of files that are gone, or past a file's end (written before a crash cut
         // the inode that would have grown it). Only chunks replay touched (in RAM, or pages
         // kept beside a map not yet read) can hold those: the others are as the checkpoint,
         // which was consistent, left them (a shrink replayed loaded what it cut).
         let mut gone: Vec<u64> = self.index.all_chunks().iter().map(|k| k.ino).collect();
         gone.dedup();
+        for &ino in &gone {
+            self.need_inode(ino)?;
+        }
         gone.retain(|&ino| !self.ns.contains(ino));
         for ino in gone {
             self.remove_pages(ino, 0, None)?;

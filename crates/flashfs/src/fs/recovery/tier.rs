@@ -65,6 +65,9 @@ impl<N: Nand> Fs<N> {
                     continue;
                 }
                 let (kind, ino) = (head.kind, head.key);
+                if kind == NodeKind::Inode {
+                    self.need_inode(ino)?;
+                }
                 let size_before = self.ns.get(ino).map(|i| i.attr.size);
                 let applied =
                     self.apply(Partial { head, payload, frags: Vec::new() }, dirent_versions, mount)?;
