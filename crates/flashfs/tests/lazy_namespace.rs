@@ -220,3 +220,28 @@ fn a_file_over_several_runs_loses_every_page_on_a_lazy_mount() {
     // b's four writes of 64 KiB at least are gone.
     assert!(before.0 - free[0].0 >= 4 * (64 << 10), "pages gone: {before:?} then {:?}", free[0]);
 }
+
+/// A mount after a crash replays the log onto the checkpoint and prunes what the replay
+/// names (a file unlinked, its name), reading the groups of those inodes only: most stay
+/// unread, and the state is the one a mount that reads every group finds.
+#[test]
+fn a_mount_after_a_crash_reads_only_what_the_log_names() {
+    let mut fs = Fs::open(image(), opts(true)).unwrap().0;
+    let dir = fs.lookup(ROOT, b"d4").unwrap().ino;
+    let f = fs.create(dir, b"new", 0o644, 0, 0).unwrap().ino;
+    fs.write(f, 0, b"after the checkpoint").unwrap();
+    fs.unlink(dir, b"f9").unwrap();
+    fs.fsync(f).unwrap();
+    let crashed = fs.into_nand();
+    let mut lazy = Fs::open(crashed.clone(), opts(true)).unwrap().0;
+    let mut whole = Fs::open(crashed, opts(false)).unwrap().0;
+    let s = lazy.stats();
+    assert!(s.groups_unread * 2 > s.groups, "the crash mount read most groups: {s:?}");
+    for (fs, which) in [(&mut lazy, "lazy"), (&mut whole, "whole")] {
+        assert_eq!(fs.read(f, 0, 100).unwrap(), b"after the checkpoint", "{which}");
+        assert!(fs.lookup(dir, b"f9").is_err(), "{which}: the unlinked name is gone");
+        let c = fs.check(true);
+        assert!(c.clean(), "{which}: {:?}", c.problems);
+    }
+    assert_eq!(lazy.inode_count(), whole.inode_count());
+}

@@ -126,6 +126,8 @@ pub(crate) struct Groups {
     pub(super) shedding: bool,
     /// Groups let go since mount.
     pub(super) shed: u64,
+    /// Every inode memory names has been read (`need_named`): a prune may judge memory.
+    pub(super) named_read: bool,
 }
 
 impl Default for Groups {
@@ -358,6 +360,7 @@ impl Groups {
             touched: HashSet::new(),
             shedding: false,
             shed: 0,
+            named_read: false,
         }
     }
 

@@ -31,6 +31,16 @@ impl Groups {
     }
 
     /// Inodes in the groups not read yet, as the table counts them.
+    /// Whether `need_named` read every inode memory names since this was last asked.
+    pub(crate) fn take_named_read(&mut self) -> bool {
+        std::mem::take(&mut self.named_read)
+    }
+
+    /// Inodes whose pages go at the next checkpoint (`Fs::drop_orphans`).
+    pub(crate) fn add_orphans(&mut self, inos: &[u64]) {
+        self.orphans.extend_from_slice(inos);
+    }
+
     pub(crate) fn shed_count(&self) -> u64 {
         self.shed
     }
@@ -170,6 +180,26 @@ impl<N: Nand> Fs<N> {
             }
         }
         Ok(())
+    }
+
+    /// Every inode that memory names read: each directory whose entries are in memory, and
+    /// each entry's child, until reading them brings no entry more (a group read brings
+    /// its own entries, whose children are read in turn; directories keep their children
+    /// in their own regions, so this stays near what replay touched). Then an inode or a
+    /// table absent from memory is absent from the file system, and a prune may judge.
+    pub(crate) fn need_named(&mut self) -> Result<(), FsError> {
+        loop {
+            let before = self.groups.unread_count();
+            let named: BTreeSet<u64> =
+                self.ns.dirs().flat_map(|(d, e)| std::iter::once(*d).chain(e.values().copied())).collect();
+            for ino in named {
+                self.need_inode(ino)?;
+            }
+            if self.groups.unread_count() == before {
+                self.groups.named_read = true;
+                return Ok(());
+            }
+        }
     }
 
     /// The whole namespace in memory (fsck, and what looks at every name or map).

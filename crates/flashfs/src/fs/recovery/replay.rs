@@ -127,10 +127,10 @@ impl<N: Nand> Fs<N> {
         let mut recovered = DirtyRecoveryReport::default();
         let records = dirty.as_ref().map_or(&[][..], |d| &d.records[..]);
         let shrunk = fs.apply_tier_records(records, &mut dirent_versions, &mut report, &mut recovered)?;
-        // What replay or the tier changed is checked against the whole namespace (`prune`):
+        // What replay or the tier changed is checked by `prune` against the inodes it names:
         // a mount with nothing after its checkpoint leaves the groups unread.
         if report.nodes > 1 || !records.is_empty() {
-            fs.need_all()?;
+            fs.need_named()?;
         }
         fs.rebuild_dirs()?;
         // The next mount should follow the chain from the checkpoint this one ended with: a
@@ -406,11 +406,15 @@ impl<N: Nand> Fs<N> {
     fn rebuild_dirs(&mut self) -> Result<(), FsError> {
         // An inode unlinked while open was kept for its readers; after a mount it has none.
         // (What is dropped here is dropped from its group at the next checkpoint.)
-        // Groups left unread mean nothing was replayed onto the checkpoint's state, which was
-        // whole: only the inodes it kept for readers go, as their groups are read (`paging.rs`).
-        if self.groups.unread_count() == 0 {
+        // Groups left unread by a mount that replayed nothing: the checkpoint's state was
+        // whole, and only the inodes it kept for readers go, as their groups are read
+        // (`paging.rs`). After a replay, every inode that memory names is read first
+        // (`need_named`), so that prune judges only what it can see.
+        if self.groups.take_named_read() || self.groups.unread_count() == 0 {
             let pruned = self.ns.prune(&self.held_open);
             pruned.inodes.iter().for_each(|&ino| self.groups.mark_inode(ino));
+            // Their maps may sit in groups not read: their pages go at the next checkpoint.
+            self.groups.add_orphans(&pruned.inodes);
             pruned.entries.iter().for_each(|(parent, name)| self.groups.mark_entry(*parent, name));
         }
         // Pages of files that are gone, or past a file's end (written before a crash cut
