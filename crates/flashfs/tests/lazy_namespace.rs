@@ -245,3 +245,27 @@ fn a_mount_after_a_crash_reads_only_what_the_log_names() {
     }
     assert_eq!(lazy.inode_count(), whole.inode_count());
 }
+
+/// The attributes of a directory (the root above all, which the kernel asks for again and
+/// again) read its inode's group only: a directory has no maps to count blocks from. A
+/// file's read the groups of the runs its size covers. Both answer as a mount that reads
+/// every group does.
+#[test]
+fn the_attributes_of_a_directory_or_a_file_read_a_group_or_two() {
+    let mut answers = Vec::new();
+    for lazy in [true, false] {
+        let (mut fs, _) = Fs::open(image(), opts(lazy)).unwrap();
+        let before = fs.stats().groups_unread;
+        let dir = fs.lookup(ROOT, b"d7").unwrap().ino;
+        let f = fs.lookup(dir, b"f3").unwrap().ino;
+        answers.push([ROOT, dir, f].map(|ino| fs.stored_blocks(ino)));
+        let s = fs.stats();
+        if lazy {
+            let read = before - s.groups_unread;
+            assert!(read <= 6, "{read} of {} groups read for two lookups and three getattrs", s.groups);
+            assert!(s.groups_unread * 2 > s.groups, "{s:?}");
+        }
+    }
+    assert_eq!(answers[0], answers[1], "blocks of the root, a directory and a file: lazy, then whole");
+    assert!(answers[0][2] > 0, "the file's page is counted");
+}

@@ -13,6 +13,7 @@ use super::groups::{decode_group, entry_hash, inode_hash, run_hash, Groups, SUPE
 use super::keys::{dir_region, in_region, ino_region, ChunkKey, GroupId, CHUNK_PAGES};
 use crate::fs::Fs;
 use crate::fs::LOGICAL_PAGE;
+use crate::FileType;
 use crate::PageAddr;
 use crate::{Corruption, FsError};
 
@@ -161,25 +162,26 @@ impl<N: Nand> Fs<N> {
 
     /// Every map of file `ino` in memory (a truncate, a removal): the groups of the runs its
     /// size covers (no map lies past a file's end: a mount trims what a crash left there),
-    /// or of its whole region when that is fewer, or all of them for an inode that has none.
+    /// or of its region when that is fewer. A directory has no maps. An inode not in the
+    /// file system (one dropped as its group was read) has no size to go by: its whole
+    /// region, or every group for one made before regions.
     pub(crate) fn need_file_maps(&mut self, ino: u64) -> Result<(), FsError> {
-        let Some(r) = ino_region(ino) else { return self.need_all() };
         self.need_inode(ino)?;
-        let region = self.groups.unread_in(in_region(r, 0), in_region(r, u64::MAX));
         let run_bytes = SUPER_CHUNKS * CHUNK_PAGES * LOGICAL_PAGE as u64;
-        match self.ns.get(ino).map(|i| i.attr.size.div_ceil(run_bytes)) {
-            Some(runs) if runs < region.len() as u64 => {
-                for run in 0..runs {
-                    self.page_in_hash(run_hash(ino, run))?;
-                }
+        let runs = match self.ns.get(ino) {
+            Some(i) if i.attr.kind == FileType::Dir => return Ok(()),
+            Some(i) => Some(i.attr.size.div_ceil(run_bytes)),
+            None => None,
+        };
+        let region = ino_region(ino).map(|r| self.groups.unread_in(in_region(r, 0), in_region(r, u64::MAX)));
+        match (runs, region) {
+            (None, None) => self.need_all(),
+            (Some(runs), Some(region)) if runs >= region.len() as u64 => {
+                region.into_iter().try_for_each(|g| self.page_in(g))
             }
-            _ => {
-                for g in region {
-                    self.page_in(g)?;
-                }
-            }
+            (Some(runs), _) => (0..runs).try_for_each(|run| self.page_in_hash(run_hash(ino, run))),
+            (None, Some(region)) => region.into_iter().try_for_each(|g| self.page_in(g)),
         }
-        Ok(())
     }
 
     /// Every inode that memory names read: each directory whose entries are in memory, and
