@@ -555,6 +555,11 @@ fn take_over(
     *link = worker.link.clone();
     if !worker.ready {
         // Died before it served: the journal waits for the next one.
+        eprintln!(
+            "bitmend: the worker {how_}; a new one (pid {}) did not answer the handshake ({} ms)",
+            worker.child.id(),
+            began.elapsed().as_millis()
+        );
         return Ok(());
     }
     let sent = replay(relay, &link);
