@@ -513,7 +513,7 @@ mod tests {
         let mut ns = Namespace::default();
         let inodes = (2..300u64).map(|ino| (ino, crate::fs::namespace::sample_file(ino))).collect();
         let names = (2..300u64).map(|ino| (format!("file-{ino}").into_bytes(), ino)).collect();
-        ns.replace(inodes, [(1, names)].into(), 300);
+        ns.replace(inodes, [(1, names)].into_iter().collect(), 300);
         let mut rest = Vec::new();
         encode_names(&ns, &mut rest);
         rest.put_u32(0); // no pages listed (a version 4 state)

@@ -1,11 +1,11 @@
 //! The namespace: inodes, directories, inode numbers and open handles, as the operations
 //! (`ops.rs`) change them and replay and checkpoints rebuild them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use bitmend_code::le::{Put, Reader};
 
-use super::map::keys::{ino_counter, ino_in};
+use super::map::keys::{ino_counter, ino_in, NumberMap};
 use super::node::{self, Attr, FileType, Xattrs};
 use super::ROOT;
 
@@ -52,21 +52,21 @@ impl Inode {
 /// writes them (scripts/parts.sh checks it).
 #[derive(Debug)]
 pub(crate) struct Namespace {
-    inodes: HashMap<u64, Inode>,
+    inodes: NumberMap<u64, Inode>,
     /// Each directory's entries: name to inode number.
-    dirs: HashMap<u64, BTreeMap<Vec<u8>, u64>>,
+    dirs: NumberMap<u64, BTreeMap<Vec<u8>, u64>>,
     next_ino: u64,
     /// Open handles per inode: an unlinked file stays readable until its last close.
-    open_handles: HashMap<u64, u32>,
+    open_handles: NumberMap<u64, u32>,
 }
 
 impl Default for Namespace {
     fn default() -> Self {
         Namespace {
-            inodes: HashMap::new(),
-            dirs: HashMap::new(),
+            inodes: NumberMap::default(),
+            dirs: NumberMap::default(),
             next_ino: ROOT.0 + 1,
-            open_handles: HashMap::new(),
+            open_handles: NumberMap::default(),
         }
     }
 }
@@ -326,8 +326,8 @@ impl Namespace {
     /// The namespace a checkpoint recorded.
     pub fn replace(
         &mut self,
-        inodes: HashMap<u64, Inode>,
-        dirs: HashMap<u64, BTreeMap<Vec<u8>, u64>>,
+        inodes: NumberMap<u64, Inode>,
+        dirs: NumberMap<u64, BTreeMap<Vec<u8>, u64>>,
         next_ino: u64,
     ) {
         (self.inodes, self.dirs, self.next_ino) = (inodes, dirs, next_ino);

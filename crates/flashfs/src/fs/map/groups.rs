@@ -19,13 +19,16 @@
 //! after it. Debug builds check this at every checkpoint: every group, encoded afresh from the
 //! state, is the one written (`groups_match_state`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use bitmend_code::le::{self, Put, Reader};
 use bitmend_media::nand::Nand;
 
 use super::index::{put_frags, read_frags, MapAt};
-use super::keys::{dir_region, frag_bytes, in_region, ino_region, mix, ChunkKey, Frags, GroupId, MapSummary};
+use super::keys::{
+    dir_region, frag_bytes, in_region, ino_region, mix, ChunkKey, Frags, GroupId, MapSummary, NumberMap,
+    NumberSet,
+};
 use crate::fs::namespace::Namespace;
 use crate::fs::node::{self, NodeKind};
 use crate::fs::{Fs, Inode, PENDING};
@@ -92,8 +95,8 @@ pub(crate) struct Groups {
     /// The groups as ranges of hashes: first hash to depth. They cover every hash, once.
     pub(super) ranges: BTreeMap<u64, u8>,
     /// Where each group not empty is, as written last.
-    pub(super) at: HashMap<GroupId, GroupAt>,
-    pub(super) members: HashMap<GroupId, Members>,
+    pub(super) at: NumberMap<GroupId, GroupAt>,
+    pub(super) members: NumberMap<GroupId, Members>,
     /// Groups changed since written.
     pub(super) dirty: BTreeSet<GroupId>,
     /// Groups with fragments in the page being filled.
@@ -121,7 +124,7 @@ pub(crate) struct Groups {
     /// Where the last shedding pass stopped (`shedding.rs`): the next goes on after it.
     pub(super) shed_hand: u64,
     /// Groups an access found read since the shedding pass last went by: spared once.
-    pub(super) touched: HashSet<GroupId>,
+    pub(super) touched: NumberSet<GroupId>,
     /// Whether the namespace has filled its cache once (only then are accesses noted).
     pub(super) shedding: bool,
     /// Groups let go since mount.
@@ -300,7 +303,7 @@ fn wanted_depth(inodes: usize, maps: usize) -> u8 {
 /// What the rest of the file system reads and tells the groups.
 impl Groups {
     /// Where each group is, as written last.
-    pub fn table(&self) -> &HashMap<GroupId, GroupAt> {
+    pub fn table(&self) -> &NumberMap<GroupId, GroupAt> {
         &self.at
     }
 
@@ -343,8 +346,8 @@ impl Groups {
         let ranges = (0..1u64 << depth).map(|p| (GroupId { depth, prefix: p }.start(), depth)).collect();
         Groups {
             ranges,
-            at: HashMap::new(),
-            members: HashMap::new(),
+            at: NumberMap::default(),
+            members: NumberMap::default(),
             dirty: BTreeSet::new(),
             buf: Vec::new(),
             raw_since: 0,
@@ -357,7 +360,7 @@ impl Groups {
             unread_inodes: 0,
             orphans: Vec::new(),
             shed_hand: 0,
-            touched: HashSet::new(),
+            touched: NumberSet::default(),
             shedding: false,
             shed: 0,
             named_read: false,
@@ -428,8 +431,8 @@ impl Groups {
     }
 
     /// Membership from scratch: every inode, entry and map of the state put in its group.
-    fn members_of(&self, ns: &Namespace, maps: &BTreeMap<ChunkKey, MapAt>) -> HashMap<GroupId, Members> {
-        let mut members: HashMap<GroupId, Members> = HashMap::new();
+    fn members_of(&self, ns: &Namespace, maps: &BTreeMap<ChunkKey, MapAt>) -> NumberMap<GroupId, Members> {
+        let mut members: NumberMap<GroupId, Members> = NumberMap::default();
         for (ino, _) in ns.inodes() {
             members.entry(self.group_of(inode_hash(*ino))).or_default().inos.insert(*ino);
         }

@@ -42,6 +42,32 @@ pub(crate) fn mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// The hasher of the maps keyed by the file system's own numbers (inodes, groups): [`mix`] of
+/// each word. Those keys are not a user's to choose, so the standard hasher's defence
+/// against chosen keys buys nothing there, and SipHash cost a twentieth of reading a group.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct NumberHasher(u64);
+
+impl std::hash::Hasher for NumberHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = mix(self.0 ^ u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = mix(self.0 ^ x);
+    }
+}
+
+/// A hash map keyed by the file system's own numbers (see [`NumberHasher`]).
+pub(crate) type NumberMap<K, V> =
+    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<NumberHasher>>;
+/// A hash set of them.
+pub(crate) type NumberSet<K> = std::collections::HashSet<K, std::hash::BuildHasherDefault<NumberHasher>>;
+
 /// The top bits of a hash that name a directory's region (format version 10): a directory's
 /// entries, and the inodes made in it with their maps, hash into its region, so that the
 /// groups a directory's listing and its files' attributes need are few, and the ones one

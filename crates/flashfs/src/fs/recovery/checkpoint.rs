@@ -9,7 +9,7 @@ use bitmend_code::le::Reader;
 
 use crate::fs::map::groups::GroupAt;
 use crate::fs::map::index::{read_frags, MapAt, Totals};
-use crate::fs::map::keys::{ChunkKey, GroupId, MapSummary};
+use crate::fs::map::keys::{ChunkKey, GroupId, MapSummary, NumberMap};
 use crate::fs::node::{self, FLAG_ZSTD};
 use crate::fs::{Health, Inode, Loc};
 use crate::store::Segment;
@@ -43,8 +43,8 @@ const GROUPS_MAGIC_V8: u32 = 0x5350_5247; // "GRPS"
 
 /// The state a checkpoint holds.
 pub(crate) struct State {
-    pub inodes: HashMap<u64, Inode>,
-    pub dirs: HashMap<u64, BTreeMap<Vec<u8>, u64>>,
+    pub inodes: NumberMap<u64, Inode>,
+    pub dirs: NumberMap<u64, BTreeMap<Vec<u8>, u64>>,
     pub data: HashMap<(u64, u64), Loc>,
     pub next_ino: u64,
     pub health: Health,
@@ -95,12 +95,12 @@ pub(crate) fn decode(b: &[u8]) -> Option<State> {
         return None;
     }
     let next_ino = r.u64()?;
-    let mut inodes = HashMap::new();
+    let mut inodes = NumberMap::default();
     for _ in 0..r.u32()? {
         let (ino, inode) = Inode::take_record(&mut r)?;
         inodes.insert(ino, inode);
     }
-    let mut dirs: HashMap<u64, BTreeMap<Vec<u8>, u64>> = HashMap::new();
+    let mut dirs: NumberMap<u64, BTreeMap<Vec<u8>, u64>> = NumberMap::default();
     for _ in 0..r.u32()? {
         let parent = r.u64()?;
         let child = r.u64()?;
