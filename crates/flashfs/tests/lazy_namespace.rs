@@ -269,3 +269,52 @@ fn the_attributes_of_a_directory_or_a_file_read_a_group_or_two() {
     assert_eq!(answers[0], answers[1], "blocks of the root, a directory and a file: lazy, then whole");
     assert!(answers[0][2] > 0, "the file's page is counted");
 }
+
+/// Directories moved to other parents on a lazy mount, and moves under themselves refused:
+/// the walk up from the target reads the regions its directories were made in (where a
+/// directory never moved is named), not every group; a directory that was moved is found by
+/// reading every group. The tree and fsck are those of a mount that reads every group.
+#[test]
+fn a_directory_moved_across_parents_reads_its_parents_not_every_group() {
+    let mut fs = Fs::open(image(), opts(false)).unwrap().0;
+    let look = |fs: &mut Fs<RamNand>, d: Ino, n: &str| fs.lookup(d, n.as_bytes()).unwrap().ino;
+    let (d0, d5) = (look(&mut fs, ROOT, "d0"), look(&mut fs, ROOT, "d5"));
+    let a = fs.mkdir(d0, b"a", 0o755, 0, 0).unwrap().ino;
+    let b = fs.mkdir(a, b"b", 0o755, 0, 0).unwrap().ino;
+    let c = fs.mkdir(b, b"c", 0o755, 0, 0).unwrap().ino;
+    fs.create(c, b"leaf", 0o644, 0, 0).unwrap();
+    let base = fs.unmount().unwrap();
+    let mut trees = Vec::new();
+    for lazy in [true, false] {
+        let (mut fs, _) = Fs::open(base.clone(), opts(lazy)).unwrap();
+        let invalid = |r: Result<(), FsError>| matches!(r, Err(e) if e.to_string().contains("under itself"));
+        // a under its own grandchild: refused; then a into d5, walked from d5 to the root.
+        assert!(invalid(fs.rename(d0, b"a", c, b"a")), "lazy {lazy}: a moved under c");
+        fs.rename(d0, b"a", d5, b"a").unwrap();
+        if lazy {
+            let s = fs.stats();
+            assert!(s.groups_unread * 2 > s.groups, "the walks read most groups: {s:?}");
+        }
+        // b (made in a, a moved since) to the root; d5 under b; then b under a, which is under
+        // d5 under b: refused, found through directories that were moved.
+        fs.rename(a, b"b", ROOT, b"b").unwrap();
+        fs.rename(ROOT, b"d5", b, b"d5").unwrap();
+        assert!(invalid(fs.rename(ROOT, b"b", a, b"b")), "lazy {lazy}: b moved under a");
+        let c = fs.check(true);
+        assert!(c.clean(), "lazy {lazy}: {:?}", c.problems);
+        let mut tree = Vec::new();
+        for d in [ROOT, b, d5, a, c_of(&mut fs, b)] {
+            let mut names: Vec<_> = fs.readdir(d).unwrap().into_iter().map(|e| e.name).collect();
+            names.sort();
+            tree.push(names);
+        }
+        trees.push(tree);
+    }
+    assert_eq!(trees[0], trees[1], "the tree, lazy and whole");
+    assert!(trees[0][0].contains(&b"b".to_vec()) && !trees[0][0].contains(&b"d5".to_vec()));
+}
+
+/// The directory `c` under `b`.
+fn c_of(fs: &mut Fs<RamNand>, b: Ino) -> Ino {
+    fs.lookup(b, b"c").unwrap().ino
+}

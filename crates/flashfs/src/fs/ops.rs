@@ -4,11 +4,11 @@ use std::collections::BTreeMap;
 
 use bitmend_media::nand::Nand;
 
-use super::Ino;
 use super::{
     now, DirEntry, Fs, Inode, Loc, SetAttr, TierWrite, INLINE_TARGET_MAX, LOGICAL_PAGE, NAME_MAX, PENDING,
     SYMLINK_MAX,
 };
+use super::{Ino, ROOT};
 use crate::fs::cache::DirtyPage;
 use crate::fs::node::{self, Attr, FileType};
 use crate::store::{PageAddr, Repaired};
@@ -364,8 +364,13 @@ impl<N: Nand> Fs<N> {
         self.need_inode(ino)?;
         let is_dir = self.inode(ino)?.attr.kind == FileType::Dir;
         if is_dir && parent != newparent {
-            // Whether the target lies under the directory walks the parents up to the root.
-            self.need_all()?;
+            // Whether the target lies under the directory walks its parents up to the root.
+            let mut d = newparent;
+            while d != ino && d != ROOT.0 {
+                self.need_parent(d)?;
+                let Some(p) = self.ns.parent_of(d) else { break };
+                d = p;
+            }
         }
         if let Some(old) = self.dir(newparent)?.get(newname).copied() {
             self.need_inode(old)?;

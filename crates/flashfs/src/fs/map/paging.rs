@@ -15,6 +15,7 @@ use crate::fs::Fs;
 use crate::fs::LOGICAL_PAGE;
 use crate::FileType;
 use crate::PageAddr;
+use crate::ROOT;
 use crate::{Corruption, FsError};
 
 impl Groups {
@@ -182,6 +183,26 @@ impl<N: Nand> Fs<N> {
             (Some(runs), _) => (0..runs).try_for_each(|run| self.page_in_hash(run_hash(ino, run))),
             (None, Some(region)) => region.into_iter().try_for_each(|g| self.page_in(g)),
         }
+    }
+
+    /// The entry naming directory `d` in memory, so that its parent is known. A directory
+    /// never moved to another parent is named in the region it was made in, which its number
+    /// carries (its parent's); one that was moved, or made before regions, is found by
+    /// reading every group. An entry in memory is the file system's: its group was read
+    /// whole, and is written before it is let go.
+    pub(crate) fn need_parent(&mut self, d: u64) -> Result<(), FsError> {
+        if d == ROOT.0 || self.ns.parent_of(d).is_some() {
+            return Ok(());
+        }
+        if let Some(r) = ino_region(d) {
+            for g in self.groups.unread_in(in_region(r, 0), in_region(r, u64::MAX)) {
+                self.page_in(g)?;
+            }
+            if self.ns.parent_of(d).is_some() {
+                return Ok(());
+            }
+        }
+        self.need_all()
     }
 
     /// Every inode that memory names read: each directory whose entries are in memory, and

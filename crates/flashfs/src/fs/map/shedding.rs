@@ -38,19 +38,25 @@ impl<N: Nand> Fs<N> {
         }
     }
 
-    /// Every group once round from the hand, letting go until `target` inodes are left; a
-    /// group spared as touched comes round at the next pass.
+    /// Every group in memory once round from the hand, letting go until `target` inodes are
+    /// left; a group spared as touched comes round at the next pass. Only the groups with
+    /// members are gone round (those read, and a few marked before they were read): the
+    /// table's tens of thousands of unread groups at a million files, gone round after
+    /// every request, cost more than the requests.
     fn shed_pass(&mut self, target: usize) {
         let hand = self.groups.shed_hand;
-        let after = self.groups.ranges.range(hand.saturating_add(1)..);
-        let order: Vec<(u64, u8)> =
-            after.chain(self.groups.ranges.range(..=hand)).map(|(&s, &d)| (s, d)).collect();
-        for (start, depth) in order {
+        // A mark on a group not in memory spares nothing.
+        let members = &self.groups.members;
+        self.groups.touched.retain(|g| members.contains_key(g));
+        let mut order: Vec<GroupId> = self.groups.members.keys().copied().collect();
+        order.sort_unstable_by_key(|g| g.start());
+        let after = order.partition_point(|g| g.start() <= hand);
+        order.rotate_left(after);
+        for g in order {
             if self.ns.len() <= target {
                 break;
             }
-            self.groups.shed_hand = start;
-            let g = self.groups.group_of_start(start, depth);
+            self.groups.shed_hand = g.start();
             if self.groups.touched.remove(&g) || !self.may_shed(g) {
                 continue;
             }
