@@ -44,7 +44,7 @@ pub(crate) fn mix(mut x: u64) -> u64 {
 
 /// The hasher of the maps keyed by the file system's own numbers (inodes, groups): [`mix`] of
 /// each word. Those keys are not a user's to choose, so the standard hasher's defence
-/// against chosen keys buys nothing there, and SipHash cost a twentieth of reading a group.
+/// against chosen keys buys nothing there, and SipHash cost a tenth of reading a group.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct NumberHasher(u64);
 
