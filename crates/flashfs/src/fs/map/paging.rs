@@ -62,6 +62,11 @@ impl Groups {
         out.insert(first);
         out.into_iter().filter(|g| self.unread.contains(g)).collect()
     }
+
+    /// The unread groups of region `r`.
+    fn unread_in_region(&self, r: u64) -> Vec<GroupId> {
+        self.unread_in(in_region(r, 0), in_region(r, u64::MAX))
+    }
 }
 
 impl<N: Nand> Fs<N> {
@@ -149,11 +154,11 @@ impl<N: Nand> Fs<N> {
 
     /// Every entry of directory `dir` in memory: every group overlapping its region.
     pub(crate) fn need_dir(&mut self, dir: u64) -> Result<(), FsError> {
-        let r = dir_region(dir);
-        for g in self.groups.unread_in(in_region(r, 0), in_region(r, u64::MAX)) {
-            self.page_in(g)?;
-        }
-        Ok(())
+        self.need_groups(self.groups.unread_in_region(dir_region(dir)))
+    }
+
+    fn need_groups(&mut self, groups: Vec<GroupId>) -> Result<(), FsError> {
+        groups.into_iter().try_for_each(|g| self.page_in(g))
     }
 
     /// Chunk `ck`'s map in memory, if it has one.
@@ -174,14 +179,12 @@ impl<N: Nand> Fs<N> {
             Some(i) => Some(i.attr.size.div_ceil(run_bytes)),
             None => None,
         };
-        let region = ino_region(ino).map(|r| self.groups.unread_in(in_region(r, 0), in_region(r, u64::MAX)));
+        let region = ino_region(ino).map(|r| self.groups.unread_in_region(r));
         match (runs, region) {
             (None, None) => self.need_all(),
-            (Some(runs), Some(region)) if runs >= region.len() as u64 => {
-                region.into_iter().try_for_each(|g| self.page_in(g))
-            }
+            (Some(runs), Some(region)) if runs >= region.len() as u64 => self.need_groups(region),
             (Some(runs), _) => (0..runs).try_for_each(|run| self.page_in_hash(run_hash(ino, run))),
-            (None, Some(region)) => region.into_iter().try_for_each(|g| self.page_in(g)),
+            (None, Some(region)) => self.need_groups(region),
         }
     }
 
@@ -195,9 +198,7 @@ impl<N: Nand> Fs<N> {
             return Ok(());
         }
         if let Some(r) = ino_region(d) {
-            for g in self.groups.unread_in(in_region(r, 0), in_region(r, u64::MAX)) {
-                self.page_in(g)?;
-            }
+            self.need_groups(self.groups.unread_in_region(r))?;
             if self.ns.parent_of(d).is_some() {
                 return Ok(());
             }
