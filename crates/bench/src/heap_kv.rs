@@ -195,7 +195,12 @@ fn verified_gets(keys: &[u64], gets: &[u64], pool_len: usize, runs: usize, emit:
     ];
     let mut ns = vec![Vec::new(); modes.len()];
     let mut checks = vec![0u64; modes.len()];
+    // The floors of the two strategies with targets (ER and LC at a tick).
+    let mut floors = vec![Vec::new(); 2];
     for _ in 0..runs {
+        for (i, f) in floors.iter_mut().enumerate() {
+            f.push(check_floor(&mut pool, &kv, gets, modes[i].1));
+        }
         for (i, (_, mode)) in modes.iter().enumerate() {
             pool.set_read_check(*mode);
             let before = pool.read_lines_checked();
@@ -213,13 +218,16 @@ fn verified_gets(keys: &[u64], gets: &[u64], pool_len: usize, runs: usize, emit:
     let none = median(&mut ns[modes.len() - 1]);
     let case = format!("Zipf get (s 0.99) of {} keys, healing k {STRIPE_K} m 2", keys.len());
     for (i, (name, _)) in modes.iter().enumerate().take(modes.len() - 1) {
-        let row = Row::latency(
-            format!("{case}, read check {name} vs none"),
-            median(&mut ns[i]),
-            "no read check",
-            Some(none),
-        );
+        let ours = median(&mut ns[i]);
+        let row = Row::latency(format!("{case}, read check {name} vs none"), ours, "no read check", Some(none));
         emit(row.in_bench("heap"));
+        if let Some(f) = floors.get_mut(i) {
+            let floor = median(f);
+            let what = format!("{case}, read check {name}: floor (no check, then the lines it checked, alone)");
+            emit(Row::latency(format!("{what} vs none"), floor, "no read check", Some(none)).in_bench("heap"));
+            let row = Row::latency(format!("{case}, read check {name} vs its floor"), ours, "floor", Some(floor));
+            emit(row.in_bench("heap"));
+        }
         let per = checks[i] as f64 / gets.len() as f64;
         emit(
             Row::shown(
@@ -232,6 +240,32 @@ fn verified_gets(keys: &[u64], gets: &[u64], pool_len: usize, runs: usize, emit:
             .in_bench("heap"),
         );
     }
+}
+
+/// The floor of read-check strategy `mode` on `gets`: ns per get of the gets with no check,
+/// each followed by the checks of the lines `mode` compared for it (noted in a run of its
+/// own), with nothing else around them: no clock, no stamps, no choice of pages. What a
+/// strategy costs beyond it is its bookkeeping.
+fn check_floor<R: Region>(pool: &mut Pool<R>, kv: &Kv, gets: &[u64], mode: ReadCheck) -> f64 {
+    pool.set_read_check(mode);
+    pool.note_checked_lines(true);
+    let (mut runs, mut ends) = (Vec::new(), Vec::with_capacity(gets.len()));
+    for &k in gets {
+        kv.get(pool, &k.to_be_bytes()).expect("get");
+        runs.extend(pool.take_checked_lines());
+        ends.push(runs.len());
+    }
+    pool.note_checked_lines(false);
+    pool.set_read_check(ReadCheck::Background);
+    let mut start = 0;
+    let t = Instant::now();
+    for (&k, &end) in gets.iter().zip(&ends) {
+        let v = kv.get(pool, &k.to_be_bytes()).expect("get");
+        let sound = runs[start..end].iter().all(|&(at, len)| pool.lines_match(at, len));
+        assert!(sound && v.is_some_and(|v| v.len() == VALUE), "key {k:#x} holds its value, its lines sound");
+        start = end;
+    }
+    t.elapsed().as_secs_f64() * 1e9 / gets.len() as f64
 }
 
 /// Inserts into a store whose pages are read-only between transactions (`reprotect`; none:

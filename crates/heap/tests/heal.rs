@@ -683,3 +683,55 @@ fn a_get_checks_the_lines_its_search_reads_and_never_answers_wrong() {
     assert!(refused > 0, "some flips were under a search's lines");
     eprintln!("heal: {wild} single-bit flips, one at a time, each followed by 300 gets checked by ER or by LC with fresh stamps: {refused} refused, {answered} answered right, none wrong");
 }
+
+#[test]
+fn the_lines_a_read_check_compares_are_noted_and_check_alone_as_the_read_did() {
+    use bitmend_heap::kv::Kv;
+    use bitmend_heap::ReadCheck;
+    let mut pool = Pool::create(RamRegion::new(6 << 20), opts(4, 2)).unwrap();
+    let kv = Kv::create(&mut pool).unwrap();
+    let key = |i: u32| [&b"key-"[..], &i.to_be_bytes()].concat();
+    for i in 0..400u32 {
+        kv.put(&mut pool, &key(i), &[i as u8; 100]).unwrap();
+    }
+    let geo = pool.geometry().unwrap();
+    // Every place a key's bytes are (its leaf's entry, and stale copies in freed blocks).
+    let places = |pool: &Pool<RamRegion>, i: u32| -> Vec<u64> {
+        let (lo, hi) = (geo.base as usize, geo.limit() as usize);
+        let image = &pool.region().bytes()[lo..hi];
+        image.windows(8).enumerate().filter(|(_, w)| *w == key(i)).map(|(at, _)| (lo + at) as u64).collect()
+    };
+    pool.set_read_check(ReadCheck::Every);
+    assert!(pool.take_checked_lines().is_empty(), "nothing is noted until asked");
+    pool.note_checked_lines(true);
+    for i in (0..400u32).step_by(37) {
+        assert_eq!(kv.get(&pool, &key(i)).unwrap(), Some(vec![i as u8; 100]));
+        let runs = pool.take_checked_lines();
+        assert!(runs.iter().all(|&(a, len)| a % 64 == 0 && len % 64 == 0 && len > 0));
+        assert!(runs.iter().all(|&(a, len)| pool.lines_match(a, len)), "sound lines match alone");
+        // The search compared the key it found: its line is among those checked.
+        let within = |at: u64| runs.iter().any(|&(a, len)| a <= at && at + 8 <= a + len);
+        let at = places(&pool, i).into_iter().find(|&at| within(at));
+        let at = at.unwrap_or_else(|| panic!("key {i}: no copy of it in the lines checked, {runs:?}"));
+        // One bit flipped in the key's line: the bare check and the get both refuse it.
+        let line = (at & !63) as usize;
+        let old = pool.region().bytes()[line..line + 64].to_vec();
+        let mut junk = old.clone();
+        junk[(at as usize - line) + 2] ^= 0x10;
+        pool.region_mut().corrupt(line, &junk).unwrap();
+        assert!(!pool.lines_match(at, 8), "a flipped line fails alone");
+        assert!(matches!(kv.get(&pool, &key(i)), Err(HeapError::Damaged { .. })));
+        pool.region_mut().corrupt(line, &old).unwrap();
+        pool.take_checked_lines();
+    }
+    // LC within its interval: the second get of a key compares nothing, and notes nothing.
+    pool.set_read_check(ReadCheck::AfterCheck(Duration::from_secs(3600)));
+    kv.get(&pool, &key(5)).unwrap();
+    assert!(!pool.take_checked_lines().is_empty());
+    kv.get(&pool, &key(5)).unwrap();
+    assert_eq!(pool.take_checked_lines(), vec![], "a page checked within the interval is not again");
+    pool.note_checked_lines(false);
+    pool.set_read_check(ReadCheck::Every);
+    kv.get(&pool, &key(5)).unwrap();
+    assert!(pool.take_checked_lines().is_empty(), "noting off");
+}

@@ -3,6 +3,7 @@
 //! holds one, and the checked reads consult it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// When a read checks the pages it reads (Loris section 4.2).
@@ -38,6 +39,9 @@ pub(crate) struct ReadChecker {
     pub checks: AtomicU64,
     /// Lines checked by read checks (pools with line checks).
     pub lines: AtomicU64,
+    /// When noting: each run of lines a read check compared, as `line << 24 | lines` (see
+    /// [`crate::Pool::note_checked_lines`]).
+    pub(super) noted: Option<Mutex<Vec<u64>>>,
 }
 
 /// Checks between two reads of the clock: a tick (1/60 s) is tens of thousands of reads.
@@ -54,6 +58,7 @@ impl ReadChecker {
             calls: AtomicU64::new(0),
             checks: AtomicU64::new(0),
             lines: AtomicU64::new(0),
+            noted: None,
         }
     }
 

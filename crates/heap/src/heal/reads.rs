@@ -44,6 +44,44 @@ impl<R: Region> Pool<R> {
         self.reads.lines.load(Ordering::Relaxed)
     }
 
+    /// From now on (`on`), notes the lines each read check compares, for
+    /// [`Pool::take_checked_lines`]: what a strategy checked can then be checked again with
+    /// nothing else around it ([`Pool::lines_match`]), the floor of its cost. Off, a check
+    /// pays one branch for it.
+    pub fn note_checked_lines(&mut self, on: bool) {
+        self.reads.noted = on.then(|| std::sync::Mutex::new(Vec::new()));
+    }
+
+    /// The runs of lines the read checks compared since the last call, in order: (first
+    /// byte, bytes), whole lines. Empty unless [`Pool::note_checked_lines`] is on.
+    pub fn take_checked_lines(&self) -> Vec<(u64, u64)> {
+        let Some(noted) = &self.reads.noted else { return Vec::new() };
+        let runs = std::mem::take(&mut *noted.lock().unwrap_or_else(|e| e.into_inner()));
+        runs.iter().map(|&r| ((r >> 24) * LINE, (r & 0xFF_FFFF) * LINE)).collect()
+    }
+
+    /// Whether the lines under `[at, at + len)` match their checks: what a read check
+    /// compares, without its clock, stamps or counts (true in a pool without line checks).
+    pub fn lines_match(&self, at: u64, len: u64) -> bool {
+        let region = self.log.region();
+        let Some(shield) = region.shield.as_ref() else { return true };
+        let geo = shield.geo;
+        // Only the data pages have checks.
+        let lo = (at & !(LINE - 1)).max(geo.base);
+        let hi = (at + len.max(1)).next_multiple_of(LINE).min(geo.limit());
+        // Page by page: the checks of two pages need not be next to each other.
+        let mut from = lo;
+        while from < hi {
+            let Some(p) = geo.page_of(from) else { return true };
+            let to = hi.min(geo.page_at(p) + PAGE);
+            if !shield.lines_match(region.bytes(), from as usize, to as usize) {
+                return false;
+            }
+            from = to;
+        }
+        true
+    }
+
     /// Checks the pages under `[at, at + len)` that the read strategy says are due: the
     /// read's bytes are returned only if they pass.
     pub(crate) fn check_read(&self, at: u64, len: u64) -> Result<(), HeapError> {
@@ -172,6 +210,10 @@ impl<R: Region> Pool<R> {
                     continue;
                 }
                 lines += (hi - lo) / LINE;
+                if let Some(noted) = &r.noted {
+                    let run = (lo / LINE) << 24 | (hi - lo) / LINE;
+                    noted.lock().unwrap_or_else(|e| e.into_inner()).push(run);
+                }
                 if !shield.lines_match(region.bytes(), lo as usize, hi as usize) {
                     result = refuse(p);
                     break 'pages;
