@@ -219,13 +219,18 @@ fn verified_gets(keys: &[u64], gets: &[u64], pool_len: usize, runs: usize, emit:
     let case = format!("Zipf get (s 0.99) of {} keys, healing k {STRIPE_K} m 2", keys.len());
     for (i, (name, _)) in modes.iter().enumerate().take(modes.len() - 1) {
         let ours = median(&mut ns[i]);
-        let row = Row::latency(format!("{case}, read check {name} vs none"), ours, "no read check", Some(none));
+        let row =
+            Row::latency(format!("{case}, read check {name} vs none"), ours, "no read check", Some(none));
         emit(row.in_bench("heap"));
         if let Some(f) = floors.get_mut(i) {
             let floor = median(f);
-            let what = format!("{case}, read check {name}: floor (no check, then the lines it checked, alone)");
-            emit(Row::latency(format!("{what} vs none"), floor, "no read check", Some(none)).in_bench("heap"));
-            let row = Row::latency(format!("{case}, read check {name} vs its floor"), ours, "floor", Some(floor));
+            let what =
+                format!("{case}, read check {name}: floor (no check, then the lines it checked, alone)");
+            emit(
+                Row::latency(format!("{what} vs none"), floor, "no read check", Some(none)).in_bench("heap"),
+            );
+            let row =
+                Row::latency(format!("{case}, read check {name} vs its floor"), ours, "floor", Some(floor));
             emit(row.in_bench("heap"));
         }
         let per = checks[i] as f64 / gets.len() as f64;
