@@ -472,31 +472,34 @@ impl Groups {
             return None;
         }
         ids.sort_unstable_by_key(|g| g.start());
-        let mut groups = Groups::of_depth(0);
-        groups.ranges.clear();
+        // In order, then built in one pass: inserted one by one, the ranges of a million
+        // files' table took a fifth of the mount.
+        let mut ranges = Vec::with_capacity(2 * ids.len() + 64);
         let mut next: u128 = 0;
         for g in ids {
             if (g.start() as u128) < next {
                 return None;
             }
-            fill_gap(&mut groups.ranges, next, g.start() as u128);
-            groups.ranges.insert(g.start(), g.depth);
+            fill_gap(&mut ranges, next, g.start() as u128);
+            ranges.push((g.start(), g.depth));
             next = g.start() as u128 + g.span();
         }
-        fill_gap(&mut groups.ranges, next, 1u128 << 64);
+        fill_gap(&mut ranges, next, 1u128 << 64);
+        let mut groups = Groups::of_depth(0);
+        groups.ranges = ranges.into_iter().collect();
         Some(groups)
     }
 }
 
-/// Covers hashes `[next, end)` with ranges, each the largest aligned one that fits.
-fn fill_gap(ranges: &mut BTreeMap<u64, u8>, mut next: u128, end: u128) {
+/// Covers hashes `[next, end)` with ranges, each the largest aligned one that fits: the
+/// largest power of two that `next` is a multiple of and that ends by `end`.
+fn fill_gap(ranges: &mut Vec<(u64, u8)>, mut next: u128, end: u128) {
     while next < end {
-        let mut span = 1u128 << 64;
-        while !next.is_multiple_of(span) || next + span > end {
-            span >>= 1;
-        }
-        ranges.insert(next as u64, 64 - span.trailing_zeros() as u8);
-        next += span;
+        let aligned = if next == 0 { 64 } else { next.trailing_zeros().min(64) };
+        let fits = 127 - (end - next).leading_zeros();
+        let shift = aligned.min(fits);
+        ranges.push((next as u64, (64 - shift) as u8));
+        next += 1u128 << shift;
     }
 }
 
@@ -646,8 +649,9 @@ impl<N: Nand> Fs<N> {
     /// Takes the groups a table names as the state, none of them read yet (`paging.rs`).
     pub(crate) fn adopt_table(&mut self, groups: Groups, table: Vec<(GroupId, GroupAt)>) {
         self.groups = groups;
+        // From the table, in its order (a checkpoint writes it sorted): built in one pass.
+        self.groups.unread = table.iter().map(|t| t.0).collect();
         self.groups.at = table.into_iter().collect();
-        self.groups.unread = self.groups.at.keys().copied().collect();
         self.groups.unread_inodes = self.groups.at.values().map(|a| a.inodes as usize).sum();
     }
 
@@ -676,6 +680,35 @@ impl<N: Nand> Fs<N> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gap_is_covered_by_the_largest_aligned_ranges_that_fit() {
+        // The definition: from the whole space down, halve until the range starts aligned
+        // and ends by the gap's end.
+        fn by_halving(mut next: u128, end: u128) -> Vec<(u64, u8)> {
+            let mut out = Vec::new();
+            while next < end {
+                let mut span = 1u128 << 64;
+                while !next.is_multiple_of(span) || next + span > end {
+                    span >>= 1;
+                }
+                out.push((next as u64, 64 - span.trailing_zeros() as u8));
+                next += span;
+            }
+            out
+        }
+        let mut rng = bitmend_media::rng::Rng::new(7);
+        let mut cases = vec![(0, 1u128 << 64), (0, 1), (1, 1u128 << 64), (u64::MAX as u128, 1u128 << 64)];
+        for _ in 0..2000 {
+            let (a, b) = (rng.next_u64() >> rng.below(64), rng.next_u64() >> rng.below(64));
+            cases.push((a.min(b) as u128, a.max(b) as u128 + 1));
+        }
+        for (next, end) in cases {
+            let mut ranges = Vec::new();
+            fill_gap(&mut ranges, next, end);
+            assert_eq!(ranges, by_halving(next, end), "the gap [{next:#x}, {end:#x})");
+        }
+    }
 
     /// `files` files in 140 directories, numbered as version 10 numbers them (the counter in
     /// their directory's region): the state and the maps.
