@@ -200,9 +200,10 @@ impl<N: Nand> Fs<N> {
         v.put_u32(0);
         v.put_u32(XATTR_MAGIC);
         v.put_u32(0);
-        // By first hash, as FORMAT.md says: a mount's sort of the table then finds it in order.
+        // By first hash, as FORMAT.md says (`GroupId`'s order): a mount's sort of the table
+        // then finds it in order.
         let mut groups: Vec<(&GroupId, &GroupAt)> = self.groups.table().iter().collect();
-        groups.sort_unstable_by_key(|g| g.0.start());
+        groups.sort_unstable_by_key(|g| *g.0);
         v.put_u32(GROUPS_MAGIC);
         v.put_u32(groups.len() as u32);
         for (g, at) in groups {
@@ -224,7 +225,7 @@ impl<N: Nand> Fs<N> {
         let Some(s) = decode(v) else { return false };
         let mut table: Vec<(GroupId, GroupAt)> =
             self.groups.table().iter().map(|(g, a)| (*g, a.clone())).collect();
-        table.sort_unstable_by_key(|g| g.0.start());
+        table.sort_unstable_by_key(|g| g.0);
         s.next_ino == self.ns.next_ino()
             && s.totals == self.index.totals()
             && s.usage.iter().all(|(p, b)| self.index.usage_table().get(p) == Some(b))

@@ -104,11 +104,24 @@ pub(crate) fn in_region(region: u64, h: u64) -> u64 {
     region << REGION_SHIFT | h >> REGION_BITS
 }
 
-/// A group: the hashes whose first `depth` bits are `prefix`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// A group: the hashes whose first `depth` bits are `prefix`. Ordered by first hash (then
+/// depth), as the checkpoint's table is: sets of groups are built from it in one pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct GroupId {
     pub depth: u8,
     pub prefix: u64,
+}
+
+impl Ord for GroupId {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.start(), self.depth, self.prefix).cmp(&(other.start(), other.depth, other.prefix))
+    }
+}
+
+impl PartialOrd for GroupId {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 impl GroupId {
