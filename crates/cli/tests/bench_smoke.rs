@@ -111,10 +111,18 @@ fn bench_heap_quick_json_rows_beside_pmdk_and_the_floor() {
             "B+tree at m = {m} vs pmdk and unprotected"
         );
     }
-    for strategy in ["ER (every read)", "LC (last check a tick ago)", "LU (last use a tick ago)"] {
+    // ER and LC at a tick, whose targets the floor decides, print their floor beside them.
+    for (strategy, rows) in
+        [("ER (every read)", 4), ("LC (last check a tick ago)", 4), ("LU (last use a tick ago)", 2)]
+    {
         let n = lines.iter().filter(|l| l.contains("Zipf get") && l.contains(strategy)).count();
-        assert_eq!(n, 2, "{strategy}: the time against none, and lines checked per get");
+        assert_eq!(
+            n, rows,
+            "{strategy}: against none, lines checked per get (and the floor vs none, ours vs it)"
+        );
     }
+    let floors = lines.iter().filter(|l| l.contains("Zipf get") && l.contains("vs its floor")).count();
+    assert_eq!(floors, 2, "ER and LC against their floors");
     for l in &lines {
         assert_eq!(field(l, "bench"), "\"heap\"");
         let ours: f64 = field(l, "ours").parse().unwrap();
