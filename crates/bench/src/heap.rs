@@ -18,6 +18,7 @@ use bitmend_media::pmem::{MmapRegion, Region};
 use bitmend_media::rng::Rng;
 
 use crate::harness::{median, shm_region, LineCounts, Options, Row};
+use crate::parity_floor::Recording;
 
 /// The stripes of the healing rows: eight data pages, two parity pages.
 const HEALING: StripeShape = StripeShape { k: 8, m: 2 };
@@ -38,55 +39,80 @@ struct ShmPool {
 impl ShmPool {
     fn new(len: usize, stripes: Option<StripeShape>) -> ShmPool {
         let path = shm_path("pool");
-        let region = shm_region(&path, len, LineCounts::Timed);
-        // The default don't-allocate period: a freed block waits 0.2 s, as a user's would.
-        let pool = Pool::create(
-            region,
-            PoolOptions { reuse_after: Duration::from_millis(200), stripes, ..Default::default() },
-        )
-        .expect("pool");
+        let pool = new_pool(shm_region(&path, len, LineCounts::Timed), stripes);
         ShmPool { pool, path }
     }
+}
 
-    /// `OBJECTS` objects of `size` bytes, their pointers in a root array: the slots.
-    fn objects(&mut self, size: u64) -> Ptr {
-        self.pool
-            .tx(|tx| {
-                let root = tx.alloc(8 * OBJECTS as u64)?;
-                for i in 0..OBJECTS {
-                    let p = tx.alloc(size)?;
-                    tx.write(p, 0, &vec![1; size as usize])?;
-                    tx.write(root, 8 * i as u64, &p.0.to_le_bytes())?;
-                }
-                Ok(root)
-            })
-            .expect("objects")
-    }
+/// A pool on `region` with the default don't-allocate period: a freed block waits 0.2 s, as
+/// a user's would.
+fn new_pool<R: Region>(region: R, stripes: Option<StripeShape>) -> Pool<R> {
+    let opts = PoolOptions { reuse_after: Duration::from_millis(200), stripes, ..Default::default() };
+    Pool::create(region, opts).expect("pool")
+}
 
-    /// Ns per transaction writing `len` bytes at `off` of object i (cycling), and the
-    /// journal bytes they logged beside what redo logging would have.
-    fn overwrite(&mut self, root: Ptr, len: usize, off: u64, n: usize, payload: &[u8]) -> (f64, LogBytes) {
-        let before = self.pool.log_bytes();
-        let t = Instant::now();
-        for i in 0..n {
-            let data = &payload[i % 16..i % 16 + len];
-            self.pool
-                .tx(|tx| {
-                    let slot = tx.slot(root, 8 * (i % OBJECTS) as u64)?;
-                    tx.write_through(slot, off, data).map(|_| ())
-                })
-                .expect("overwrite");
+/// `OBJECTS` objects of `size` bytes, their pointers in a root array: the slots.
+fn objects<R: Region>(pool: &mut Pool<R>, size: u64) -> Ptr {
+    pool.tx(|tx| {
+        let root = tx.alloc(8 * OBJECTS as u64)?;
+        for i in 0..OBJECTS {
+            let p = tx.alloc(size)?;
+            tx.write(p, 0, &vec![1; size as usize])?;
+            tx.write(root, 8 * i as u64, &p.0.to_le_bytes())?;
         }
-        let ns = t.elapsed().as_secs_f64() * 1e9 / n as f64;
-        let after = self.pool.log_bytes();
-        let logged = LogBytes {
-            undo: after.undo - before.undo,
-            pointer: after.pointer - before.pointer,
-            other: after.other - before.other,
-            redo_equivalent: after.redo_equivalent - before.redo_equivalent,
-        };
-        (ns, logged)
+        Ok(root)
+    })
+    .expect("objects")
+}
+
+/// What [`overwrite`] does: `len` bytes at `off` of each object in turn, `n` transactions.
+#[derive(Clone, Copy)]
+struct Overwrites<'a> {
+    root: Ptr,
+    len: usize,
+    off: u64,
+    n: usize,
+    payload: &'a [u8],
+}
+
+/// Ns per transaction of `w`, and the journal bytes they logged beside what redo logging
+/// would have.
+fn overwrite<R: Region>(pool: &mut Pool<R>, w: Overwrites) -> (f64, LogBytes) {
+    let before = pool.log_bytes();
+    let t = Instant::now();
+    for i in 0..w.n {
+        let data = &w.payload[i % 16..i % 16 + w.len];
+        pool.tx(|tx| {
+            let slot = tx.slot(w.root, 8 * (i % OBJECTS) as u64)?;
+            tx.write_through(slot, w.off, data).map(|_| ())
+        })
+        .expect("overwrite");
     }
+    let ns = t.elapsed().as_secs_f64() * 1e9 / w.n as f64;
+    let after = pool.log_bytes();
+    let logged = LogBytes {
+        undo: after.undo - before.undo,
+        pointer: after.pointer - before.pointer,
+        other: after.other - before.other,
+        redo_equivalent: after.redo_equivalent - before.redo_equivalent,
+    };
+    (ns, logged)
+}
+
+/// The parity floor of the healing data-logged rows (see [`crate::parity_floor`]): the same
+/// transactions on a pool with [`HEALING`] stripes, every store into its parity pages noted,
+/// then replayed alone on a fresh region. Ns per transaction; added to the transaction with
+/// no stripes, the least any design that patches parity at commit pays.
+fn data_log_parity_floor(pool_len: usize, len: usize, n: usize, payload: &[u8]) -> f64 {
+    let path = shm_path("parity-floor");
+    let mut pool = new_pool(Recording::new(shm_region(&path, pool_len, LineCounts::Timed)), Some(HEALING));
+    let geo = pool.geometry().expect("a pool with stripes");
+    let root = objects(&mut pool, 4 * len as u64);
+    pool.region_mut().watch(geo.parity_at as usize, geo.sigs_at as usize);
+    overwrite(&mut pool, Overwrites { root, len, off: len as u64, n, payload });
+    let trace = pool.into_region().finish();
+    let _ = std::fs::remove_file(&path);
+    trace.replay(&shm_path("parity-floor-replay")) / n as f64
 }
 
 /// Log bytes per transaction: ours, and redo logging's for the same writes.
@@ -173,27 +199,31 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
         let label = format!("{len}B");
         let (mut data, mut whole, mut anchor) = (Vec::new(), Vec::new(), Vec::new());
         let (mut bare, mut undo) = (Vec::new(), Vec::new());
-        let (mut healed_data, mut healed_whole) = (Vec::new(), Vec::new());
+        let (mut healed_data, mut healed_whole, mut parity) = (Vec::new(), Vec::new(), Vec::new());
         let (mut data_log, mut whole_log) = (LogBytes::default(), LogBytes::default());
         for _ in 0..runs {
             // A fresh pool per run: pointer logging churns blocks through the 0.2 s
             // don't-allocate period.
             let pool_len = if opts.quick { 256 << 20 } else { 2 << 30 };
+            let quarters = |root| Overwrites { root, len, off: len as u64, n, payload: &payload };
+            let wholes = |root| Overwrites { root, len, off: 0, n, payload: &payload };
             let mut heap = ShmPool::new(pool_len, None);
-            let big = heap.objects(4 * len as u64);
-            let (ns, logged) = heap.overwrite(big, len, len as u64, n, &payload);
+            let big = objects(&mut heap.pool, 4 * len as u64);
+            let (ns, logged) = overwrite(&mut heap.pool, quarters(big));
             data.push(ns);
             data_log = logged;
-            let exact = heap.objects(len as u64);
-            let (ns, logged) = heap.overwrite(exact, len, 0, n, &payload);
+            let exact = objects(&mut heap.pool, len as u64);
+            let (ns, logged) = overwrite(&mut heap.pool, wholes(exact));
             whole.push(ns);
             whole_log = logged;
             drop(heap);
             let mut heap = ShmPool::new(pool_len, Some(HEALING));
-            let big = heap.objects(4 * len as u64);
-            healed_data.push(heap.overwrite(big, len, len as u64, n, &payload).0);
-            let exact = heap.objects(len as u64);
-            healed_whole.push(heap.overwrite(exact, len, 0, n, &payload).0);
+            let big = objects(&mut heap.pool, 4 * len as u64);
+            healed_data.push(overwrite(&mut heap.pool, quarters(big)).0);
+            let exact = objects(&mut heap.pool, len as u64);
+            healed_whole.push(overwrite(&mut heap.pool, wholes(exact)).0);
+            drop(heap);
+            parity.push(data_log_parity_floor(pool_len, len, n, &payload));
             if let Some(p) = pmdk.as_mut() {
                 anchor.push(pmdk_overwrite(p, len, span, n, &payload));
             }
@@ -211,15 +241,18 @@ pub fn run(opts: &Options, emit: &mut dyn FnMut(Row)) {
         let floor = "undo floor (log, data, commit; 3 fences)";
         emit(Row::latency(format!("{quarter} vs undo floor"), d, floor, Some(u)).in_bench("heap"));
         let healing = format!("healing k {} m {}", HEALING.k, HEALING.m);
-        for (what, ours, plain) in [(&quarter, &mut healed_data, d), (&all, &mut healed_whole, w)] {
-            let row = Row::latency(
-                format!("{what}, {healing} vs no stripes"),
-                median(ours),
-                "no stripes",
-                Some(plain),
-            );
+        let healed = [median(&mut healed_data), median(&mut healed_whole)];
+        for (what, ours, plain) in [(&quarter, healed[0], d), (&all, healed[1], w)] {
+            let row =
+                Row::latency(format!("{what}, {healing} vs no stripes"), ours, "no stripes", Some(plain));
             emit(row.in_bench("heap"));
         }
+        // Where the data-logged rows stop short of their target: the floor beside them.
+        let floor = d + median(&mut parity);
+        let what = format!("{quarter}, {healing}: floor (no stripes + its parity stores alone)");
+        emit(Row::latency(format!("{what} vs no stripes"), floor, "no stripes", Some(d)).in_bench("heap"));
+        let what = format!("{quarter}, {healing} vs its floor");
+        emit(Row::latency(what, healed[0], "floor", Some(floor)).in_bench("heap"));
         for (what, logged) in [(quarter, data_log), (all, whole_log)] {
             let (ours, redo) = per_tx(logged, n);
             emit(
@@ -243,9 +276,9 @@ fn counters(opts: &Options, payload: &[u8], emit: &mut dyn FnMut(Row)) {
             let mut heap = ShmPool::new(if opts.quick { 128 << 20 } else { 512 << 20 }, Some(HEALING));
             heap.pool.set_eager_flush(eager);
             let (size, off) = if whole { (len, 0) } else { (4 * len, len as u64) };
-            let root = heap.objects(size as u64);
+            let root = objects(&mut heap.pool, size as u64);
             let before = heap.pool.heal_stats();
-            heap.overwrite(root, len, off, n, payload);
+            overwrite(&mut heap.pool, Overwrites { root, len, off, n, payload });
             let after = heap.pool.heal_stats();
             per_tx.push((
                 (after.lines_flushed - before.lines_flushed) as f64 / n as f64,

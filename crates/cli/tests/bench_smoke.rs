@@ -98,10 +98,21 @@ fn bench_heap_quick_json_rows_beside_pmdk_and_the_floor() {
         5 * 6,
         "5 sizes x (data and pointer logging vs pmdk, vs two floors, log bytes of each)"
     );
-    // The healing rows: each size at m = 2 against no stripes (both loggings), and the
-    // cache line counters (lines and fences per tx for three writes).
+    // The healing rows: each size at m = 2 against no stripes (both loggings, and the
+    // data-logged one's parity floor), ours against that floor, and the cache line counters
+    // (lines and fences per tx for three writes).
     let healing = |what: &str| lines.iter().filter(|l| l.contains("healing") && l.contains(what)).count();
-    assert_eq!(healing("vs no stripes"), 5 * 2);
+    assert_eq!(healing("vs no stripes"), 5 * 3);
+    let floors: Vec<&&str> =
+        lines.iter().filter(|l| l.contains("parity stores alone) vs no stripes")).collect();
+    assert_eq!(floors.len(), 5, "each data-logged size's parity floor");
+    for l in floors {
+        // The floor is the transaction with no stripes plus the parity stores: never below it.
+        let (floor, none): (f64, f64) =
+            (field(l, "ours").parse().unwrap(), field(l, "anchor_value").parse().unwrap());
+        assert!(floor > none, "{l}");
+    }
+    assert_eq!(healing("(data logging), healing k 8 m 2 vs its floor"), 5);
     assert_eq!(healing("per tx, counters"), 3 * 2);
     for m in [1, 2, 4] {
         let case = format!("inserts, healing k 8 m {m} vs");
