@@ -44,6 +44,7 @@ fn bench_code_quick_json_rows_are_complete() {
         "signature 32-bit 4KiB",
         "crc32c 4KiB",
         "combine",
+        "crc32c of each 64B line of 4KiB",
     ] {
         assert!(lines.iter().any(|l| l.contains(case)), "no row for {case}");
     }

@@ -77,6 +77,31 @@ pub enum Path {
     Portable,
 }
 
+/// Bytes of a line for [`crc32c_lines`].
+pub const LINE: usize = 64;
+
+/// The CRC-32C of each whole 64-byte line of `data`: `out[i]` is [`crc32c`] of line i. The
+/// heap checks a line at a time; its lines come in runs, which a kernel takes several at once.
+///
+/// # Panics
+/// If `data` is not whole lines or `out` has fewer entries than lines.
+pub fn crc32c_lines(data: &[u8], out: &mut [u32]) {
+    assert!(data.len().is_multiple_of(LINE) && out.len() >= data.len() / LINE, "whole lines, a CRC for each");
+    #[cfg(target_arch = "x86_64")]
+    if kernel::available() {
+        // SAFETY: `available` checked SSE4.2; the shapes were checked above.
+        return unsafe { kernel::lines(data, out) };
+    }
+    portable_lines(data, out);
+}
+
+/// [`crc32c_lines`] a line at a time on the portable path: what the kernel is checked against.
+pub fn portable_lines(data: &[u8], out: &mut [u32]) {
+    for (line, o) in data.chunks_exact(LINE).zip(out.iter_mut()) {
+        *o = !portable_raw(!0, line);
+    }
+}
+
 /// The paths this CPU can run.
 pub fn paths() -> Vec<Path> {
     let mut v = vec![Path::Portable];

@@ -257,19 +257,24 @@ impl<R: Region> Healed<R> {
 }
 
 impl Shield {
-    /// Line `at`'s check as it should be.
-    fn line_check(&self, bytes: &[u8], at: usize) -> u32 {
-        check_of(&bytes[at..at + LINE as usize])
-    }
-
     /// Whether every line of `[base, stop)` (whole lines) matches its check (all do in a
     /// pool without checks).
     pub(crate) fn lines_match(&self, bytes: &[u8], base: usize, stop: usize) -> bool {
         let Some(checks) = self.geo.check_at(base as u64) else { return true };
-        let checks = checks as usize;
-        (base..stop).step_by(LINE as usize).enumerate().all(|(i, at)| {
-            self.line_check(bytes, at) == bitmend_code::le::get_u32(bytes, checks + i * CHECK as usize)
-        })
+        let (checks, line) = (checks as usize, LINE as usize);
+        // A kilobyte at a time: a mismatch stops the check soon after it.
+        let mut crcs = [0u32; 16];
+        let (mut at, mut i) = (base, 0);
+        while at < stop {
+            let n = (stop - at).div_ceil(line).min(crcs.len());
+            checks_of(&bytes[at..at + n * line], &mut crcs);
+            let stored = |k: usize| bitmend_code::le::get_u32(bytes, checks + (i + k) * CHECK as usize);
+            if crcs[..n].iter().enumerate().any(|(k, &c)| c != stored(k)) {
+                return false;
+            }
+            (at, i) = (at + n * line, i + n);
+        }
+        true
     }
 
     /// Whether `line`, as the line at `at` would be, matches that line's check.
@@ -289,11 +294,13 @@ impl Shield {
             return Ok(());
         }
         let mut checks = [0u8; 256];
+        let mut crcs = [0u32; 256 / CHECK as usize];
         let mut at = base;
         while at < stop {
-            let n = ((stop - at) / LINE as usize).min(checks.len() / CHECK as usize);
-            for (i, c) in checks.chunks_exact_mut(CHECK as usize).take(n).enumerate() {
-                c.copy_from_slice(&self.line_check(inner.bytes(), at + i * LINE as usize).to_le_bytes());
+            let n = ((stop - at) / LINE as usize).min(crcs.len());
+            checks_of(&inner.bytes()[at..at + n * LINE as usize], &mut crcs);
+            for (c, crc) in checks.chunks_exact_mut(CHECK as usize).zip(&crcs[..n]) {
+                c.copy_from_slice(&crc.to_le_bytes());
             }
             let to = self.geo.check_at(at as u64).expect("a pool with checks") as usize;
             let len = n * CHECK as usize;
@@ -500,6 +507,14 @@ impl Shield {
 /// A line's check: its CRC-32C XOR that of a zero line (FORMAT.md section 9).
 fn check_of(line: &[u8]) -> u32 {
     bitmend_code::crc::crc32c(line) ^ ZERO_LINE_CRC
+}
+
+/// [`check_of`] each whole line of `lines`, into `out`: several lines at once, which a run of
+/// lines (a store's, a read's) always is.
+fn checks_of(lines: &[u8], out: &mut [u32]) {
+    let n = lines.len() / LINE as usize;
+    bitmend_code::crc::crc32c_lines(lines, &mut out[..n]);
+    out[..n].iter_mut().for_each(|c| *c ^= ZERO_LINE_CRC);
 }
 
 /// The bytes of data page `p`.
