@@ -112,10 +112,10 @@ impl<R: Region> Pool<R> {
         let mut few = [(0, header); 32];
         if parts.len() < few.len() {
             few[1..].iter_mut().zip(parts).for_each(|(to, part)| *to = shifted(part));
-            return self.check_spans(p.header(), &few[..=parts.len()], false);
+            return self.check_due(p.header(), &few[..=parts.len()], false);
         }
         let all: Vec<_> = std::iter::once((0, header)).chain(parts.iter().map(shifted)).collect();
-        self.check_spans(p.header(), &all, false)
+        self.check_due(p.header(), &all, false)
     }
 
     /// Checks the `parts` of the object at `p` a transaction's search read, always (see
@@ -153,20 +153,27 @@ impl<R: Region> Pool<R> {
     /// under LC and LU) costs a clock read and a stamp per page, nothing per part. `always`:
     /// every page is due (a transaction's read), and none is stamped.
     fn check_spans(&self, base: u64, parts: &[(usize, usize)], always: bool) -> Result<(), HeapError> {
-        let r = &self.reads;
-        if r.mode == ReadCheck::Background && !always {
+        if self.reads.mode == ReadCheck::Background && !always {
             return Ok(());
         }
+        if !always {
+            let (lo, hi) = span_of(base, parts);
+            if self.within_interval(lo, hi) {
+                return Ok(());
+            }
+        }
+        self.check_due(base, parts, always)
+    }
+
+    /// [`check_spans`](Self::check_spans) once the read is known not to be within its
+    /// interval (the caller asked): the due pages checked and stamped.
+    fn check_due(&self, base: u64, parts: &[(usize, usize)], always: bool) -> Result<(), HeapError> {
+        let r = &self.reads;
         let Some(shield) = self.log.region().shield.as_ref() else {
             return Ok(());
         };
         let geo = shield.geo;
-        let (lo, hi) = parts.iter().fold((u64::MAX, 0), |(lo, hi), &(off, len)| {
-            (lo.min(base + off as u64), hi.max(base + (off + len.max(1)) as u64))
-        });
-        if !always && self.within_interval(lo, hi) {
-            return Ok(());
-        }
+        let (lo, hi) = span_of(base, parts);
         let (Some(first), Some(last)) = (geo.page_of(lo), geo.page_of(hi.saturating_sub(1))) else {
             return Ok(());
         };
@@ -254,3 +261,11 @@ impl<R: Region> Pool<R> {
 /// One tick, as Loris measures its strategies: a MINIX 3 clock tick, 1/60 s (Loris section
 /// VI: "a MINIX 3 clock tick (1/60th of a second)"). Its target is LC at one tick.
 pub const TICK: Duration = Duration::from_micros(16_667);
+
+/// The bytes `[lo, hi)` that `parts` (`(offset, len)` from `base`) span, an empty part
+/// counted as a byte.
+fn span_of(base: u64, parts: &[(usize, usize)]) -> (u64, u64) {
+    parts.iter().fold((u64::MAX, 0), |(lo, hi), &(off, len)| {
+        (lo.min(base + off as u64), hi.max(base + (off + len.max(1)) as u64))
+    })
+}
