@@ -5,14 +5,15 @@
 # the image's page faults), and by thread (the program, the request threads, the write-back
 # thread, the image's write-ahead thread, idle). Not part of CI.
 #
-#   ./scripts/fuse-profile.sh [--engine NAME] [--job "RW BS [FIO OPTIONS]"] [--size SIZE] [--runs N] [--bin PATH]
+#   ./scripts/fuse-profile.sh [--engine NAME] [--job "RW BS [FIO OPTIONS]"] [--size SIZE] [--runs N] [--dir DIR] [--bin PATH]
 #
 # --engine runs the mount's Galois-field kernels as NAME (BITMEND_ENGINE: scalar, ssse3, avx2,
 # avx512, gfni), so a machine with GFNI shows what an AVX2-only one pays for signatures and
 # parity (CRC-32C and compression run as the CPU allows either way). --job is fio's rw, block
 # size and options (default "write 1m --end_fsync=1"); each run makes a fresh 1 GiB image in
 # /dev/shm, and samples the job from its start to its end over a SIZE file (default 512M;
-# a read job's file is laid out first, unsampled). Prints the job's MB/s
+# a read job's file is laid out first, unsampled); --dir puts the image in DIR (a disk's file
+# system) instead, the NVRAM tier staying in /dev/shm as NVRAM would. Prints the job's MB/s
 # and each part's share of both CPUs' time, medians of N runs (default 3; the machine is
 # noisy and sampling perturbs it). Needs perf, fio and fuse3. Builds bitmend
 # (release) unless --bin is given.
@@ -23,6 +24,7 @@ engine=""
 job="write 1m --end_fsync=1"
 size=512M
 runs=3
+base=/dev/shm
 bin=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -30,6 +32,7 @@ while [ $# -gt 0 ]; do
     --job) job="$2"; shift 2 ;;
     --size) size="$2"; shift 2 ;;
     --runs) runs="$2"; shift 2 ;;
+    --dir) base="$2"; shift 2 ;;
     --bin) bin="$2"; shift 2 ;;
     -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "fuse-profile: unknown argument $1 (see --help)"; exit 2 ;;
@@ -52,7 +55,8 @@ if [ -n "$engine" ]; then
   export BITMEND_ENGINE="$engine"
 fi
 
-work=$(mktemp -d /dev/shm/bitmend-profile.XXXXXX)
+[ -d "$base" ] || { echo "fuse-profile: --dir $base: no such directory"; exit 2; }
+work=$(mktemp -d "$base/bitmend-profile.XXXXXX")
 cleanup() { fusermount3 -u "$work/mnt" 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 mkdir "$work/mnt"
